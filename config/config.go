@@ -1,0 +1,259 @@
+// Package config is the one place clawrl reads configuration from.
+//
+// Values come, highest precedence first, from command-line flags, CLAWRL_*
+// environment variables, the user's YAML file, and the defaults embedded in
+// the binary (the repository's config.yaml). Load returns a typed, validated
+// Config; nothing else in the program calls viper or reads the environment
+// for settings.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// Config is the whole typed configuration.
+type Config struct {
+	Log    Log    `mapstructure:"log"`
+	Model  Model  `mapstructure:"model"`
+	Server Server `mapstructure:"server"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level  string `mapstructure:"level"`
+	Format string `mapstructure:"format"`
+}
+
+// Model says which checkpoint to serve and how to run it.
+type Model struct {
+	Path      string `mapstructure:"path"`
+	Threads   int    `mapstructure:"threads"`
+	KVCacheMB int    `mapstructure:"kv_cache_mb"`
+}
+
+// Server configures the OpenAI-compatible API.
+type Server struct {
+	Host    string   `mapstructure:"host"`
+	Port    int      `mapstructure:"port"`
+	APIKeys []string `mapstructure:"api_keys"`
+}
+
+// Options says where Load looks besides the embedded defaults.
+type Options struct {
+	// Defaults is the embedded config.yaml.
+	Defaults []byte
+	// File is a user config file; empty means ./config.yaml if it exists.
+	File string
+	// Flags, if set, override everything else. A flag is bound to the key
+	// named by its annotation "config" (see BindFlag), or else to its name.
+	Flags *pflag.FlagSet
+	// Env replaces os.Environ (for tests); nil means the process environment.
+	Env []string
+}
+
+// FlagAnnotation is the pflag annotation that names the config key a flag sets.
+const FlagAnnotation = "config"
+
+// BindFlag marks flag name on fs as setting config key (e.g. "server.port").
+func BindFlag(fs *pflag.FlagSet, name, key string) {
+	if err := fs.SetAnnotation(name, FlagAnnotation, []string{key}); err != nil {
+		panic(fmt.Sprintf("config: binding flag %q: %v", name, err)) // programming error
+	}
+}
+
+// Load merges defaults, file, environment and flags, and validates the result.
+func Load(opts Options) (*Config, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(bytes.NewReader(opts.Defaults)); err != nil {
+		return nil, fmt.Errorf("config: embedded defaults: %w", err)
+	}
+	file := opts.File
+	if file == "" {
+		if _, err := os.Stat("config.yaml"); err == nil {
+			file = "config.yaml"
+		}
+	}
+	if file != "" {
+		f, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		user := viper.New()
+		user.SetConfigType("yaml")
+		if err := user.ReadConfig(bytes.NewReader(f)); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", file, err)
+		}
+		if err := checkKnownKeys(v, user.AllKeys(), file); err != nil {
+			return nil, err
+		}
+		if err := v.MergeConfigMap(user.AllSettings()); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", file, err)
+		}
+	}
+	if err := applyEnv(v, opts.Env); err != nil {
+		return nil, err
+	}
+	if opts.Flags != nil {
+		// Only flags the user gave (Visit skips defaults), set last so that
+		// they win over the environment.
+		opts.Flags.Visit(func(f *pflag.Flag) {
+			key := f.Name
+			if a := f.Annotations[FlagAnnotation]; len(a) == 1 {
+				key = a[0]
+			}
+			if !v.IsSet(key) {
+				return // a flag that is not a config key
+			}
+			if sv, ok := f.Value.(pflag.SliceValue); ok {
+				v.Set(key, sv.GetSlice())
+				return
+			}
+			v.Set(key, f.Value.String())
+		})
+	}
+	var c Config
+	decode := func(dc *mapstructure.DecoderConfig) {
+		dc.ErrorUnused = true
+		dc.WeaklyTypedInput = true
+		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+			mapstructure.StringToSliceHookFunc(","),
+		)
+	}
+	if err := v.Unmarshal(&c, decode); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// checkKnownKeys refuses keys the defaults do not have: a typo in a config
+// file should be an error, not a silently ignored setting.
+func checkKnownKeys(defaults *viper.Viper, keys []string, file string) error {
+	known := map[string]bool{}
+	for _, k := range defaults.AllKeys() {
+		known[k] = true
+	}
+	var unknown []string
+	for _, k := range keys {
+		if !known[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("config: %s: unknown key(s): %s", file, strings.Join(unknown, ", "))
+	}
+	return nil
+}
+
+// envAliases are accepted environment names that do not follow the
+// CLAWRL_<SECTION>_<KEY> pattern.
+var envAliases = map[string]string{
+	"CLAWRL_API_KEYS": "server.api_keys",
+}
+
+// applyEnv sets every known key from CLAWRL_<SECTION>_<KEY> (dots become
+// underscores, upper case). Unknown CLAWRL_* variables are reported, since
+// they are almost always typos.
+func applyEnv(v *viper.Viper, env []string) error {
+	if env == nil {
+		env = os.Environ()
+	}
+	byEnv := map[string]string{}
+	for _, k := range v.AllKeys() {
+		byEnv["CLAWRL_"+strings.ToUpper(strings.ReplaceAll(k, ".", "_"))] = k
+	}
+	for name, key := range envAliases {
+		byEnv[name] = key
+	}
+	var unknown []string
+	for _, kv := range env {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, "CLAWRL_") {
+			continue
+		}
+		key, ok := byEnv[name]
+		if !ok {
+			if !notConfig[name] {
+				unknown = append(unknown, name)
+			}
+			continue
+		}
+		v.Set(key, val)
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("config: unknown environment variable(s): %s", strings.Join(unknown, ", "))
+	}
+	return nil
+}
+
+// notConfig lists CLAWRL_* variables that other parts of the program read
+// (tests, kernels) and that are not configuration keys.
+var notConfig = map[string]bool{
+	"CLAWRL_KERNELS":              true,
+	"CLAWRL_QWEN3_TOKENIZER_DIR":  true,
+	"CLAWRL_TEST_LONG":            true,
+	"CLAWRL_BENCH_MODEL":          true,
+	"CLAWRL_BENCH_CHECKPOINT_DIR": true,
+}
+
+// Validate checks ranges and combinations, with messages that name the key.
+func (c *Config) Validate() error {
+	var errs []error
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level))
+	}
+	switch c.Log.Format {
+	case "auto", "console", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log.format: %q is not one of auto, console, json", c.Log.Format))
+	}
+	if c.Model.Threads < 0 {
+		errs = append(errs, fmt.Errorf("model.threads: %d must be >= 0 (0 = one per core)", c.Model.Threads))
+	}
+	if c.Model.KVCacheMB < 1 {
+		errs = append(errs, fmt.Errorf("model.kv_cache_mb: %d must be >= 1", c.Model.KVCacheMB))
+	}
+	if c.Server.Port < 1 || c.Server.Port > 65535 {
+		errs = append(errs, fmt.Errorf("server.port: %d is not a TCP port (1-65535)", c.Server.Port))
+	}
+	if c.Server.Host == "" {
+		errs = append(errs, errors.New("server.host: must not be empty"))
+	}
+	keys := c.Server.APIKeys[:0:0]
+	for _, k := range c.Server.APIKeys {
+		if k = strings.TrimSpace(k); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	c.Server.APIKeys = keys
+	if len(keys) == 0 && c.Server.Host != "" && !IsLoopback(c.Server.Host) {
+		errs = append(errs, fmt.Errorf("server.host: %q is not a loopback address and no server.api_keys are set; set a key (CLAWRL_API_KEYS) or listen on 127.0.0.1", c.Server.Host))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// IsLoopback reports whether host names only the local machine.
+func IsLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

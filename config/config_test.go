@@ -1,0 +1,116 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func defaults(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(Options{Defaults: defaults(t), Env: []string{}, File: writeFile(t, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Host != "127.0.0.1" || c.Server.Port != 30000 {
+		t.Errorf("server = %+v, want 127.0.0.1:30000", c.Server)
+	}
+	if c.Model.Path != "" || c.Model.KVCacheMB != 1024 || c.Log.Level != "info" {
+		t.Errorf("unexpected defaults: %+v", c)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	flagSet := func(args ...string) *pflag.FlagSet {
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		fs.Int("port", 0, "")
+		BindFlag(fs, "port", "server.port")
+		fs.String("model", "", "")
+		BindFlag(fs, "model", "model.path")
+		fs.Bool("verbose", false, "not a config key")
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return fs
+	}
+	tests := []struct {
+		name    string
+		file    string
+		env     []string
+		flags   []string
+		check   func(c *Config) bool
+		wantErr string
+	}{
+		{name: "file overrides default", file: "server:\n  port: 31000\n",
+			check: func(c *Config) bool { return c.Server.Port == 31000 && c.Server.Host == "127.0.0.1" }},
+		{name: "env overrides file", file: "server:\n  port: 31000\n", env: []string{"CLAWRL_SERVER_PORT=32000"},
+			check: func(c *Config) bool { return c.Server.Port == 32000 }},
+		{name: "flag overrides env", env: []string{"CLAWRL_SERVER_PORT=32000"}, flags: []string{"--port=33000"},
+			check: func(c *Config) bool { return c.Server.Port == 33000 }},
+		{name: "unset flag leaves env", env: []string{"CLAWRL_MODEL_PATH=/m"}, flags: []string{"--verbose"},
+			check: func(c *Config) bool { return c.Model.Path == "/m" }},
+		{name: "api keys alias, comma list", env: []string{"CLAWRL_API_KEYS=a, b"},
+			check: func(c *Config) bool { return len(c.Server.APIKeys) == 2 && c.Server.APIKeys[1] == "b" }},
+		{name: "api keys in file allow public host", file: "server:\n  host: 0.0.0.0\n  api_keys: [k1]\n",
+			check: func(c *Config) bool { return c.Server.Host == "0.0.0.0" }},
+		{name: "public host without key", file: "server:\n  host: 0.0.0.0\n", wantErr: "not a loopback address"},
+		{name: "unknown file key", file: "server:\n  prot: 1\n", wantErr: "unknown key(s): server.prot"},
+		{name: "unknown env", env: []string{"CLAWRL_SERVR_PORT=1"}, wantErr: "CLAWRL_SERVR_PORT"},
+		{name: "bad port type", env: []string{"CLAWRL_SERVER_PORT=abc"}, wantErr: "port"},
+		{name: "port range", file: "server:\n  port: 70000\n", wantErr: "server.port: 70000"},
+		{name: "bad level", file: "log:\n  level: loud\n", wantErr: "log.level"},
+		{name: "bad yaml", file: "server: [\n", wantErr: "c.yaml"},
+		{name: "negative threads", env: []string{"CLAWRL_MODEL_THREADS=-2"}, wantErr: "model.threads"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := Options{Defaults: defaults(t), Env: tt.env, File: writeFile(t, tt.file)}
+			if opts.Env == nil {
+				opts.Env = []string{}
+			}
+			if tt.flags != nil {
+				opts.Flags = flagSet(tt.flags...)
+			}
+			c, err := Load(opts)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to mention %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(c) {
+				t.Errorf("config not as expected: %+v", c)
+			}
+		})
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := Load(Options{Defaults: defaults(t), Env: []string{}, File: "/nonexistent/c.yaml"})
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/c.yaml") {
+		t.Fatalf("err = %v, want the path", err)
+	}
+}
