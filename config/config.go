@@ -106,12 +106,16 @@ func Load(opts Options) (*Config, error) {
 	if opts.Flags != nil {
 		// Only flags the user gave (Visit skips defaults), set last so that
 		// they win over the environment.
+		leaves := map[string]bool{}
+		for _, k := range v.AllKeys() {
+			leaves[k] = true
+		}
 		opts.Flags.Visit(func(f *pflag.Flag) {
 			key := f.Name
 			if a := f.Annotations[FlagAnnotation]; len(a) == 1 {
 				key = a[0]
 			}
-			if !v.IsSet(key) {
+			if !leaves[key] {
 				return // a flag that is not a config key
 			}
 			if sv, ok := f.Value.(pflag.SliceValue); ok {

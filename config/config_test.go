@@ -48,6 +48,7 @@ func TestLoad(t *testing.T) {
 		fs.String("model", "", "")
 		BindFlag(fs, "model", "model.path")
 		fs.Bool("verbose", false, "not a config key")
+		fs.String("server", "", "named like a config section, not bound")
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}
@@ -69,6 +70,8 @@ func TestLoad(t *testing.T) {
 			check: func(c *Config) bool { return c.Server.Port == 33000 }},
 		{name: "unset flag leaves env", env: []string{"CLAWRL_MODEL_PATH=/m"}, flags: []string{"--verbose"},
 			check: func(c *Config) bool { return c.Model.Path == "/m" }},
+		{name: "flag named like a section is ignored", flags: []string{"--server=x"},
+			check: func(c *Config) bool { return c.Server.Port == 30000 }},
 		{name: "api keys alias, comma list", env: []string{"CLAWRL_API_KEYS=a, b"},
 			check: func(c *Config) bool { return len(c.Server.APIKeys) == 2 && c.Server.APIKeys[1] == "b" }},
 		{name: "api keys in file allow public host", file: "server:\n  host: 0.0.0.0\n  api_keys: [k1]\n",

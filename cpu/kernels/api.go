@@ -12,4 +12,39 @@
 //
 // Layout conventions: all matrices are row-major. A linear layer's weight is
 // stored as Hugging Face stores it, [out, in], so y = x·Wᵀ.
+//
+// # Paths
+//
+// Sgemm, LinearF32 and LinearBF16 pick a path by shape:
+//
+//   - few rows of A against a transposed B (a linear layer at decode, or a
+//     query against cached keys): a streaming matrix-vector kernel that reads
+//     each weight once, widening BF16 in registers, bound by memory
+//     bandwidth (gemv.go);
+//   - few rows of A against B not transposed (attention weights times cached
+//     values): a kernel that reads B in place, with no packing (kernn_amd64.s);
+//   - everything else: a blocked matrix multiply in the GotoBLAS/BLIS style,
+//     packing panels of A and B and running a register-tiled micro-kernel
+//     (14×32 with AVX-512, 6×16 with AVX2), bound by the FMA units (gemm.go).
+//
+// # Kernel sets
+//
+// The package starts with the best set this CPU supports (KernelsAVX512,
+// KernelsAVX2, else KernelsGeneric). The environment variable
+// CLAWRL_KERNELS=generic|avx2|avx512, read once at start, or SetKernels
+// chooses another, so that tests and benchmarks can exercise every path on
+// one machine.
+//
+// # Threads
+//
+// Kernels spread over Threads() goroutines (GOMAXPROCS at start;
+// SetThreads changes it) through ParallelFor's pool of persistent workers.
+// Every exported function is safe for concurrent use, including from inside
+// a ParallelFor body.
+//
+// # Measuring
+//
+// PeakGFLOPS, ReadBandwidthGBs and CopyBandwidthGBs measure the machine's
+// ceilings, so that benchmarks can state their speed as a fraction of what
+// the hardware does.
 package kernels

@@ -3,12 +3,25 @@ package kernels
 import (
 	"math"
 	"runtime"
-	"sync"
 	"sync/atomic"
 )
 
-// This file is the portable reference for every exported kernel. The fast
-// paths live beside it and must agree with it (tests compare them).
+// This file is the portable reference for every exported kernel: the
+// "generic" kernel set, used on CPUs without AVX2 and by the tests as the
+// definition the fast paths must agree with.
+
+var genericImpls = impls{
+	name:  KernelsGeneric,
+	dot:   dotGeneric,
+	axpy:  axpyGeneric,
+	scale: scaleGeneric,
+	max:   maxGeneric,
+	exp:   expSubGeneric,
+	silu:  siluMulGeneric,
+	mul:   mulScaleGeneric,
+	bf16:  bf16ToF32Generic,
+	tobf:  f32ToBF16Generic,
+}
 
 var threads atomic.Int32
 
@@ -24,49 +37,6 @@ func SetThreads(n int) {
 
 // Threads reports the current thread count used by kernels.
 func Threads() int { return int(threads.Load()) }
-
-// ParallelFor splits [0,n) into contiguous chunks of at least grain items and
-// runs fn on them over up to Threads() goroutines, returning when all are done.
-func ParallelFor(n, grain int, fn func(lo, hi int)) {
-	if n <= 0 {
-		return
-	}
-	if grain < 1 {
-		grain = 1
-	}
-	t := Threads()
-	chunks := (n + grain - 1) / grain
-	if chunks < t {
-		t = chunks
-	}
-	if t <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	per := (n + t - 1) / t
-	for lo := 0; lo < n; lo += per {
-		hi := min(lo+per, n)
-		if hi == n {
-			fn(lo, hi)
-			break
-		}
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			fn(lo, hi)
-		}(lo, hi)
-	}
-	wg.Wait()
-}
-
-// Sgemm computes C = alpha·op(A)·op(B) + beta·C for row-major float32
-// matrices, where op(X) is X or Xᵀ. op(A) is m×k, op(B) is k×n, C is m×n;
-// lda, ldb, ldc are the row strides of A, B and C as stored. With beta == 0,
-// C is overwritten (NaNs in C do not propagate).
-func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	sgemmGeneric(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-}
 
 func sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	at := func(i, p int) float32 {
@@ -98,23 +68,11 @@ func sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a []float32, 
 	})
 }
 
-// LinearF32 computes C[m,n] = A[m,k]·W[n,k]ᵀ, adding into C when accumulate
-// is set. It is the forward product of a linear layer with float32 weights.
-func LinearF32(c, a, w []float32, m, n, k int, accumulate bool) {
-	beta := float32(0)
-	if accumulate {
-		beta = 1
-	}
-	Sgemm(false, true, m, n, k, 1, a, k, w, k, beta, c, n)
-}
-
-// LinearBF16 is LinearF32 with W stored as BF16 (the upper 16 bits of a
-// float32). The products and sums are computed in float32.
-func LinearBF16(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
+func linearBF16Generic(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
 	ParallelFor(n, 16, func(lo, hi int) {
 		row := make([]float32, k)
 		for j := lo; j < hi; j++ {
-			BF16ToF32(row, w[j*k:(j+1)*k])
+			bf16ToF32Generic(row, w[j*k:(j+1)*k])
 			for i := 0; i < m; i++ {
 				s := dotGeneric(a[i*k:(i+1)*k], row)
 				if accumulate {
@@ -127,17 +85,15 @@ func LinearBF16(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
 	})
 }
 
-// BF16ToF32 widens BF16 values to float32 (exact).
-func BF16ToF32(dst []float32, src []uint16) {
-	_ = dst[len(src)-1]
+func bf16ToF32Generic(dst []float32, src []uint16) {
+	dst = dst[:len(src)]
 	for i, v := range src {
 		dst[i] = math.Float32frombits(uint32(v) << 16)
 	}
 }
 
-// F32ToBF16 narrows float32 to BF16 with round-to-nearest-even; NaNs stay NaN.
-func F32ToBF16(dst []uint16, src []float32) {
-	_ = dst[len(src)-1]
+func f32ToBF16Generic(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
 	for i, f := range src {
 		dst[i] = F32ToBF16One(f)
 	}
@@ -155,7 +111,7 @@ func F32ToBF16One(f float32) uint16 {
 
 // F16ToF32 widens IEEE half-precision values to float32 (exact).
 func F16ToF32(dst []float32, src []uint16) {
-	_ = dst[len(src)-1]
+	dst = dst[:len(src)]
 	for i, h := range src {
 		dst[i] = F16ToF32One(h)
 	}
@@ -184,9 +140,6 @@ func F16ToF32One(h uint16) float32 {
 	}
 }
 
-// Dot returns Σ x[i]·y[i] over len(x) elements.
-func Dot(x, y []float32) float32 { return dotGeneric(x, y) }
-
 func dotGeneric(x, y []float32) float32 {
 	y = y[:len(x)]
 	var s0, s1, s2, s3 float32
@@ -203,23 +156,20 @@ func dotGeneric(x, y []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// Axpy computes y += alpha·x over len(x) elements.
-func Axpy(alpha float32, x, y []float32) {
+func axpyGeneric(alpha float32, x, y []float32) {
 	y = y[:len(x)]
 	for i, v := range x {
 		y[i] += alpha * v
 	}
 }
 
-// Scale computes x *= alpha.
-func Scale(alpha float32, x []float32) {
+func scaleGeneric(alpha float32, x []float32) {
 	for i := range x {
 		x[i] *= alpha
 	}
 }
 
-// Max returns the largest element of a non-empty x.
-func Max(x []float32) float32 {
+func maxGeneric(x []float32) float32 {
 	m := x[0]
 	for _, v := range x[1:] {
 		if v > m {
@@ -229,9 +179,7 @@ func Max(x []float32) float32 {
 	return m
 }
 
-// ExpSub computes dst[i] = exp(src[i] − shift) and returns their sum. It is
-// the inner loop of softmax; dst and src may be the same slice.
-func ExpSub(dst, src []float32, shift float32) float32 {
+func expSubGeneric(dst, src []float32, shift float32) float32 {
 	dst = dst[:len(src)]
 	var s float32
 	for i, v := range src {
@@ -240,4 +188,20 @@ func ExpSub(dst, src []float32, shift float32) float32 {
 		s += e
 	}
 	return s
+}
+
+func siluMulGeneric(dst, gate, up []float32) {
+	up = up[:len(gate)]
+	dst = dst[:len(gate)]
+	for i, g := range gate {
+		dst[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+	}
+}
+
+func mulScaleGeneric(dst, x, w []float32, s float32) {
+	w = w[:len(x)]
+	dst = dst[:len(x)]
+	for i, v := range x {
+		dst[i] = v * s * w[i]
+	}
 }

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/model"
+)
+
+// The benchmark measures the machine's ceilings and the engine in the same
+// run, so that the ratios it prints hold on a shared, noisy machine.
+
+type benchFlags struct {
+	model, preset string
+	what          []string
+	decodeTokens  int
+	prefillTokens int
+	seconds       float64
+}
+
+func (a *app) benchCmd() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the machine's peak and the engine against it (GEMM, decode, prefill)",
+		Long: `bench measures, in one run: the CPU's FP32 FMA peak (a register-only loop)
+and memory bandwidth; matrix multiply GFLOP/s at 512, 1024 and 2048 and a
+BF16 matrix-vector product's GB/s; and decode (batch 1 and 8) and prefill
+tokens/s of a model, against the limit that memory bandwidth sets for decode
+(bytes of weights read per token / copy bandwidth).
+
+The model is --model DIR, or a random-weight checkpoint of --preset written to
+a temporary directory first.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runBench(cmd.OutOrStdout(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "", "checkpoint directory to benchmark (default: a random --preset)")
+	fl.StringVar(&f.preset, "preset", "20m", "random checkpoint shape when --model is not given: "+presetNames())
+	fl.StringSliceVar(&f.what, "what", []string{"machine", "gemm", "model"}, "sections to run: machine, gemm, model")
+	fl.IntVar(&f.decodeTokens, "decode-tokens", 64, "tokens to decode per measurement")
+	fl.IntVar(&f.prefillTokens, "prefill-tokens", 512, "prompt length for the prefill measurement")
+	fl.Float64Var(&f.seconds, "seconds", 1, "duration of each machine measurement")
+	return cmd
+}
+
+type ceilings struct {
+	peak, read, copy float64 // GFLOP/s, GB/s, GB/s
+}
+
+func (a *app) runBench(out io.Writer, f benchFlags) error {
+	if a.cfg.Model.Threads > 0 {
+		kernels.SetThreads(a.cfg.Model.Threads)
+	}
+	for _, w := range f.what {
+		switch w {
+		case "machine", "gemm", "model":
+		default:
+			return fmt.Errorf("unknown --what section %q (machine, gemm, model)", w)
+		}
+	}
+	th := kernels.Threads()
+	fmt.Fprintf(out, "clawrl bench: %s kernels, %d threads\n\n", kernels.Kernels(), th)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	defer tw.Flush()
+	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
+
+	// The ceilings are always measured: every ratio needs them.
+	d := time.Duration(f.seconds * float64(time.Second))
+	c := ceilings{
+		peak: kernels.PeakGFLOPS(th, d),
+		read: kernels.ReadBandwidthGBs(1<<30, th, d),
+		copy: kernels.CopyBandwidthGBs(1<<30, th, d),
+	}
+	row("measurement", "value", "unit", "of ceiling")
+	if slices.Contains(f.what, "machine") {
+		row("FP32 FMA peak", fmt.Sprintf("%.1f", c.peak), "GFLOP/s", "")
+		row("memory read", fmt.Sprintf("%.1f", c.read), "GB/s", "")
+		row("memory copy (read+write)", fmt.Sprintf("%.1f", c.copy), "GB/s", "")
+	}
+	if slices.Contains(f.what, "gemm") {
+		benchGEMM(row, c)
+	}
+	if slices.Contains(f.what, "model") {
+		tw.Flush()
+		return a.benchModel(tw, row, c, f)
+	}
+	return nil
+}
+
+func randVec(n int, r *rand.Rand) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+// timeIt runs fn at least twice and for about 300 ms, and returns the mean
+// duration of the runs after the first.
+func timeIt(fn func()) time.Duration {
+	fn() // warm-up: packing buffers, page faults
+	var total time.Duration
+	n := 0
+	for total < 300*time.Millisecond || n < 2 {
+		t := time.Now()
+		fn()
+		total += time.Since(t)
+		n++
+	}
+	return total / time.Duration(n)
+}
+
+func benchGEMM(row func(...string), c ceilings) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{512, 1024, 2048} {
+		a, b, out := randVec(n*n, r), randVec(n*n, r), make([]float32, n*n)
+		t := timeIt(func() { kernels.Sgemm(false, true, n, n, n, 1, a, n, b, n, 0, out, n) })
+		gf := 2 * float64(n) * float64(n) * float64(n) / t.Seconds() / 1e9
+		row(fmt.Sprintf("sgemm %d³", n), fmt.Sprintf("%.1f", gf), "GFLOP/s", pct(gf, c.peak)+" of peak")
+	}
+	// Prefill-shaped products: 512 tokens through a 1024→3072 layer.
+	{
+		m, k, n := 512, 1024, 3072
+		a, w, out := randVec(m*k, r), randVec(n*k, r), make([]float32, m*n)
+		wb := make([]uint16, n*k)
+		kernels.F32ToBF16(wb, w)
+		t := timeIt(func() { kernels.LinearBF16(out, a, wb, m, n, k, false) })
+		gf := 2 * float64(m*n*k) / t.Seconds() / 1e9
+		row("linear bf16 512×1024→3072", fmt.Sprintf("%.1f", gf), "GFLOP/s", pct(gf, c.peak)+" of peak")
+	}
+	// Decode-shaped: one token through the Qwen3-0.6B LM head (311 MB BF16).
+	{
+		n, k := 151936, 1024
+		a, out := randVec(k, r), make([]float32, n)
+		wb := make([]uint16, n*k)
+		for i := range wb {
+			wb[i] = kernels.F32ToBF16One(float32(r.NormFloat64()) * 0.02)
+		}
+		t := timeIt(func() { kernels.LinearBF16(out, a, wb, 1, n, k, false) })
+		gbs := float64(2*n*k) / t.Seconds() / 1e9
+		row("gemv bf16 1024→151936", fmt.Sprintf("%.1f", gbs), "GB/s", pct(gbs, c.read)+" of read")
+	}
+}
+
+func pct(x, of float64) string {
+	if of <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*x/of)
+}
+
+// weightBytesPerToken is what one decode step reads from the weights: every
+// matrix once, the LM head whole, the embedding only one row.
+func weightBytesPerToken(c *model.Config) float64 {
+	size := 4.0
+	if c.TorchDType == "bfloat16" {
+		size = 2
+	}
+	params := float64(c.NumParams())
+	if !c.TieWordEmbeddings {
+		params -= float64(c.VocabSize * c.HiddenSize)
+	}
+	return params * size
+}
+
+func (a *app) benchModel(tw *tabwriter.Writer, row func(...string), c ceilings, f benchFlags) error {
+	dir := f.model
+	if dir == "" {
+		spec, ok := presets()[f.preset]
+		if !ok {
+			return fmt.Errorf("unknown --preset %q (known: %s)", f.preset, presetNames())
+		}
+		tmp, err := os.MkdirTemp("", "clawrl-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		fmt.Fprintf(a.stderr, "writing a random %s checkpoint to %s...\n", f.preset, tmp)
+		if err := model.WriteRandomCheckpoint(tmp, spec); err != nil {
+			return err
+		}
+		dir = tmp
+	}
+	m, err := model.Load(cpu.New(), dir)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	cfg := m.Config
+	prefillN := min(f.prefillTokens, cfg.MaxPositions-1)
+	decodeN := min(f.decodeTokens, cfg.MaxPositions-17)
+	blocks := 8*(16+decodeN) + prefillN + 64
+	kv, err := m.NewKVCache(model.KVCacheOptions{Budget: cfg.KVBytesPerToken() * int64(blocks)})
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	name := fmt.Sprintf("%s %.0fM %s", cfg.Architecture, float64(cfg.NumParams())/1e6, cfg.TorchDType)
+	row(name, "", "", "")
+
+	r := rand.New(rand.NewPCG(3, 4))
+	tokens := func(n int) []int32 {
+		t := make([]int32, n)
+		for i := range t {
+			t[i] = int32(r.IntN(cfg.VocabSize))
+		}
+		return t
+	}
+	decode := func(batch int) (float64, error) {
+		seqs := make([]*model.Sequence, batch)
+		steps := make([]model.Step, batch)
+		for i := range seqs {
+			seqs[i] = kv.NewSequence()
+			defer seqs[i].Free()
+			steps[i] = model.Step{Seq: seqs[i], Tokens: tokens(16)}
+		}
+		logits, err := m.Forward(steps, model.LastLogits, nil)
+		if err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		for range decodeN {
+			for i := range steps {
+				row := logits[i*cfg.VocabSize : (i+1)*cfg.VocabSize]
+				steps[i].Tokens = []int32{int32(slices.Index(row, slices.Max(row)))}
+			}
+			if logits, err = m.Forward(steps, model.LastLogits, logits); err != nil {
+				return 0, err
+			}
+		}
+		return float64(decodeN*batch) / time.Since(start).Seconds(), nil
+	}
+	tps, err := decode(1)
+	if err != nil {
+		return err
+	}
+	limit := c.copy * 1e9 / weightBytesPerToken(cfg)
+	row("  decode, batch 1", fmt.Sprintf("%.1f", tps), "tok/s", pct(tps, limit)+" of bandwidth limit")
+	row("  bandwidth limit (copy GB/s ÷ weight bytes/token)", fmt.Sprintf("%.1f", limit), "tok/s", "")
+	if tps8, err := decode(8); err == nil {
+		row("  decode, batch 8", fmt.Sprintf("%.1f", tps8), "tok/s", fmt.Sprintf("%.1f× batch 1", tps8/tps))
+	} else {
+		return err
+	}
+	seq := kv.NewSequence()
+	prompt := tokens(prefillN)
+	start := time.Now()
+	if _, err := m.Forward([]model.Step{{Seq: seq, Tokens: prompt}}, model.LastLogits, nil); err != nil {
+		return err
+	}
+	el := time.Since(start)
+	seq.Free()
+	ptps := float64(prefillN) / el.Seconds()
+	flops := 2 * float64(cfg.NumParams()) * float64(prefillN)
+	row(fmt.Sprintf("  prefill, %d tokens", prefillN), fmt.Sprintf("%.1f", ptps), "tok/s",
+		pct(flops/el.Seconds()/1e9, c.peak)+" of FMA peak")
+	return nil
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// chatMLTemplate is the ChatML chat template (the Qwen family's format,
+// without tools), used for the tokenizer testmodel trains.
+const chatMLTemplate = `{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}`
+
+// presets are the checkpoint shapes testmodel and bench know by name.
+func presets() map[string]model.RandomSpec {
+	return map[string]model.RandomSpec{
+		"tiny": {Arch: model.ArchQwen3, Hidden: 64, Intermediate: 192, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
+			Vocab: 1024, MaxPositions: 4096, DType: "bfloat16", Seed: 1, InitStd: 0.05},
+		"20m":        model.SpecLlama20M(),
+		"qwen3-0.6b": model.SpecQwen3_0_6B(),
+	}
+}
+
+func presetNames() string {
+	var names []string
+	for n := range presets() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+func (a *app) testmodelCmd() *cobra.Command {
+	var preset, arch, tokDir string
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "testmodel DIR",
+		Short: "Write a random-weight checkpoint in Hugging Face layout (to try the engine and benchmark it)",
+		Long: `testmodel writes config.json, model.safetensors, tokenizer.json and
+tokenizer_config.json into DIR: a model of the chosen shape with random
+weights, and either a copy of an existing tokenizer (--tokenizer DIR; the
+vocabulary grows to fit it) or a small byte-level BPE trained on the spot
+with the ChatML chat template. The model speaks gibberish; every other part
+of the engine is exercised as with a real checkpoint.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, ok := presets()[preset]
+			if !ok {
+				return fmt.Errorf("unknown --preset %q (known: %s)", preset, presetNames())
+			}
+			if arch != "" {
+				switch arch {
+				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3:
+				default:
+					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3)
+				}
+				spec.Arch = arch
+			}
+			if cmd.Flags().Changed("seed") {
+				spec.Seed = seed
+			}
+			return writeTestModel(args[0], spec, tokDir)
+		},
+	}
+	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
+	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3)
+	cmd.Flags().StringVar(&tokDir, "tokenizer", "", "copy tokenizer.json and tokenizer_config.json from this directory")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random weights")
+	return cmd
+}
+
+// writeTestModel writes a random checkpoint with a tokenizer into dir.
+func writeTestModel(dir string, spec model.RandomSpec, tokDir string) error {
+	var tok *tokenizer.Tokenizer
+	var err error
+	if tokDir != "" {
+		tok, err = tokenizer.Load(tokDir)
+	} else {
+		tok, err = tokenizer.Train(slices.Values(testCorpus()), tokenizer.TrainOptions{
+			VocabSize:     min(spec.Vocab, 1024),
+			SpecialTokens: []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"},
+			EOS:           "<|im_end|>",
+			PAD:           "<|endoftext|>",
+			ChatTemplate:  chatMLTemplate,
+		})
+	}
+	if err != nil {
+		return err
+	}
+	if tokDir == "" {
+		spec.Vocab = tok.VocabSize() // every id the model can emit decodes
+	} else {
+		spec.Vocab = max(spec.Vocab, tok.VocabSize())
+	}
+	eos, ok := tok.EOS()
+	if !ok {
+		return errors.New("testmodel: the tokenizer has no EOS token")
+	}
+	spec.EOSTokenIDs = []int{int(eos)}
+	if bos, ok := tok.BOS(); ok {
+		b := int(bos)
+		spec.BOSTokenID = &b
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
+		return err
+	}
+	if err := tok.Save(dir); err != nil {
+		return err
+	}
+	c, err := model.LoadConfig(dir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s: %s, %.1fM parameters, vocabulary %d, context %d\n",
+		filepath.Clean(dir), c.Architecture, float64(c.NumParams())/1e6, c.VocabSize, c.MaxPositions)
+	return nil
+}
+
+// testCorpus is a little English, code and chat text for the testmodel
+// tokenizer: enough for common words and markup to become tokens.
+func testCorpus() []string {
+	base := []string{
+		"The quick brown fox jumps over the lazy dog. ",
+		"Hello! How can I help you today? ",
+		"I think the answer is 42, but let me check that file first. ",
+		"def add(a, b):\n    return a + b\n",
+		`{"name": "get_weather", "arguments": {"city": "Paris"}}` + "\n",
+		"You are a helpful assistant. Answer briefly and correctly. ",
+		"<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n2 + 3 = 5.<|im_end|>\n",
+		"No, I meant the other one. Sorry, you are right: the file is config.yaml. ",
+	}
+	var docs []string
+	for i := range 200 {
+		docs = append(docs, base[i%len(base)]+base[(i*3+1)%len(base)])
+	}
+	return docs
+}

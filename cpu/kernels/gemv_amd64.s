@@ -1,0 +1,125 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Matrix-vector kernels for decode: C[i, j] = alpha·Σp A[i,p]·W[j,p] +
+// beta·C[i, j] for up to four rows of A (two with AVX2) against n weight
+// rows, n a multiple of 4 and k a multiple of the vector width. Each weight
+// is read exactly once, four rows at a time, widened in registers when it is
+// BF16, and multiplied against every row of A, which stays in L1; the sums
+// are reduced horizontally once per group of four rows. C is not read when
+// beta == 0.
+
+#define ZERO4(a, b, c, d) \
+	VPXORD a, a, a; \
+	VPXORD b, b, b; \
+	VPXORD c, c, c; \
+	VPXORD d, d, d
+
+// acc_j += W_j · x for the four weight rows in Z16..Z19.
+#define FMA4(x, a0, a1, a2, a3) \
+	VFMADD231PS Z16, x, a0; \
+	VFMADD231PS Z17, x, a1; \
+	VFMADD231PS Z18, x, a2; \
+	VFMADD231PS Z19, x, a3
+
+// x0 = [Σz0, Σz1, Σz2, Σz3]. Clobbers the four accumulators and Z20.
+#define HSUM4(z0, z1, z2, z3, y0, y1, y2, y3, x0, x1, x2, x3) \
+	VEXTRACTF64X4 $1, z0, Y20; \
+	VADDPS        Y20, y0, y0; \
+	VEXTRACTF64X4 $1, z1, Y20; \
+	VADDPS        Y20, y1, y1; \
+	VEXTRACTF64X4 $1, z2, Y20; \
+	VADDPS        Y20, y2, y2; \
+	VEXTRACTF64X4 $1, z3, Y20; \
+	VADDPS        Y20, y3, y3; \
+	VEXTRACTF32X4 $1, y0, X20; \
+	VADDPS        X20, x0, x0; \
+	VEXTRACTF32X4 $1, y1, X20; \
+	VADDPS        X20, x1, x1; \
+	VEXTRACTF32X4 $1, y2, X20; \
+	VADDPS        X20, x2, x2; \
+	VEXTRACTF32X4 $1, y3, X20; \
+	VADDPS        X20, x3, x3; \
+	VHADDPS       x1, x0, x0; \
+	VHADDPS       x3, x2, x2; \
+	VHADDPS       x2, x0, x0
+
+// Four results: C = alpha·x (X30 = alpha), or alpha·x + beta·C (X31 = beta).
+#define SAVEROW(x, addr) \
+	VMULPS  X30, x, x; \
+	VMOVUPS x, addr
+
+#define SAVEROWBETA(x, addr) \
+	VMULPS      X30, x, x; \
+	VFMADD231PS addr, X31, x; \
+	VMOVUPS     x, addr
+
+#define WIDEN16(addr, z) \
+	VPMOVZXWD addr, z; \
+	VPSLLD    $16, z, z
+
+// func gemvF32AVX512(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, n, k, m int, alpha, beta float32, pf int)
+TEXT ·gemvF32AVX512(SB), NOSPLIT, $0-88
+#define WSTEP 64
+#define PREFETCHW4 \
+	PREFETCHT0 (R15); \
+	PREFETCHT0 (R15)(R8*1); \
+	PREFETCHT0 (R15)(R8*2); \
+	PREFETCHT0 (R15)(R9*1)
+#define LOADW(off) \
+	VMOVUPS off(AX), Z16; \
+	VMOVUPS off(AX)(R8*1), Z17; \
+	VMOVUPS off(AX)(R8*2), Z18; \
+	VMOVUPS off(AX)(R9*1), Z19
+#include "gemv512_amd64.h"
+#undef WSTEP
+#undef LOADW
+#undef PREFETCHW4
+
+#define ZERO4Y(a, b, c, d) \
+	VXORPS a, a, a; \
+	VXORPS b, b, b; \
+	VXORPS c, c, c; \
+	VXORPS d, d, d
+
+// acc_j += W_j · x for the four weight rows in Y8..Y11.
+#define FMA4Y(x, a0, a1, a2, a3) \
+	VFMADD231PS Y8, x, a0; \
+	VFMADD231PS Y9, x, a1; \
+	VFMADD231PS Y10, x, a2; \
+	VFMADD231PS Y11, x, a3
+
+// x0 = [Σy0, Σy1, Σy2, Σy3]. Clobbers the accumulators and Y14.
+#define HSUM4Y(y0, y1, y2, y3, x0, x1, x2, x3) \
+	VEXTRACTF128 $1, y0, X14; \
+	VADDPS       X14, x0, x0; \
+	VEXTRACTF128 $1, y1, X14; \
+	VADDPS       X14, x1, x1; \
+	VEXTRACTF128 $1, y2, X14; \
+	VADDPS       X14, x2, x2; \
+	VEXTRACTF128 $1, y3, X14; \
+	VADDPS       X14, x3, x3; \
+	VHADDPS      x1, x0, x0; \
+	VHADDPS      x3, x2, x2; \
+	VHADDPS      x2, x0, x0
+
+// func gemvF32AVX2(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, n, k, m int, alpha, beta float32, pf int)
+TEXT ·gemvF32AVX2(SB), NOSPLIT, $0-88
+#define WSTEP 32
+#define PREFETCHW4 \
+	PREFETCHT0 (R15); \
+	PREFETCHT0 (R15)(R8*1); \
+	PREFETCHT0 (R15)(R8*2); \
+	PREFETCHT0 (R15)(R9*1)
+#define LOADW(off) \
+	VMOVUPS off(AX), Y8; \
+	VMOVUPS off(AX)(R8*1), Y9; \
+	VMOVUPS off(AX)(R8*2), Y10; \
+	VMOVUPS off(AX)(R9*1), Y11
+#include "gemv256_amd64.h"
+#undef WSTEP
+#undef LOADW
+#undef PREFETCHW4
+
+#include "gemvbf_amd64.h"

@@ -1,0 +1,452 @@
+// BF16 matrix-vector kernels (see gemv_amd64.s). Frame as in
+// gemv512_amd64.h: c+0 ldc+8 a+16 lda+24 w+32 ldw+40 n+48 k+56 m+64
+// alpha+72 beta+76 pf+80; registers likewise.
+
+// ---------------------------------------------------------------------------
+// AVX-512: steps of 32 weights per row (one cache line). Z31 = 0xffff0000,
+// X30 = alpha; X29 = beta, loaded after the loop that uses Z29.
+
+#define SAVEROWBF(x, addr) \
+	VMULPS      X30, x, x; \
+	VFMADD231PS addr, X29, x; \
+	VMOVUPS     x, addr
+
+// Load 32 BF16 at addr: even elements to ev, odd to raw, as float32.
+#define BFW512(addr, raw, ev) \
+	VMOVDQU32 addr, raw; \
+	VPSLLD    $16, raw, ev; \
+	VPANDD    Z31, raw, raw
+
+// acc_i += ev·A_i,even + od·A_i,odd for the rows of A in Z16..Z23.
+#define BFFMA1(ev, od, a0) \
+	VFMADD231PS ev, Z16, a0; \
+	VFMADD231PS od, Z17, a0
+
+#define BFFMA2(ev, od, a0, a1) \
+	BFFMA1(ev, od, a0); \
+	VFMADD231PS ev, Z18, a1; \
+	VFMADD231PS od, Z19, a1
+
+#define BFFMA3(ev, od, a0, a1, a2) \
+	BFFMA2(ev, od, a0, a1); \
+	VFMADD231PS ev, Z20, a2; \
+	VFMADD231PS od, Z21, a2
+
+#define BFFMA4(ev, od, a0, a1, a2, a3) \
+	BFFMA3(ev, od, a0, a1, a2); \
+	VFMADD231PS ev, Z22, a3; \
+	VFMADD231PS od, Z23, a3
+
+#define PREFETCH4 \
+	PREFETCHT0 (R15); \
+	PREFETCHT0 (R15)(R8*1); \
+	PREFETCHT0 (R15)(R8*2); \
+	PREFETCHT0 (R15)(R9*1)
+
+// func gemvBF16AVX512(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
+TEXT ·gemvBF16AVX512(SB), NOSPLIT, $0-88
+	MOVQ         c+0(FP), DX
+	MOVQ         ldc+8(FP), R13
+	SHLQ         $2, R13
+	MOVQ         a+16(FP), R14
+	MOVQ         lda+24(FP), R11
+	SHLQ         $2, R11
+	LEAQ         (R11)(R11*2), R12
+	MOVQ         w+32(FP), DI
+	MOVQ         ldw+40(FP), R8
+	SHLQ         $1, R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         n+48(FP), BX
+	SHRQ         $2, BX
+	JZ           bf512done
+	MOVQ         k+56(FP), R10
+	SHRQ         $5, R10
+	JZ           bf512done
+	VBROADCASTSS alpha+72(FP), X30
+	MOVL         $0xffff0000, AX
+	VPBROADCASTD AX, Z31
+	MOVQ         m+64(FP), AX
+	CMPQ         AX, $2
+	JEQ          bf512g2
+	JLT          bf512g1
+	CMPQ         AX, $3
+	JEQ          bf512g3
+	JMP          bf512g4
+
+// m = 1: separate accumulators for the even (Z0..Z3) and odd (Z4..Z7)
+// elements keep two FMAs per step off one dependency chain.
+bf512g1:
+	MOVQ DI, AX
+	MOVQ pf+80(FP), R15
+	ADDQ AX, R15
+	MOVQ R14, SI
+	MOVQ R10, CX
+	ZERO4(Z0, Z1, Z2, Z3)
+	ZERO4(Z4, Z5, Z6, Z7)
+
+bf512l1:
+	PREFETCH4
+	VMOVUPS     (SI), Z8
+	VMOVUPS     64(SI), Z9
+	BFW512((AX), Z16, Z20)
+	BFW512((AX)(R8*1), Z17, Z21)
+	BFW512((AX)(R8*2), Z18, Z22)
+	BFW512((AX)(R9*1), Z19, Z23)
+	VFMADD231PS Z20, Z8, Z0
+	VFMADD231PS Z16, Z9, Z4
+	VFMADD231PS Z21, Z8, Z1
+	VFMADD231PS Z17, Z9, Z5
+	VFMADD231PS Z22, Z8, Z2
+	VFMADD231PS Z18, Z9, Z6
+	VFMADD231PS Z23, Z8, Z3
+	VFMADD231PS Z19, Z9, Z7
+	ADDQ        $64, AX
+	ADDQ        $64, R15
+	ADDQ        $128, SI
+	DECQ        CX
+	JNZ         bf512l1
+	VADDPS      Z4, Z0, Z0
+	VADDPS      Z5, Z1, Z1
+	VADDPS      Z6, Z2, Z2
+	VADDPS      Z7, Z3, Z3
+	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
+	MOVL        beta+76(FP), AX
+	SHLL        $1, AX
+	JZ          bf512nb1
+	VBROADCASTSS beta+76(FP), X29
+	SAVEROWBF(X0, (DX))
+	JMP         bf512n1
+
+bf512nb1:
+	SAVEROW(X0, (DX))
+
+bf512n1:
+	ADDQ $16, DX
+	LEAQ (DI)(R8*4), DI
+	DECQ BX
+	JNZ  bf512g1
+	JMP  bf512done
+
+bf512g2:
+	MOVQ DI, AX
+	MOVQ pf+80(FP), R15
+	ADDQ AX, R15
+	MOVQ R14, SI
+	MOVQ R10, CX
+	ZERO4(Z0, Z1, Z2, Z3)
+	ZERO4(Z4, Z5, Z6, Z7)
+
+bf512l2:
+	PREFETCH4
+	VMOVUPS (SI), Z16
+	VMOVUPS 64(SI), Z17
+	VMOVUPS (SI)(R11*1), Z18
+	VMOVUPS 64(SI)(R11*1), Z19
+	BFW512((AX), Z24, Z28)
+	BFFMA2(Z28, Z24, Z0, Z4)
+	BFW512((AX)(R8*1), Z25, Z29)
+	BFFMA2(Z29, Z25, Z1, Z5)
+	BFW512((AX)(R8*2), Z26, Z28)
+	BFFMA2(Z28, Z26, Z2, Z6)
+	BFW512((AX)(R9*1), Z27, Z29)
+	BFFMA2(Z29, Z27, Z3, Z7)
+	ADDQ    $64, AX
+	ADDQ    $64, R15
+	ADDQ    $128, SI
+	DECQ    CX
+	JNZ     bf512l2
+	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
+	HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
+	MOVL    beta+76(FP), AX
+	SHLL    $1, AX
+	JZ      bf512nb2
+	VBROADCASTSS beta+76(FP), X29
+	SAVEROWBF(X0, (DX))
+	SAVEROWBF(X4, (DX)(R13*1))
+	JMP     bf512n2
+
+bf512nb2:
+	SAVEROW(X0, (DX))
+	SAVEROW(X4, (DX)(R13*1))
+
+bf512n2:
+	ADDQ $16, DX
+	LEAQ (DI)(R8*4), DI
+	DECQ BX
+	JNZ  bf512g2
+	JMP  bf512done
+
+bf512g3:
+	MOVQ DI, AX
+	MOVQ pf+80(FP), R15
+	ADDQ AX, R15
+	MOVQ R14, SI
+	MOVQ R10, CX
+	ZERO4(Z0, Z1, Z2, Z3)
+	ZERO4(Z4, Z5, Z6, Z7)
+	ZERO4(Z8, Z9, Z10, Z11)
+
+bf512l3:
+	PREFETCH4
+	VMOVUPS (SI), Z16
+	VMOVUPS 64(SI), Z17
+	VMOVUPS (SI)(R11*1), Z18
+	VMOVUPS 64(SI)(R11*1), Z19
+	VMOVUPS (SI)(R11*2), Z20
+	VMOVUPS 64(SI)(R11*2), Z21
+	BFW512((AX), Z24, Z28)
+	BFFMA3(Z28, Z24, Z0, Z4, Z8)
+	BFW512((AX)(R8*1), Z25, Z29)
+	BFFMA3(Z29, Z25, Z1, Z5, Z9)
+	BFW512((AX)(R8*2), Z26, Z28)
+	BFFMA3(Z28, Z26, Z2, Z6, Z10)
+	BFW512((AX)(R9*1), Z27, Z29)
+	BFFMA3(Z29, Z27, Z3, Z7, Z11)
+	ADDQ    $64, AX
+	ADDQ    $64, R15
+	ADDQ    $128, SI
+	DECQ    CX
+	JNZ     bf512l3
+	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
+	HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
+	HSUM4(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8, X9, X10, X11)
+	MOVL    beta+76(FP), AX
+	SHLL    $1, AX
+	JZ      bf512nb3
+	VBROADCASTSS beta+76(FP), X29
+	SAVEROWBF(X0, (DX))
+	SAVEROWBF(X4, (DX)(R13*1))
+	SAVEROWBF(X8, (DX)(R13*2))
+	JMP     bf512n3
+
+bf512nb3:
+	SAVEROW(X0, (DX))
+	SAVEROW(X4, (DX)(R13*1))
+	SAVEROW(X8, (DX)(R13*2))
+
+bf512n3:
+	ADDQ $16, DX
+	LEAQ (DI)(R8*4), DI
+	DECQ BX
+	JNZ  bf512g3
+	JMP  bf512done
+
+bf512g4:
+	MOVQ DI, AX
+	MOVQ pf+80(FP), R15
+	ADDQ AX, R15
+	MOVQ R14, SI
+	MOVQ R10, CX
+	ZERO4(Z0, Z1, Z2, Z3)
+	ZERO4(Z4, Z5, Z6, Z7)
+	ZERO4(Z8, Z9, Z10, Z11)
+	ZERO4(Z12, Z13, Z14, Z15)
+
+bf512l4:
+	PREFETCH4
+	VMOVUPS (SI), Z16
+	VMOVUPS 64(SI), Z17
+	VMOVUPS (SI)(R11*1), Z18
+	VMOVUPS 64(SI)(R11*1), Z19
+	VMOVUPS (SI)(R11*2), Z20
+	VMOVUPS 64(SI)(R11*2), Z21
+	VMOVUPS (SI)(R12*1), Z22
+	VMOVUPS 64(SI)(R12*1), Z23
+	BFW512((AX), Z24, Z28)
+	BFFMA4(Z28, Z24, Z0, Z4, Z8, Z12)
+	BFW512((AX)(R8*1), Z25, Z29)
+	BFFMA4(Z29, Z25, Z1, Z5, Z9, Z13)
+	BFW512((AX)(R8*2), Z26, Z28)
+	BFFMA4(Z28, Z26, Z2, Z6, Z10, Z14)
+	BFW512((AX)(R9*1), Z27, Z29)
+	BFFMA4(Z29, Z27, Z3, Z7, Z11, Z15)
+	ADDQ    $64, AX
+	ADDQ    $64, R15
+	ADDQ    $128, SI
+	DECQ    CX
+	JNZ     bf512l4
+	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
+	HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
+	HSUM4(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8, X9, X10, X11)
+	HSUM4(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, X12, X13, X14, X15)
+	LEAQ    (DX)(R13*2), SI
+	ADDQ    R13, SI
+	MOVL    beta+76(FP), AX
+	SHLL    $1, AX
+	JZ      bf512nb4
+	VBROADCASTSS beta+76(FP), X29
+	SAVEROWBF(X0, (DX))
+	SAVEROWBF(X4, (DX)(R13*1))
+	SAVEROWBF(X8, (DX)(R13*2))
+	SAVEROWBF(X12, (SI))
+	JMP     bf512n4
+
+bf512nb4:
+	SAVEROW(X0, (DX))
+	SAVEROW(X4, (DX)(R13*1))
+	SAVEROW(X8, (DX)(R13*2))
+	SAVEROW(X12, (SI))
+
+bf512n4:
+	ADDQ $16, DX
+	LEAQ (DI)(R8*4), DI
+	DECQ BX
+	JNZ  bf512g4
+
+bf512done:
+	VZEROUPPER
+	RET
+
+// ---------------------------------------------------------------------------
+// AVX2: steps of 16 weights per row, m ≤ 2. The odd-element mask is a memory
+// operand (bfmask<>), for want of registers.
+
+DATA bfmask<>+0(SB)/8, $0xffff0000ffff0000
+DATA bfmask<>+8(SB)/8, $0xffff0000ffff0000
+DATA bfmask<>+16(SB)/8, $0xffff0000ffff0000
+DATA bfmask<>+24(SB)/8, $0xffff0000ffff0000
+GLOBL bfmask<>(SB), RODATA|NOPTR, $32
+
+#define BFW256(addr, raw, ev) \
+	VMOVDQU addr, raw; \
+	VPSLLD  $16, raw, ev; \
+	VPAND   bfmask<>(SB), raw, raw
+
+// func gemvBF16AVX2(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
+TEXT ·gemvBF16AVX2(SB), NOSPLIT, $0-88
+	MOVQ  c+0(FP), DX
+	MOVQ  ldc+8(FP), R13
+	SHLQ  $2, R13
+	MOVQ  a+16(FP), R14
+	MOVQ  lda+24(FP), R11
+	SHLQ  $2, R11
+	MOVQ  w+32(FP), DI
+	MOVQ  ldw+40(FP), R8
+	SHLQ  $1, R8
+	LEAQ  (R8)(R8*2), R9
+	MOVQ  n+48(FP), BX
+	SHRQ  $2, BX
+	JZ    bf256done
+	MOVQ  k+56(FP), R10
+	SHRQ  $4, R10
+	JZ    bf256done
+	MOVQ  m+64(FP), AX
+	CMPQ  AX, $2
+	JEQ   bf256g2
+
+// m = 1: even accumulators Y0..Y3, odd Y4..Y7; A in Y8, Y9.
+bf256g1:
+	MOVQ   DI, AX
+	MOVQ   pf+80(FP), R15
+	ADDQ   AX, R15
+	MOVQ   R14, SI
+	MOVQ   R10, CX
+	ZERO4Y(Y0, Y1, Y2, Y3)
+	ZERO4Y(Y4, Y5, Y6, Y7)
+
+bf256l1:
+	PREFETCH4
+	VMOVUPS     (SI), Y8
+	VMOVUPS     32(SI), Y9
+	BFW256((AX), Y10, Y11)
+	BFW256((AX)(R8*1), Y12, Y13)
+	VFMADD231PS Y11, Y8, Y0
+	VFMADD231PS Y10, Y9, Y4
+	VFMADD231PS Y13, Y8, Y1
+	VFMADD231PS Y12, Y9, Y5
+	BFW256((AX)(R8*2), Y10, Y11)
+	BFW256((AX)(R9*1), Y12, Y13)
+	VFMADD231PS Y11, Y8, Y2
+	VFMADD231PS Y10, Y9, Y6
+	VFMADD231PS Y13, Y8, Y3
+	VFMADD231PS Y12, Y9, Y7
+	ADDQ        $32, AX
+	ADDQ        $32, R15
+	ADDQ        $64, SI
+	DECQ        CX
+	JNZ         bf256l1
+	VADDPS      Y4, Y0, Y0
+	VADDPS      Y5, Y1, Y1
+	VADDPS      Y6, Y2, Y2
+	VADDPS      Y7, Y3, Y3
+	HSUM4Y(Y0, Y1, Y2, Y3, X0, X1, X2, X3)
+	VBROADCASTSS alpha+72(FP), X14
+	VMULPS      X14, X0, X0
+	MOVL        beta+76(FP), AX
+	SHLL        $1, AX
+	JZ          bf256nb1
+	VBROADCASTSS beta+76(FP), X15
+	VFMADD231PS (DX), X15, X0
+
+bf256nb1:
+	VMOVUPS X0, (DX)
+	ADDQ    $16, DX
+	LEAQ    (DI)(R8*4), DI
+	DECQ    BX
+	JNZ     bf256g1
+	JMP     bf256done
+
+// m = 2: accumulators Y0..Y7 (row i of A in Y(4i)..Y(4i+3)), A in Y8..Y11.
+bf256g2:
+	MOVQ   DI, AX
+	MOVQ   pf+80(FP), R15
+	ADDQ   AX, R15
+	MOVQ   R14, SI
+	MOVQ   R10, CX
+	ZERO4Y(Y0, Y1, Y2, Y3)
+	ZERO4Y(Y4, Y5, Y6, Y7)
+
+bf256l2:
+	PREFETCH4
+	VMOVUPS     (SI), Y8
+	VMOVUPS     32(SI), Y9
+	VMOVUPS     (SI)(R11*1), Y10
+	VMOVUPS     32(SI)(R11*1), Y11
+	BFW256((AX), Y12, Y13)
+	BFW256((AX)(R8*1), Y14, Y15)
+	VFMADD231PS Y13, Y8, Y0
+	VFMADD231PS Y12, Y9, Y0
+	VFMADD231PS Y13, Y10, Y4
+	VFMADD231PS Y12, Y11, Y4
+	VFMADD231PS Y15, Y8, Y1
+	VFMADD231PS Y14, Y9, Y1
+	VFMADD231PS Y15, Y10, Y5
+	VFMADD231PS Y14, Y11, Y5
+	BFW256((AX)(R8*2), Y12, Y13)
+	BFW256((AX)(R9*1), Y14, Y15)
+	VFMADD231PS Y13, Y8, Y2
+	VFMADD231PS Y12, Y9, Y2
+	VFMADD231PS Y13, Y10, Y6
+	VFMADD231PS Y12, Y11, Y6
+	VFMADD231PS Y15, Y8, Y3
+	VFMADD231PS Y14, Y9, Y3
+	VFMADD231PS Y15, Y10, Y7
+	VFMADD231PS Y14, Y11, Y7
+	ADDQ        $32, AX
+	ADDQ        $32, R15
+	ADDQ        $64, SI
+	DECQ        CX
+	JNZ         bf256l2
+	HSUM4Y(Y0, Y1, Y2, Y3, X0, X1, X2, X3)
+	HSUM4Y(Y4, Y5, Y6, Y7, X4, X5, X6, X7)
+	VBROADCASTSS alpha+72(FP), X14
+	VMULPS      X14, X0, X0
+	VMULPS      X14, X4, X4
+	MOVL        beta+76(FP), AX
+	SHLL        $1, AX
+	JZ          bf256nb2
+	VBROADCASTSS beta+76(FP), X15
+	VFMADD231PS (DX), X15, X0
+	VFMADD231PS (DX)(R13*1), X15, X4
+
+bf256nb2:
+	VMOVUPS X0, (DX)
+	VMOVUPS X4, (DX)(R13*1)
+	ADDQ    $16, DX
+	LEAQ    (DI)(R8*4), DI
+	DECQ    BX
+	JNZ     bf256g2
+
+bf256done:
+	VZEROUPPER
+	RET

@@ -1,0 +1,32 @@
+//go:build amd64 && !purego
+
+package kernels
+
+// peakLoop returns the register-only FMA loop of the widest vectors this CPU
+// runs and the float32 lanes one iteration multiplies-adds.
+func peakLoop() (loop func(n int), lanesPerIter int) {
+	if _, ok := sets[KernelsAVX512]; ok {
+		return fmaLoop512, 12 * 16
+	}
+	if _, ok := sets[KernelsAVX2]; ok {
+		return fmaLoop256, 12 * 8
+	}
+	return fmaLoopGo, fmaLoopGoLanes
+}
+
+// readSum sums b (a multiple of 256 bytes) as float32.
+func readSum(b []byte) float32 {
+	if _, ok := sets[KernelsAVX2]; ok {
+		return readSum256(&b[0], len(b))
+	}
+	return readSumGo(b)
+}
+
+//go:noescape
+func fmaLoop512(n int)
+
+//go:noescape
+func fmaLoop256(n int)
+
+//go:noescape
+func readSum256(p *byte, n int) float32

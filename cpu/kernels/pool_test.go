@@ -1,0 +1,147 @@
+package kernels
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// withThreads runs f with SetThreads(n) and restores the old count.
+func withThreads(n int, f func()) {
+	old := Threads()
+	SetThreads(n)
+	defer SetThreads(old)
+	f()
+}
+
+func TestParallelForCoverage(t *testing.T) {
+	for _, threads := range []int{1, 2, 3, 8} {
+		withThreads(threads, func() {
+			for _, n := range []int{0, 1, 2, 5, 16, 17, 100, 1000} {
+				for _, grain := range []int{0, 1, 3, 64} {
+					visits := make([]int32, n)
+					var mu sync.Mutex
+					var chunks [][2]int
+					ParallelFor(n, grain, func(lo, hi int) {
+						for i := lo; i < hi; i++ {
+							atomic.AddInt32(&visits[i], 1)
+						}
+						mu.Lock()
+						chunks = append(chunks, [2]int{lo, hi})
+						mu.Unlock()
+					})
+					for i, v := range visits {
+						if v != 1 {
+							t.Fatalf("threads=%d n=%d grain=%d: index %d visited %d times", threads, n, grain, i, v)
+						}
+					}
+					if len(chunks) > max(threads, 1) {
+						t.Errorf("threads=%d n=%d grain=%d: %d chunks", threads, n, grain, len(chunks))
+					}
+					short := 0
+					for _, c := range chunks {
+						if c[1]-c[0] < grain && len(chunks) > 1 {
+							short++
+						}
+					}
+					if short > 0 {
+						t.Errorf("threads=%d n=%d grain=%d: %d chunks shorter than the grain: %v", threads, n, grain, short, chunks)
+					}
+				}
+			}
+		})
+	}
+}
+
+// noDeadlock fails the test if f has not returned within a generous time.
+func noDeadlock(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s: no progress after 60s (deadlock?)", what)
+	}
+}
+
+func TestParallelForNested(t *testing.T) {
+	withThreads(4, func() {
+		noDeadlock(t, "nested ParallelFor", func() {
+			var count atomic.Int64
+			ParallelFor(8, 1, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					ParallelFor(8, 1, func(lo, hi int) {
+						for j := lo; j < hi; j++ {
+							ParallelFor(8, 1, func(lo, hi int) { count.Add(int64(hi - lo)) })
+						}
+					})
+				}
+			})
+			if got := count.Load(); got != 512 {
+				t.Errorf("nested count %d, want 512", got)
+			}
+		})
+		// A kernel inside a ParallelFor body: the model runs per-head
+		// attention products in parallel this way.
+		noDeadlock(t, "Sgemm inside ParallelFor", func() {
+			r := rand.New(rand.NewPCG(13, 13))
+			const m, n, k = 40, 70, 90
+			a, b := randF32(r, m*k), randF32(r, k*n)
+			want, bound := refGemm(false, false, m, n, k, 1, a, k, b, n, 0, nil, n)
+			cs := make([][]float32, 6)
+			ParallelFor(len(cs), 1, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					cs[i] = make([]float32, m*n)
+					Sgemm(false, false, m, n, k, 1, a, k, b, n, 0, cs[i], n)
+				}
+			})
+			for i, c := range cs {
+				checkC(t, "nested Sgemm "+string(rune('0'+i)), c, m, n, n, want, bound)
+			}
+		})
+	})
+}
+
+// TestConcurrentCallers runs kernels from several goroutines at once, as
+// the server's scheduler and the trainer do; run it with -race.
+func TestConcurrentCallers(t *testing.T) {
+	r := rand.New(rand.NewPCG(14, 14))
+	const m, n, k = 33, 130, 200
+	a := randF32(r, m*k)
+	wh := randBF16(r, n*k)
+	wf := widenBF16(wh)
+	want, bound := refLinear(m, n, k, a, wf, nil, false)
+	want1, bound1 := refLinear(1, n, k, a, wf, nil, false)
+	withThreads(3, func() {
+		noDeadlock(t, "concurrent callers", func() {
+			var wg sync.WaitGroup
+			for g := 0; g < 6; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for it := 0; it < 20; it++ {
+						c := make([]float32, m*n)
+						switch (g + it) % 3 {
+						case 0:
+							LinearBF16(c, a, wh, m, n, k, false)
+							checkC(t, "concurrent LinearBF16", c, m, n, n, want, bound)
+						case 1:
+							LinearF32(c, a, wf, m, n, k, false)
+							checkC(t, "concurrent LinearF32", c, m, n, n, want, bound)
+						default:
+							LinearBF16(c[:n], a[:k], wh, 1, n, k, false)
+							checkC(t, "concurrent decode", c[:n], 1, n, n, want1, bound1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	})
+}

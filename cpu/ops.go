@@ -1,0 +1,257 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/cpu/kernels"
+)
+
+// grainFor is how many rows of width cols make a chunk worth a goroutine
+// (about 32K elements).
+func grainFor(cols int) int {
+	if cols <= 0 {
+		return 1
+	}
+	return max(1, (32<<10)/cols)
+}
+
+func shapePanic(op string, format string, args ...any) {
+	panic("cpu: " + op + ": " + fmt.Sprintf(format, args...))
+}
+
+// Embedding gathers rows of an F32 or BF16 table.
+func (b *Backend) Embedding(dst, table, ids compute.Tensor) {
+	d := must(dst, compute.F32, "Embedding dst")
+	t := weight(table, "Embedding table")
+	idx := must(ids, compute.I32, "Embedding ids").i32
+	cols := compute.Cols(t)
+	if len(d.f32) != len(idx)*cols {
+		shapePanic("Embedding", "dst %s for %d ids of width %d", compute.ShapeString(d.shape), len(idx), cols)
+	}
+	if g := grainFor(cols); len(idx) <= g {
+		embedRows(d.f32, t, idx, 0, len(idx))
+	} else {
+		kernels.ParallelFor(len(idx), g, func(lo, hi int) { embedRows(d.f32, t, idx, lo, hi) })
+	}
+}
+
+func embedRows(dst []float32, t *tensor, idx []int32, lo, hi int) {
+	rows, cols := t.shape[0], compute.Cols(t)
+	for i := lo; i < hi; i++ {
+		r := int(idx[i])
+		if r < 0 || r >= rows {
+			shapePanic("Embedding", "id %d out of range [0,%d)", r, rows)
+		}
+		out := dst[i*cols : (i+1)*cols]
+		if t.dt == compute.F32 {
+			copy(out, t.f32[r*cols:(r+1)*cols])
+		} else {
+			kernels.BF16ToF32(out, t.u16[r*cols:(r+1)*cols])
+		}
+	}
+}
+
+// Linear computes dst = x·wᵀ + bias through kernels.LinearF32/LinearBF16.
+func (b *Backend) Linear(dst, x, w, bias compute.Tensor) {
+	d := must(dst, compute.F32, "Linear dst")
+	a := must(x, compute.F32, "Linear x")
+	wt := weight(w, "Linear w")
+	m, k := a.shape[0], compute.Cols(a)
+	n := wt.shape[0]
+	if compute.Cols(wt) != k || d.shape[0] != m || compute.Cols(d) != n {
+		shapePanic("Linear", "x %s · w %s ᵀ into %s", compute.ShapeString(a.shape), compute.ShapeString(wt.shape), compute.ShapeString(d.shape))
+	}
+	if m == 0 {
+		return
+	}
+	acc := false
+	if bias != nil {
+		bv := must(bias, compute.F32, "Linear bias").f32
+		if len(bv) != n {
+			shapePanic("Linear", "bias of %d for %d outputs", len(bv), n)
+		}
+		for i := 0; i < m; i++ {
+			copy(d.f32[i*n:(i+1)*n], bv)
+		}
+		acc = true
+	}
+	if wt.dt == compute.F32 {
+		kernels.LinearF32(d.f32, a.f32, wt.f32, m, n, k, acc)
+	} else {
+		kernels.LinearBF16(d.f32, a.f32, wt.u16, m, n, k, acc)
+	}
+}
+
+// RMSNorm normalises each group of len(w) elements.
+func (b *Backend) RMSNorm(dst, x, w compute.Tensor, eps float32) {
+	d := must(dst, compute.F32, "RMSNorm dst")
+	xs := must(x, compute.F32, "RMSNorm x")
+	wv := must(w, compute.F32, "RMSNorm w").f32
+	g := len(wv)
+	if g == 0 || len(xs.f32)%g != 0 || len(d.f32) != len(xs.f32) {
+		shapePanic("RMSNorm", "x %s, dst %s, w of %d", compute.ShapeString(xs.shape), compute.ShapeString(d.shape), g)
+	}
+	if n, grain := len(xs.f32)/g, grainFor(g); n <= grain {
+		rmsNormRows(d.f32, xs.f32, wv, eps, 0, n)
+	} else {
+		kernels.ParallelFor(n, grain, func(lo, hi int) { rmsNormRows(d.f32, xs.f32, wv, eps, lo, hi) })
+	}
+}
+
+func rmsNormRows(dst, x, w []float32, eps float32, lo, hi int) {
+	g := len(w)
+	for i := lo; i < hi; i++ {
+		kernels.RMSNormRow(dst[i*g:(i+1)*g], x[i*g:(i+1)*g], w, eps)
+	}
+}
+
+// RoPE rotates each head of each row by its position's angles.
+func (b *Backend) RoPE(x, pos, cos, sin compute.Tensor, headDim int) {
+	xs := must(x, compute.F32, "RoPE x")
+	p := must(pos, compute.I32, "RoPE pos").i32
+	c := must(cos, compute.F32, "RoPE cos")
+	s := must(sin, compute.F32, "RoPE sin")
+	half := headDim / 2
+	rows, cols := xs.shape[0], compute.Cols(xs)
+	if headDim <= 0 || headDim%2 != 0 || cols%headDim != 0 || len(p) != rows ||
+		compute.Cols(c) != half || compute.Cols(s) != half || c.shape[0] != s.shape[0] {
+		shapePanic("RoPE", "x %s, headDim %d, %d positions, tables %s %s", compute.ShapeString(xs.shape), headDim, len(p), compute.ShapeString(c.shape), compute.ShapeString(s.shape))
+	}
+	if grain := grainFor(cols); rows <= grain {
+		ropeRows(xs.f32, p, c.f32, s.f32, cols, headDim, 0, rows)
+	} else {
+		kernels.ParallelFor(rows, grain, func(lo, hi int) { ropeRows(xs.f32, p, c.f32, s.f32, cols, headDim, lo, hi) })
+	}
+}
+
+func ropeRows(x []float32, pos []int32, cos, sin []float32, cols, headDim, lo, hi int) {
+	half := headDim / 2
+	maxPos := len(cos) / half
+	for i := lo; i < hi; i++ {
+		ps := int(pos[i])
+		if ps < 0 || ps >= maxPos {
+			shapePanic("RoPE", "position %d outside table of %d", ps, maxPos)
+		}
+		cr, sr := cos[ps*half:(ps+1)*half], sin[ps*half:(ps+1)*half]
+		row := x[i*cols : (i+1)*cols]
+		for h := 0; h < cols; h += headDim {
+			x1, x2 := row[h:h+half], row[h+half:h+headDim]
+			for j := range half {
+				a, b := x1[j], x2[j]
+				x1[j] = a*cr[j] - b*sr[j]
+				x2[j] = b*cr[j] + a*sr[j]
+			}
+		}
+	}
+}
+
+// StoreKV copies new key and value rows into their cache slots.
+func (b *Backend) StoreKV(kCache, vCache, k, v, slots compute.Tensor) {
+	kc := must(kCache, compute.F32, "StoreKV kCache")
+	vc := must(vCache, compute.F32, "StoreKV vCache")
+	kr := must(k, compute.F32, "StoreKV k")
+	vr := must(v, compute.F32, "StoreKV v")
+	sl := must(slots, compute.I32, "StoreKV slots").i32
+	w := compute.Cols(kr)
+	nSlots := len(kc.f32) / max(w, 1)
+	if compute.Cols(kc) != w || compute.Cols(vc) != w || compute.Cols(vr) != w ||
+		len(vc.f32) != len(kc.f32) || kr.shape[0] != len(sl) || vr.shape[0] != len(sl) {
+		shapePanic("StoreKV", "cache %s %s, k %s, v %s, %d slots", compute.ShapeString(kc.shape), compute.ShapeString(vc.shape), compute.ShapeString(kr.shape), compute.ShapeString(vr.shape), len(sl))
+	}
+	for i, s := range sl {
+		if s < 0 || int(s) >= nSlots {
+			shapePanic("StoreKV", "slot %d outside cache of %d", s, nSlots)
+		}
+		copy(kc.f32[int(s)*w:(int(s)+1)*w], kr.f32[i*w:(i+1)*w])
+		copy(vc.f32[int(s)*w:(int(s)+1)*w], vr.f32[i*w:(i+1)*w])
+	}
+}
+
+// SiLUMul computes dst = silu(gate)·up.
+func (b *Backend) SiLUMul(dst, gate, up compute.Tensor) {
+	d := must(dst, compute.F32, "SiLUMul dst").f32
+	g := must(gate, compute.F32, "SiLUMul gate").f32
+	u := must(up, compute.F32, "SiLUMul up").f32
+	if len(g) != len(d) || len(u) != len(d) {
+		shapePanic("SiLUMul", "lengths %d, %d, %d", len(d), len(g), len(u))
+	}
+	if grain := 1 << 14; len(d) <= grain {
+		kernels.SiLUMul(d, g, u)
+	} else {
+		kernels.ParallelFor(len(d), grain, func(lo, hi int) { kernels.SiLUMul(d[lo:hi], g[lo:hi], u[lo:hi]) })
+	}
+}
+
+// Add computes dst = a + b.
+func (b *Backend) Add(dst, x, y compute.Tensor) {
+	d := must(dst, compute.F32, "Add dst").f32
+	a := must(x, compute.F32, "Add a").f32
+	c := must(y, compute.F32, "Add b").f32
+	if len(a) != len(d) || len(c) != len(d) {
+		shapePanic("Add", "lengths %d, %d, %d", len(d), len(a), len(c))
+	}
+	if grain := 1 << 15; len(d) <= grain {
+		add(d, a, c)
+	} else {
+		kernels.ParallelFor(len(d), grain, func(lo, hi int) { add(d[lo:hi], a[lo:hi], c[lo:hi]) })
+	}
+}
+
+func add(dst, a, b []float32) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = a[i] + b[i]
+	}
+}
+
+// softmaxChunk is how many exponentials are summed in float32 before the
+// partial sum is added to a float64 total.
+const softmaxChunk = 1024
+
+// LogSoftmax computes a numerically stable log-softmax of every row: the
+// row maximum is subtracted before exponentiating, and the sum of
+// exponentials is accumulated in float64 over float32 chunks.
+func (b *Backend) LogSoftmax(dst, x compute.Tensor) {
+	d := must(dst, compute.F32, "LogSoftmax dst")
+	xs := must(x, compute.F32, "LogSoftmax x")
+	rows, cols := xs.shape[0], compute.Cols(xs)
+	if len(d.f32) != len(xs.f32) || cols == 0 {
+		shapePanic("LogSoftmax", "x %s into %s", compute.ShapeString(xs.shape), compute.ShapeString(d.shape))
+	}
+	kernels.ParallelFor(rows, 1, func(lo, hi int) {
+		tmp := b.getScratch(softmaxChunk)
+		defer b.putScratch(tmp)
+		for i := lo; i < hi; i++ {
+			in, out := xs.f32[i*cols:(i+1)*cols], d.f32[i*cols:(i+1)*cols]
+			m := kernels.Max(in)
+			var sum float64
+			for c := 0; c < cols; c += softmaxChunk {
+				part := in[c:min(c+softmaxChunk, cols)]
+				sum += float64(kernels.ExpSub((*tmp)[:len(part)], part, m))
+			}
+			ls := float32(math.Log(sum))
+			for j, v := range in {
+				out[j] = (v - m) - ls
+			}
+		}
+	})
+}
+
+// Gather picks x[i, idx[i]] for every row.
+func (b *Backend) Gather(dst, x, idx compute.Tensor) {
+	d := must(dst, compute.F32, "Gather dst").f32
+	xs := must(x, compute.F32, "Gather x")
+	ix := must(idx, compute.I32, "Gather idx").i32
+	rows, cols := xs.shape[0], compute.Cols(xs)
+	if len(d) != rows || len(ix) != rows {
+		shapePanic("Gather", "x %s, %d indices into %d", compute.ShapeString(xs.shape), len(ix), len(d))
+	}
+	for i, j := range ix {
+		if j < 0 || int(j) >= cols {
+			shapePanic("Gather", "index %d outside row of %d", j, cols)
+		}
+		d[i] = xs.f32[i*cols+int(j)]
+	}
+}

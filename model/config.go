@@ -1,0 +1,319 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// Architectures this package runs, as named in config.json.
+const (
+	ArchLlama = "LlamaForCausalLM"
+	ArchQwen2 = "Qwen2ForCausalLM"
+	ArchQwen3 = "Qwen3ForCausalLM"
+)
+
+// Config is the part of a Hugging Face config.json that shapes the model,
+// after defaults are applied and the values are checked.
+type Config struct {
+	Architecture string // one of ArchLlama, ArchQwen2, ArchQwen3
+	ModelType    string // "llama", "qwen2", "qwen3"
+
+	HiddenSize       int
+	IntermediateSize int
+	NumLayers        int
+	NumHeads         int
+	NumKVHeads       int
+	HeadDim          int
+	VocabSize        int
+	MaxPositions     int // max_position_embeddings: positions must stay below it
+
+	RMSNormEps  float64
+	RopeTheta   float64
+	RopeScaling *RopeScaling // nil: plain RoPE
+
+	TieWordEmbeddings bool
+	QKVBias           bool // q, k and v projections have a bias (Qwen2; attention_bias)
+	OBias             bool // the output projection has a bias (attention_bias)
+	MLPBias           bool // gate, up and down projections have a bias (Llama mlp_bias)
+	QKNorm            bool // per-head RMSNorm of queries and keys before RoPE (Qwen3)
+
+	BOSTokenID  int   // -1 when absent
+	EOSTokenIDs []int // every id that ends generation
+	TorchDType  string
+}
+
+// RopeScaling is Llama 3's frequency-dependent stretch of the rotary
+// frequencies ("rope_type": "llama3").
+type RopeScaling struct {
+	Factor               float64
+	LowFreqFactor        float64
+	HighFreqFactor       float64
+	OriginalMaxPositions int
+}
+
+// configJSON mirrors config.json; pointers tell absent from zero.
+type configJSON struct {
+	Architectures     []string        `json:"architectures"`
+	ModelType         string          `json:"model_type"`
+	HiddenSize        *int            `json:"hidden_size"`
+	IntermediateSize  *int            `json:"intermediate_size"`
+	NumHiddenLayers   *int            `json:"num_hidden_layers"`
+	NumAttentionHeads *int            `json:"num_attention_heads"`
+	NumKeyValueHeads  *int            `json:"num_key_value_heads"`
+	HeadDim           *int            `json:"head_dim"`
+	VocabSize         *int            `json:"vocab_size"`
+	MaxPositions      *int            `json:"max_position_embeddings"`
+	RMSNormEps        *float64        `json:"rms_norm_eps"`
+	RopeTheta         *float64        `json:"rope_theta"`
+	RopeScaling       json.RawMessage `json:"rope_scaling"`
+	RopeParameters    json.RawMessage `json:"rope_parameters"`
+	TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
+	AttentionBias     *bool           `json:"attention_bias"`
+	MLPBias           *bool           `json:"mlp_bias"`
+	UseSlidingWindow  *bool           `json:"use_sliding_window"`
+	HiddenAct         *string         `json:"hidden_act"`
+	BOSTokenID        json.RawMessage `json:"bos_token_id"`
+	EOSTokenID        json.RawMessage `json:"eos_token_id"`
+	TorchDType        string          `json:"torch_dtype"`
+	DType             string          `json:"dtype"`
+}
+
+type ropeJSON struct {
+	RopeType                      string   `json:"rope_type"`
+	Type                          string   `json:"type"`
+	RopeTheta                     *float64 `json:"rope_theta"`
+	Factor                        *float64 `json:"factor"`
+	LowFreqFactor                 *float64 `json:"low_freq_factor"`
+	HighFreqFactor                *float64 `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings *int     `json:"original_max_position_embeddings"`
+}
+
+// LoadConfig reads and checks dir/config.json.
+func LoadConfig(dir string) (*Config, error) {
+	path := filepath.Join(dir, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("model: %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig parses and checks the contents of a config.json.
+func ParseConfig(data []byte) (*Config, error) {
+	var j configJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	c := &Config{ModelType: j.ModelType, TorchDType: j.TorchDType}
+	if c.TorchDType == "" {
+		c.TorchDType = j.DType
+	}
+	if len(j.Architectures) != 1 {
+		return nil, fmt.Errorf("architectures must name exactly one architecture, got %q", j.Architectures)
+	}
+	c.Architecture = j.Architectures[0]
+	defaultMaxPos := 32768
+	switch c.Architecture {
+	case ArchLlama:
+		defaultMaxPos = 2048
+		c.QKVBias = deref(j.AttentionBias, false)
+		c.OBias = c.QKVBias
+		c.MLPBias = deref(j.MLPBias, false)
+	case ArchQwen2:
+		c.QKVBias = true
+	case ArchQwen3:
+		c.QKVBias = deref(j.AttentionBias, false)
+		c.OBias = c.QKVBias
+		c.QKNorm = true
+	default:
+		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s or %s)", c.Architecture, ArchLlama, ArchQwen2, ArchQwen3)
+	}
+	if deref(j.UseSlidingWindow, false) {
+		return nil, fmt.Errorf("use_sliding_window is not supported")
+	}
+	if act := deref(j.HiddenAct, "silu"); act != "silu" {
+		return nil, fmt.Errorf("hidden_act %q is not supported (want silu)", act)
+	}
+
+	required := []struct {
+		name string
+		v    *int
+		dst  *int
+	}{
+		{"hidden_size", j.HiddenSize, &c.HiddenSize},
+		{"intermediate_size", j.IntermediateSize, &c.IntermediateSize},
+		{"num_hidden_layers", j.NumHiddenLayers, &c.NumLayers},
+		{"num_attention_heads", j.NumAttentionHeads, &c.NumHeads},
+		{"vocab_size", j.VocabSize, &c.VocabSize},
+	}
+	for _, f := range required {
+		if f.v == nil {
+			return nil, fmt.Errorf("%s is missing", f.name)
+		}
+		if *f.v <= 0 {
+			return nil, fmt.Errorf("%s must be positive, got %d", f.name, *f.v)
+		}
+		*f.dst = *f.v
+	}
+	c.NumKVHeads = deref(j.NumKeyValueHeads, c.NumHeads)
+	if c.NumKVHeads <= 0 {
+		return nil, fmt.Errorf("num_key_value_heads must be positive, got %d", c.NumKVHeads)
+	}
+	if c.NumHeads%c.NumKVHeads != 0 {
+		return nil, fmt.Errorf("num_attention_heads %d is not divisible by num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
+	}
+	if j.HeadDim != nil {
+		c.HeadDim = *j.HeadDim
+	} else {
+		if c.HiddenSize%c.NumHeads != 0 {
+			return nil, fmt.Errorf("hidden_size %d is not divisible by num_attention_heads %d (and head_dim is not given)", c.HiddenSize, c.NumHeads)
+		}
+		c.HeadDim = c.HiddenSize / c.NumHeads
+	}
+	if c.HeadDim <= 0 || c.HeadDim%2 != 0 {
+		return nil, fmt.Errorf("head_dim must be positive and even, got %d", c.HeadDim)
+	}
+	c.MaxPositions = deref(j.MaxPositions, defaultMaxPos)
+	if c.MaxPositions <= 0 {
+		return nil, fmt.Errorf("max_position_embeddings must be positive, got %d", c.MaxPositions)
+	}
+	c.RMSNormEps = deref(j.RMSNormEps, 1e-6)
+	if !(c.RMSNormEps > 0) || c.RMSNormEps > 1 {
+		return nil, fmt.Errorf("rms_norm_eps must be in (0, 1], got %g", c.RMSNormEps)
+	}
+	c.RopeTheta = deref(j.RopeTheta, 10000)
+	c.TieWordEmbeddings = deref(j.TieWordEmbeddings, false)
+
+	// Newer transformers versions move rope_theta and the scaling into
+	// rope_parameters; read either.
+	rope := j.RopeScaling
+	if !isNull(j.RopeParameters) {
+		rope = j.RopeParameters
+	}
+	if !isNull(rope) {
+		var r ropeJSON
+		if err := json.Unmarshal(rope, &r); err != nil {
+			return nil, fmt.Errorf("rope_scaling: %w", err)
+		}
+		if r.RopeTheta != nil {
+			c.RopeTheta = *r.RopeTheta
+		}
+		kind := r.RopeType
+		if kind == "" {
+			kind = r.Type
+		}
+		switch kind {
+		case "", "default":
+		case "llama3":
+			if r.Factor == nil || r.LowFreqFactor == nil || r.HighFreqFactor == nil || r.OriginalMaxPositionEmbeddings == nil {
+				return nil, fmt.Errorf("rope_scaling llama3 needs factor, low_freq_factor, high_freq_factor and original_max_position_embeddings")
+			}
+			s := &RopeScaling{Factor: *r.Factor, LowFreqFactor: *r.LowFreqFactor, HighFreqFactor: *r.HighFreqFactor, OriginalMaxPositions: *r.OriginalMaxPositionEmbeddings}
+			if !(s.Factor >= 1) || !(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) || s.OriginalMaxPositions <= 0 {
+				return nil, fmt.Errorf("rope_scaling llama3: need factor ≥ 1, 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0, got %+v", *s)
+			}
+			c.RopeScaling = s
+		default:
+			return nil, fmt.Errorf("rope_scaling type %q is not supported (want llama3 or default)", kind)
+		}
+	}
+	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
+		return nil, fmt.Errorf("rope_theta must be positive, got %g", c.RopeTheta)
+	}
+
+	var err error
+	bos, err := tokenIDs("bos_token_id", j.BOSTokenID)
+	if err != nil {
+		return nil, err
+	}
+	c.BOSTokenID = -1
+	if len(bos) > 0 {
+		c.BOSTokenID = bos[0]
+	}
+	if c.EOSTokenIDs, err = tokenIDs("eos_token_id", j.EOSTokenID); err != nil {
+		return nil, err
+	}
+	for _, id := range append(bos, c.EOSTokenIDs...) {
+		if id < 0 || id >= c.VocabSize {
+			return nil, fmt.Errorf("special token id %d outside vocab_size %d", id, c.VocabSize)
+		}
+	}
+	return c, nil
+}
+
+// tokenIDs reads an id field that may be null, an integer or a list.
+func tokenIDs(name string, raw json.RawMessage) ([]int, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var one int
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return []int{one}, nil
+	}
+	var many []int
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, fmt.Errorf("%s must be an integer or a list of integers, got %s", name, raw)
+	}
+	return many, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// QDim is the width of the query projection (heads × head_dim).
+func (c *Config) QDim() int { return c.NumHeads * c.HeadDim }
+
+// KVDim is the width of the key and value projections.
+func (c *Config) KVDim() int { return c.NumKVHeads * c.HeadDim }
+
+// KVBytesPerToken is the KV cache memory one token takes over all layers
+// (keys and values, float32).
+func (c *Config) KVBytesPerToken() int64 { return int64(2*c.NumLayers*c.KVDim()) * 4 }
+
+// NumParams counts the model's parameters (tied embeddings once).
+func (c *Config) NumParams() int64 {
+	h, q, kv, in := int64(c.HiddenSize), int64(c.QDim()), int64(c.KVDim()), int64(c.IntermediateSize)
+	layer := 2*h + h*q + 2*h*kv + q*h + 3*h*in
+	if c.QKVBias {
+		layer += q + 2*kv
+	}
+	if c.OBias {
+		layer += h
+	}
+	if c.MLPBias {
+		layer += 2*in + h
+	}
+	if c.QKNorm {
+		layer += 2 * int64(c.HeadDim)
+	}
+	n := int64(c.NumLayers)*layer + int64(c.VocabSize)*h + h
+	if !c.TieWordEmbeddings {
+		n += int64(c.VocabSize) * h
+	}
+	return n
+}
+
+// IsEOS reports whether id ends generation.
+func (c *Config) IsEOS(id int) bool {
+	for _, e := range c.EOSTokenIDs {
+		if e == id {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,63 @@
+// Package model is clawrl's transformer: the Llama, Qwen2 and Qwen3 families
+// of decoder-only language models, written once over compute.Backend, so the
+// same code runs on the CPU and on a GPU.
+//
+// # The forward pass
+//
+// A forward pass takes a batch of sequences, each with some new tokens (a
+// chunk of a prompt, or the one token just sampled), packs all new tokens
+// into the rows of one activation matrix x, and runs:
+//
+//	x = embed[token]                          one row per new token
+//	for each layer:
+//	    h = rmsnorm(x) * input_layernorm
+//	    q = h Wq + bq,  k = h Wk + bk,  v = h Wv + bv     (biases: Qwen2)
+//	    q = rmsnorm_per_head(q) * q_norm, same for k      (Qwen3)
+//	    q, k = rope(q, pos), rope(k, pos)                 rotate (j, j+d/2) pairs
+//	    cache[layer][slot(seq, pos)] = k, v               write the paged KV cache
+//	    a = softmax(q·k / sqrt(d)) · v                    over the cache, causal;
+//	                                                      query head h reads kv head h/(H/KV)
+//	    x = x + a Wo
+//	    h = rmsnorm(x) * post_attention_layernorm
+//	    x = x + (silu(h Wgate) * (h Wup)) Wdown
+//	logits = (rmsnorm(x) * norm) Wlm                  Wlm = embed when tied
+//
+// That is Model.layer, line for line. Every matrix product runs over all
+// rows of the batch at once, so a batch of 8 decode steps reads each weight
+// once, and a 512-token prefill is a matrix-matrix product. Only attention
+// looks at sequences separately, through each one's block table.
+//
+// # Pieces
+//
+// Config is parsed from config.json (LoadConfig) and checked. The weights
+// are fields of the layer and weights structs whose tags name the Hugging
+// Face tensors and their shapes; Load maps the safetensors files and hands
+// each tensor to the backend (BF16 and F32 matrices as they are, F16
+// widened, norms and biases as F32); BF16 stays BF16 to halve the bytes
+// each decode step reads. RoPE frequencies, with Llama 3 scaling, are
+// tabulated once at load.
+//
+// KVCache is a pool of fixed-size blocks with reference counts; a Sequence
+// holds a block table. The scheduler of package rollout drives it like this:
+//
+//	cache, _ := m.NewKVCache(model.KVCacheOptions{BlockSize: 16, Budget: 2 << 30})
+//	a, b := cache.NewSequence(), cache.NewSequence()
+//	logits, err := m.Forward([]model.Step{{a, promptA}, {b, promptB[:256]}}, model.LastLogits, nil)
+//	// errors.Is(err, model.ErrCacheFull): preempt or wait, nothing changed
+//	// sample from logits[0:V] for a; b's prompt continues in the next step:
+//	logits, err = m.Forward([]model.Step{{a, []int32{next}}, {b, promptB[256:]}}, model.LastLogits, logits)
+//	a.Free()                       // finished: its blocks return at once
+//
+// A prefix cache keeps the full blocks of a finished prompt with
+// cache.Retain(a.Blocks()[:k]...) and later starts a new sequence from them
+// with seq.Attach(blocks, tokens); cache.Release lets them go (LRU
+// eviction). A sequence copies a shared block before writing into it.
+//
+// LogProbs scores a response after a prompt: one forward pass over both,
+// then log-softmax at every response position, for the trainer (old and
+// new policy log-probs) and the judge's teacher.
+//
+// WriteRandomCheckpoint writes small (or Qwen3-0.6B-shaped) checkpoints of
+// random weights in the exact Hugging Face layout, for tests and benchmarks
+// of this and other packages.
+package model

@@ -1,0 +1,349 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/safetensors"
+)
+
+// Model is a loaded transformer: its config, its weights on a backend, the
+// rotary tables, and scratch activations reused from one forward pass to
+// the next. Forward and LogProbs may be called from several goroutines;
+// they run one at a time.
+type Model struct {
+	Config *Config
+
+	b        compute.Backend
+	ck       *safetensors.Checkpoint
+	w        *weights
+	cos, sin compute.Tensor   // [MaxPositions, HeadDim/2]
+	owned    []compute.Tensor // freed by Close
+
+	mu sync.Mutex
+	s  scratch
+}
+
+// Load reads dir/config.json and the checkpoint's safetensors files and
+// puts the weights on backend b. The checkpoint files stay mapped until
+// Close, because a backend may use F32 and BF16 weights in place (the CPU
+// backend does with cpu.Options.ZeroCopyWeights).
+func Load(b compute.Backend, dir string) (*Model, error) {
+	c, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	w, made, err := loadWeights(b, c, ck)
+	if err != nil {
+		ck.Close()
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	m := &Model{Config: c, b: b, ck: ck, w: w, owned: made}
+	half := c.HeadDim / 2
+	cos, sin := ropeTables(c.RopeFrequencies(), c.MaxPositions)
+	for _, tab := range []struct {
+		dst  *compute.Tensor
+		vals []float32
+	}{{&m.cos, cos}, {&m.sin, sin}} {
+		t, err := b.NewTensor(compute.F32, c.MaxPositions, half)
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("model: rotary table: %w", err)
+		}
+		b.Write(t, tab.vals)
+		*tab.dst = t
+		m.owned = append(m.owned, t)
+	}
+	return m, nil
+}
+
+// Backend is the backend the model runs on.
+func (m *Model) Backend() compute.Backend { return m.b }
+
+// Close frees the weights and scratch memory and unmaps the checkpoint.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range m.owned {
+		m.b.Free(t)
+	}
+	m.owned = nil
+	m.s.free(m.b)
+	if m.ck != nil {
+		err := m.ck.Close()
+		m.ck = nil
+		return err
+	}
+	return nil
+}
+
+// NewKVCache allocates a KV cache shaped for this model on its backend.
+func (m *Model) NewKVCache(opts KVCacheOptions) (*KVCache, error) {
+	return NewKVCache(m.b, m.Config, opts)
+}
+
+// Step is one sequence's part of a batched forward pass: Tokens are
+// appended to Seq at positions Seq.Len(), Seq.Len()+1, ... A prefill chunk
+// has many tokens, a decode step one.
+type Step struct {
+	Seq    *Sequence
+	Tokens []int32
+}
+
+// Output chooses which logits Forward returns.
+type Output int
+
+const (
+	// LastLogits returns one row per step: the logits after its last new
+	// token, for sampling the next one.
+	LastLogits Output = iota
+	// AllLogits returns one row per new token, in step order, for scoring.
+	AllLogits
+)
+
+// Forward runs the model over a batch: every step's tokens are appended to
+// its sequence (their keys and values written into the cache) and the
+// logits chosen by out are written to dst, which is grown if needed and
+// returned, row-major with Config.VocabSize columns.
+//
+// All matrix products run over the concatenation of the batch's new tokens,
+// so a batch of decode steps shares one pass over the weights.
+//
+// If the KV cache has no room, Forward returns an error wrapping
+// ErrCacheFull and no sequence changes; so does any other invalid batch
+// (positions at or beyond max_position_embeddings, unknown token ids). An
+// error while reading the logits back (a device failure) comes after the
+// sequences have advanced.
+func (m *Model) Forward(steps []Step, out Output, dst []float32) ([]float32, error) {
+	if out != LastLogits && out != AllLogits {
+		return dst, fmt.Errorf("model: unknown output kind %d", out)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x, err := m.run(steps)
+	if err != nil {
+		return dst, err
+	}
+	var rows []int32
+	if out == LastLogits {
+		rows = m.s.hRows[:0]
+		for i := range steps {
+			rows = append(rows, m.s.hQStart[i+1]-1)
+		}
+		m.s.hRows = rows
+	}
+	return m.logits(x, rows, dst)
+}
+
+// run validates the batch, reserves cache blocks, and runs every layer over
+// the batch's tokens. It returns the last layer's output [tokens, hidden]
+// (before the final norm); m.s.hQStart holds each step's first row.
+func (m *Model) run(steps []Step) (compute.Tensor, error) {
+	c, b, s := m.Config, m.b, &m.s
+	if m.ck == nil {
+		return nil, errors.New("model: model is closed")
+	}
+	if len(steps) == 0 {
+		return nil, errors.New("model: empty batch")
+	}
+	var kv *KVCache
+	total := 0
+	for i, st := range steps {
+		switch {
+		case st.Seq == nil:
+			return nil, fmt.Errorf("model: step %d has no sequence", i)
+		case len(st.Tokens) == 0:
+			return nil, fmt.Errorf("model: step %d has no tokens", i)
+		case kv == nil:
+			kv = st.Seq.kv
+			if kv.b != m.b || kv.layers != c.NumLayers || kv.width != c.KVDim() || kv.k == nil {
+				return nil, errors.New("model: the sequence's KV cache was not made for this model")
+			}
+		case st.Seq.kv != kv:
+			return nil, fmt.Errorf("model: step %d uses a different KV cache", i)
+		}
+		if end := st.Seq.n + len(st.Tokens); end > c.MaxPositions {
+			return nil, fmt.Errorf("model: step %d would reach position %d, beyond max_position_embeddings %d", i, end-1, c.MaxPositions)
+		}
+		for _, id := range st.Tokens {
+			if id < 0 || int(id) >= c.VocabSize {
+				return nil, fmt.Errorf("model: step %d: token id %d outside the vocabulary of %d", i, id, c.VocabSize)
+			}
+		}
+		for _, other := range steps[:i] {
+			if other.Seq == st.Seq {
+				return nil, fmt.Errorf("model: step %d repeats a sequence of the batch", i)
+			}
+		}
+		total += len(st.Tokens)
+	}
+
+	// Reserve cache room for every step, or for none.
+	reserved := s.hReserved[:0]
+	for i, st := range steps {
+		n, err := st.Seq.reserve(len(st.Tokens))
+		if err != nil {
+			for j := range i {
+				steps[j].Seq.unreserve(reserved[j])
+			}
+			return nil, err
+		}
+		reserved = append(reserved, n)
+	}
+	s.hReserved = reserved
+
+	// Host-side metadata: ids, positions and cache slots per token, query
+	// ranges, context lengths and block tables per sequence.
+	bs := kv.blockSize
+	maxBlocks := 0
+	for _, st := range steps {
+		maxBlocks = max(maxBlocks, len(st.Seq.blocks))
+	}
+	s.hIDs, s.hPos, s.hSlots = s.hIDs[:0], s.hPos[:0], s.hSlots[:0]
+	s.hQStart, s.hCtx, s.hTable = append(s.hQStart[:0], 0), s.hCtx[:0], s.hTable[:0]
+	for _, st := range steps {
+		seq := st.Seq
+		for j, id := range st.Tokens {
+			p := seq.n + j
+			s.hIDs = append(s.hIDs, id)
+			s.hPos = append(s.hPos, int32(p))
+			s.hSlots = append(s.hSlots, seq.blocks[p/bs]*int32(bs)+int32(p%bs))
+		}
+		s.hQStart = append(s.hQStart, int32(len(s.hIDs)))
+		s.hCtx = append(s.hCtx, int32(seq.n+len(st.Tokens)))
+		s.hTable = append(s.hTable, seq.blocks...)
+		for range maxBlocks - len(seq.blocks) {
+			s.hTable = append(s.hTable, 0)
+		}
+	}
+
+	views, err := s.views(b, c, total, len(steps), maxBlocks)
+	if err != nil {
+		for j, st := range steps {
+			st.Seq.unreserve(reserved[j])
+		}
+		return nil, fmt.Errorf("model: scratch memory: %w", err)
+	}
+	b.WriteInt32(views.ids, s.hIDs)
+	b.WriteInt32(views.pos, s.hPos)
+	b.WriteInt32(views.slots, s.hSlots)
+	b.WriteInt32(views.qstart, s.hQStart)
+	b.WriteInt32(views.ctx, s.hCtx)
+	b.WriteInt32(views.table, s.hTable)
+	attn := &s.attn
+	*attn = compute.Attention{
+		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		Scale:     float32(1 / math.Sqrt(float64(c.HeadDim))),
+		BlockSize: bs, Seqs: len(steps), MaxBlocks: maxBlocks,
+		QueryStart: views.qstart, ContextLen: views.ctx, BlockTable: views.table,
+	}
+
+	x := views.x
+	b.Embedding(x, m.w.Embed, views.ids)
+	for l := range m.w.Layers {
+		m.layer(l, kv, &views, attn)
+	}
+	for _, st := range steps {
+		st.Seq.n += len(st.Tokens)
+	}
+	return x, nil
+}
+
+// layer runs transformer block l over the batch, updating views.x in place.
+func (m *Model) layer(l int, kv *KVCache, v *views, attn *compute.Attention) {
+	b, c, w := m.b, m.Config, &m.w.Layers[l]
+	eps := float32(c.RMSNormEps)
+
+	// Attention: normalise, project to queries, keys and values, rotate by
+	// position, append keys and values to the cache, attend, project back
+	// and add to the residual stream.
+	b.RMSNorm(v.h, v.x, w.AttnNorm, eps)
+	b.Linear(v.q, v.h, w.Q, w.QBias)
+	b.Linear(v.k, v.h, w.K, w.KBias)
+	b.Linear(v.v, v.h, w.V, w.VBias)
+	if c.QKNorm {
+		b.RMSNorm(v.q, v.q, w.QNorm, eps)
+		b.RMSNorm(v.k, v.k, w.KNorm, eps)
+	}
+	b.RoPE(v.q, v.pos, m.cos, m.sin, c.HeadDim)
+	b.RoPE(v.k, v.pos, m.cos, m.sin, c.HeadDim)
+	b.StoreKV(kv.k[l], kv.v[l], v.k, v.v, v.slots)
+	b.Attention(v.att, v.q, kv.k[l], kv.v[l], attn)
+	b.Linear(v.out, v.att, w.O, w.OBias)
+	b.Add(v.x, v.x, v.out)
+
+	// MLP: normalise, gate·up with SiLU, project down, add to the residual.
+	b.RMSNorm(v.h, v.x, w.MLPNorm, eps)
+	b.Linear(v.gate, v.h, w.Gate, w.GateBias)
+	b.Linear(v.up, v.h, w.Up, w.UpBias)
+	b.SiLUMul(v.gate, v.gate, v.up)
+	b.Linear(v.out, v.gate, w.Down, w.DownBias)
+	b.Add(v.x, v.x, v.out)
+}
+
+// logitChunk is how many rows of logits are computed at once; it bounds
+// the scratch memory of scoring long sequences with large vocabularies.
+const logitChunk = 32
+
+// logits applies the final norm and the output projection to the rows of x
+// listed in rows (all rows when rows is nil) and copies the logits to dst.
+func (m *Model) logits(x compute.Tensor, rows []int32, dst []float32) ([]float32, error) {
+	h, err := m.finalHidden(x, rows)
+	if err != nil {
+		return dst, err
+	}
+	n, vocab := compute.Rows(h), m.Config.VocabSize
+	if cap(dst) < n*vocab {
+		dst = make([]float32, n*vocab)
+	}
+	dst = dst[:n*vocab]
+	for r0 := 0; r0 < n; r0 += logitChunk {
+		r1 := min(r0+logitChunk, n)
+		lg, err := m.s.logits.view(m.b, compute.F32, r1-r0, vocab)
+		if err != nil {
+			return dst, fmt.Errorf("model: scratch memory: %w", err)
+		}
+		hr := h
+		if r0 > 0 || r1 < n {
+			hr = m.b.Slice(h, r0, r1)
+		}
+		m.b.Linear(lg, hr, m.w.Output, nil)
+		if err := m.b.Read(dst[r0*vocab:r1*vocab], lg); err != nil {
+			return dst, fmt.Errorf("model: reading logits: %w", err)
+		}
+	}
+	return dst, nil
+}
+
+// finalHidden selects rows of x (all when rows is nil) and applies the
+// final norm.
+func (m *Model) finalHidden(x compute.Tensor, rows []int32) (compute.Tensor, error) {
+	b, c := m.b, m.Config
+	n := compute.Rows(x)
+	if rows != nil {
+		n = len(rows)
+	}
+	h, err := m.s.final.view(b, compute.F32, n, c.HiddenSize)
+	if err != nil {
+		return nil, fmt.Errorf("model: scratch memory: %w", err)
+	}
+	src := x
+	if rows != nil {
+		idx, err := m.s.rows.view(b, compute.I32, n, 0)
+		if err != nil {
+			return nil, fmt.Errorf("model: scratch memory: %w", err)
+		}
+		b.WriteInt32(idx, rows)
+		b.Embedding(h, x, idx)
+		src = h
+	}
+	b.RMSNorm(h, src, m.w.Norm, float32(c.RMSNormEps))
+	return h, nil
+}

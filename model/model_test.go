@@ -1,0 +1,437 @@
+package model
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/clawrl/clawrl/cpu"
+)
+
+// tiny returns a small spec of arch with grouped-query attention and
+// weights large enough that attention is far from uniform.
+func tiny(arch string) RandomSpec {
+	return RandomSpec{
+		Arch: arch, Hidden: 32, Intermediate: 48, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
+		Vocab: 97, MaxPositions: 64, DType: "float32", Seed: 7, InitStd: 0.15,
+	}
+}
+
+func writeAndLoad(t *testing.T, spec RandomSpec) (*Model, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(cpu.New(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, dir
+}
+
+func newCache(t *testing.T, m *Model, blockSize, blocks int) *KVCache {
+	t.Helper()
+	per := m.Config.KVBytesPerToken() * int64(blockSize)
+	kv, err := m.NewKVCache(KVCacheOptions{BlockSize: blockSize, Budget: per * int64(blocks)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kv.Close)
+	return kv
+}
+
+func testTokens(n, vocab int) []int32 {
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = int32((i*37 + 11) % vocab)
+	}
+	return toks
+}
+
+// relErr is max|got−want| / max|want| over all values.
+func relErr(got []float32, want [][]float64) float64 {
+	var diff, scale float64
+	k := 0
+	for _, row := range want {
+		for _, w := range row {
+			diff = math.Max(diff, math.Abs(float64(got[k])-w))
+			scale = math.Max(scale, math.Abs(w))
+			k++
+		}
+	}
+	if k != len(got) {
+		return math.Inf(1)
+	}
+	return diff / scale
+}
+
+func fullLogits(t *testing.T, m *Model, toks []int32) []float32 {
+	t.Helper()
+	kv := newCache(t, m, 4, 64)
+	seq := kv.NewSequence()
+	defer seq.Free()
+	out, err := m.Forward([]Step{{seq, toks}}, AllLogits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestForwardMatchesReference(t *testing.T) {
+	llama3 := &RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 64}
+	tests := []struct {
+		name string
+		edit func(*RandomSpec)
+	}{
+		{"llama f32 untied mha", func(s *RandomSpec) { s.KVHeads = 4 }},
+		{"llama bf16 tied gqa rope-scaling", func(s *RandomSpec) { s.DType, s.Tied, s.RopeScaling = "bfloat16", true, llama3 }},
+		{"llama f16 untied biases", func(s *RandomSpec) { s.DType, s.AttentionBias, s.MLPBias = "float16", true, true }},
+		{"llama f32 head_dim≠hidden/heads sharded", func(s *RandomSpec) { s.HeadDim, s.Shards = 16, 3 }},
+		{"qwen2 bf16 untied", func(s *RandomSpec) { s.Arch, s.DType = ArchQwen2, "bfloat16" }},
+		{"qwen2 f16 tied", func(s *RandomSpec) { s.Arch, s.DType, s.Tied = ArchQwen2, "float16", true }},
+		{"qwen2 f32 untied mqa", func(s *RandomSpec) { s.Arch, s.KVHeads = ArchQwen2, 1 }},
+		{"qwen3 f32 tied", func(s *RandomSpec) { s.Arch, s.Tied = ArchQwen3, true }},
+		{"qwen3 bf16 untied sharded", func(s *RandomSpec) { s.Arch, s.DType, s.Shards = ArchQwen3, "bfloat16", 2 }},
+		{"qwen3 f16 tied head_dim 16", func(s *RandomSpec) { s.Arch, s.DType, s.Tied, s.HeadDim = ArchQwen3, "float16", true, 16 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := tiny(ArchLlama)
+			tt.edit(&spec)
+			m, dir := writeAndLoad(t, spec)
+			toks := testTokens(13, spec.Vocab)
+			got := fullLogits(t, m, toks)
+			want := loadRef(t, dir).forward(toks)
+			if e := relErr(got, want); e >= 1e-4 || math.IsNaN(e) {
+				t.Fatalf("relative error %.3g against the float64 reference", e)
+			} else {
+				t.Logf("relative error %.2g", e)
+			}
+		})
+	}
+}
+
+func TestIncrementalDecodeMatchesFullForward(t *testing.T) {
+	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3} {
+		t.Run(arch, func(t *testing.T) {
+			spec := tiny(arch)
+			spec.DType = "bfloat16"
+			m, _ := writeAndLoad(t, spec)
+			vocab := spec.Vocab
+			toks := testTokens(23, vocab)
+			full := fullLogits(t, m, toks)
+			check := func(what string, pos int, got []float32) {
+				t.Helper()
+				want := full[pos*vocab : (pos+1)*vocab]
+				for i := range want {
+					if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+						t.Fatalf("%s: position %d logit %d = %v, full forward %v", what, pos, i, got[i], want[i])
+					}
+				}
+			}
+			for _, chunks := range [][]int{
+				{5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, // prefill then decode
+				{3, 5, 2, 8, 4, 1}, // chunked prefill across blocks
+				{1, 1, 1, 20},
+			} {
+				kv := newCache(t, m, 4, 16)
+				seq := kv.NewSequence()
+				var logits []float32
+				pos := 0
+				for _, n := range chunks {
+					var err error
+					logits, err = m.Forward([]Step{{seq, toks[pos : pos+n]}}, LastLogits, logits)
+					if err != nil {
+						t.Fatal(err)
+					}
+					pos += n
+					check("chunked", pos-1, logits)
+				}
+				if seq.Len() != len(toks) {
+					t.Fatalf("sequence length %d, want %d", seq.Len(), len(toks))
+				}
+				seq.Free()
+				if kv.FreeBlocks() != kv.NumBlocks() {
+					t.Fatalf("%d of %d blocks free after Free", kv.FreeBlocks(), kv.NumBlocks())
+				}
+			}
+		})
+	}
+}
+
+func TestBatchedForwardMatchesSolo(t *testing.T) {
+	spec := tiny(ArchQwen3)
+	m, _ := writeAndLoad(t, spec)
+	vocab := spec.Vocab
+	prompts := [][]int32{testTokens(9, vocab), testTokens(3, vocab)[1:], testTokens(17, vocab)[4:]}
+	solo := make([][]float32, len(prompts))
+	for i, p := range prompts {
+		solo[i] = fullLogits(t, m, p)
+	}
+	kv := newCache(t, m, 4, 32)
+	seqs := []*Sequence{kv.NewSequence(), kv.NewSequence(), kv.NewSequence()}
+	// Step 1: prefill sequence 0 fully, 1 partly, 2 partly.
+	// Step 2: decode 0, finish 1's prompt, continue 2, all in one batch.
+	cuts := [][]int{{8, 1}, {1, 1}, {6, 7}}
+	pos := make([]int, 3)
+	for step := range 2 {
+		var batch []Step
+		for i, p := range prompts {
+			batch = append(batch, Step{seqs[i], p[pos[i] : pos[i]+cuts[i][step]]})
+		}
+		all, err := m.Forward(batch, AllLogits, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row := 0
+		for i := range prompts {
+			for j := 0; j < cuts[i][step]; j++ {
+				p := pos[i] + j
+				got := all[row*vocab : (row+1)*vocab]
+				want := solo[i][p*vocab : (p+1)*vocab]
+				for k := range want {
+					if d := math.Abs(float64(got[k] - want[k])); d > 1e-5*(1+math.Abs(float64(want[k]))) {
+						t.Fatalf("step %d sequence %d position %d logit %d: batched %v, alone %v", step, i, p, k, got[k], want[k])
+					}
+				}
+				row++
+			}
+			pos[i] += cuts[i][step]
+		}
+	}
+	// LastLogits returns one row per step.
+	for _, s := range seqs {
+		s.Free()
+	}
+	seqs = []*Sequence{kv.NewSequence(), kv.NewSequence()}
+	last, err := m.Forward([]Step{{seqs[0], prompts[0]}, {seqs[1], prompts[2]}}, LastLogits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(last) != 2*vocab {
+		t.Fatalf("LastLogits returned %d values, want %d", len(last), 2*vocab)
+	}
+	for i, p := range []int{len(prompts[0]) - 1, len(prompts[2]) - 1} {
+		src := solo[[]int{0, 2}[i]]
+		for k := range vocab {
+			if d := math.Abs(float64(last[i*vocab+k] - src[p*vocab+k])); d > 1e-5*(1+math.Abs(float64(src[p*vocab+k]))) {
+				t.Fatalf("LastLogits row %d logit %d: %v, alone %v", i, k, last[i*vocab+k], src[p*vocab+k])
+			}
+		}
+	}
+}
+
+func TestLogProbsMatchLogSoftmax(t *testing.T) {
+	spec := tiny(ArchQwen2)
+	spec.Vocab = 211
+	m, _ := writeAndLoad(t, spec)
+	vocab := spec.Vocab
+	toks := testTokens(15, vocab)
+	prompt, response := toks[:6], toks[6:]
+	full := fullLogits(t, m, toks)
+	kv := newCache(t, m, 4, 16)
+	got, err := m.LogProbs(kv, prompt, response, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv.FreeBlocks() != kv.NumBlocks() {
+		t.Errorf("LogProbs kept %d blocks", kv.NumBlocks()-kv.FreeBlocks())
+	}
+	if len(got.LogProbs) != len(response) || len(got.TopK) != len(response) {
+		t.Fatalf("%d log-probs and %d top-k lists for %d tokens", len(got.LogProbs), len(got.TopK), len(response))
+	}
+	for i, tok := range response {
+		row := full[(len(prompt)-1+i)*vocab : (len(prompt)+i)*vocab]
+		m, z := math.Inf(-1), 0.0
+		for _, v := range row {
+			m = math.Max(m, float64(v))
+		}
+		for _, v := range row {
+			z += math.Exp(float64(v) - m)
+		}
+		want := float64(row[tok]) - m - math.Log(z)
+		if d := math.Abs(float64(got.LogProbs[i]) - want); d > 1e-5 {
+			t.Errorf("token %d: log-prob %v, log-softmax of logits %v", i, got.LogProbs[i], want)
+		}
+		best := 0
+		for j, v := range row {
+			if v > row[best] {
+				best = j
+			}
+		}
+		top := got.TopK[i]
+		if len(top) != 3 || top[0].Token != int32(best) || top[0].LogProb < top[1].LogProb || top[1].LogProb < top[2].LogProb {
+			t.Errorf("token %d: top-3 %v, argmax %d", i, top, best)
+		}
+		if d := math.Abs(float64(top[0].LogProb) - (float64(row[best]) - m - math.Log(z))); d > 1e-5 {
+			t.Errorf("token %d: top log-prob %v", i, top[0].LogProb)
+		}
+	}
+	// A batch of requests gives the same answers as one at a time.
+	batch, err := m.LogProbsBatch(kv, []ScoreRequest{{toks[:2], toks[2:5]}, {prompt, response}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range response {
+		if d := math.Abs(float64(batch[1].LogProbs[i] - got.LogProbs[i])); d > 1e-5 {
+			t.Errorf("batched log-prob %d: %v, alone %v", i, batch[1].LogProbs[i], got.LogProbs[i])
+		}
+	}
+	if batch[0].TopK != nil || len(batch[0].LogProbs) != 3 {
+		t.Errorf("batch[0] = %+v", batch[0])
+	}
+	if _, err := m.LogProbs(kv, nil, response, 0); err == nil {
+		t.Error("LogProbs with an empty prompt succeeded")
+	}
+}
+
+func TestKVCacheBudget(t *testing.T) {
+	m, _ := writeAndLoad(t, tiny(ArchLlama))
+	kv := newCache(t, m, 4, 3) // room for 12 tokens
+	a, b := kv.NewSequence(), kv.NewSequence()
+	toks := testTokens(13, 97)
+	_, err := m.Forward([]Step{{a, toks}}, LastLogits, nil)
+	if !errors.Is(err, ErrCacheFull) {
+		t.Fatalf("13 tokens in a 12-token cache: err = %v, want ErrCacheFull", err)
+	}
+	if a.Len() != 0 || kv.FreeBlocks() != 3 {
+		t.Fatalf("after a refused step: len %d, %d free blocks", a.Len(), kv.FreeBlocks())
+	}
+	if _, err := m.Forward([]Step{{a, toks[:8]}}, LastLogits, nil); err != nil {
+		t.Fatal(err)
+	}
+	// b needs 2 blocks, only 1 is free: the whole batch is refused.
+	_, err = m.Forward([]Step{{a, toks[8:9]}, {b, toks[:5]}}, LastLogits, nil)
+	if !errors.Is(err, ErrCacheFull) || a.Len() != 8 || b.Len() != 0 || kv.FreeBlocks() != 1 {
+		t.Fatalf("refused batch: err %v, lens %d %d, %d free", err, a.Len(), b.Len(), kv.FreeBlocks())
+	}
+	a.Free()
+	if kv.FreeBlocks() != 3 {
+		t.Fatalf("%d free blocks after Free, want 3", kv.FreeBlocks())
+	}
+	if _, err := m.Forward([]Step{{b, toks[:12]}}, LastLogits, nil); err != nil {
+		t.Fatalf("freed blocks not reusable: %v", err)
+	}
+	if _, err := m.NewKVCache(KVCacheOptions{BlockSize: 4, Budget: 10}); err == nil {
+		t.Error("a budget smaller than one block was accepted")
+	}
+}
+
+// TestSharedBlocks checks prefix sharing: a fork and an attached prefix
+// continue independently of the sequence they share blocks with, and
+// shared blocks are copied before being written.
+func TestSharedBlocks(t *testing.T) {
+	spec := tiny(ArchLlama)
+	m, _ := writeAndLoad(t, spec)
+	vocab := spec.Vocab
+	toks := testTokens(14, vocab)
+	alt := append(append([]int32(nil), toks[:6]...), 5, 6, 7, 8)
+	fullA, fullB := fullLogits(t, m, toks), fullLogits(t, m, alt)
+	kv := newCache(t, m, 4, 16)
+
+	a := kv.NewSequence()
+	if _, err := m.Forward([]Step{{a, toks[:6]}}, LastLogits, nil); err != nil {
+		t.Fatal(err)
+	}
+	f := a.Fork() // shares a full block and a half-filled one
+	if kv.RefCount(a.Blocks()[1]) != 2 {
+		t.Fatalf("refcount of a shared block = %d", kv.RefCount(a.Blocks()[1]))
+	}
+	p := kv.NewSequence() // a prefix cache would hold the first block
+	if err := p.Attach(a.Blocks()[:1], 4); err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Forward([]Step{{a, toks[6:]}, {f, alt[6:]}, {p, alt[4:]}}, AllLogits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Blocks()[1] == f.Blocks()[1] {
+		t.Fatal("a partially filled shared block was written without a copy")
+	}
+	if a.Blocks()[0] != f.Blocks()[0] || a.Blocks()[0] != p.Blocks()[0] {
+		t.Fatal("the full prefix block is no longer shared")
+	}
+	rows := []struct {
+		full []float32
+		from int
+		n    int
+	}{{fullA, 6, 8}, {fullB, 6, 4}, {fullB, 4, 6}}
+	r := 0
+	for s, want := range rows {
+		for i := range want.n {
+			pos := want.from + i
+			for k := range vocab {
+				g, w := out[(r+i)*vocab+k], want.full[pos*vocab+k]
+				if math.Abs(float64(g-w)) > 1e-5*(1+math.Abs(float64(w))) {
+					t.Fatalf("sequence %d position %d logit %d: %v, want %v", s, pos, k, g, w)
+				}
+			}
+		}
+		r += want.n
+	}
+	for _, s := range []*Sequence{a, f, p} {
+		s.Free()
+	}
+	if kv.FreeBlocks() != kv.NumBlocks() {
+		t.Fatalf("%d of %d blocks free after freeing all", kv.FreeBlocks(), kv.NumBlocks())
+	}
+
+	// Truncate rewinds a sequence to a shared prefix and continues.
+	a = kv.NewSequence()
+	if _, err := m.Forward([]Step{{a, toks}}, LastLogits, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Truncate(6); err != nil {
+		t.Fatal(err)
+	}
+	last, err := m.Forward([]Step{{a, alt[6:]}}, LastLogits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range vocab {
+		if w := fullB[9*vocab+k]; math.Abs(float64(last[k]-w)) > 1e-5*(1+math.Abs(float64(w))) {
+			t.Fatalf("after Truncate: logit %d = %v, want %v", k, last[k], w)
+		}
+	}
+}
+
+func TestForwardRejects(t *testing.T) {
+	spec := tiny(ArchLlama)
+	m, _ := writeAndLoad(t, spec)
+	kv := newCache(t, m, 8, 16)
+	s := kv.NewSequence()
+	long := testTokens(spec.MaxPositions+1, spec.Vocab)
+	other, _ := writeAndLoad(t, tiny(ArchQwen3))
+	otherKV := newCache(t, other, 8, 2)
+	for _, tt := range []struct {
+		name  string
+		steps []Step
+		want  string
+	}{
+		{"beyond max positions", []Step{{s, long}}, "max_position_embeddings"},
+		{"token outside vocab", []Step{{s, []int32{int32(spec.Vocab)}}}, "outside the vocabulary"},
+		{"negative token", []Step{{s, []int32{-1}}}, "outside the vocabulary"},
+		{"no tokens", []Step{{s, nil}}, "no tokens"},
+		{"empty batch", nil, "empty batch"},
+		{"no sequence", []Step{{nil, []int32{1}}}, "no sequence"},
+		{"repeated sequence", []Step{{s, []int32{1}}, {s, []int32{2}}}, "repeats"},
+		{"foreign cache", []Step{{otherKV.NewSequence(), []int32{1}}}, "not made for this model"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := m.Forward(tt.steps, LastLogits, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+			if s.Len() != 0 || kv.FreeBlocks() != kv.NumBlocks() {
+				t.Fatalf("refused step changed the sequence (len %d, %d free)", s.Len(), kv.FreeBlocks())
+			}
+		})
+	}
+	// Exactly max_position_embeddings tokens fit.
+	if _, err := m.Forward([]Step{{s, long[:spec.MaxPositions]}}, LastLogits, nil); err != nil {
+		t.Fatalf("a full context was refused: %v", err)
+	}
+}

@@ -1,0 +1,210 @@
+package model
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/clawrl/clawrl/safetensors"
+)
+
+// refModel is a naive float64 transformer written from the Hugging Face
+// modeling code's definitions, independently of the engine: it reads
+// config.json into a map and the weights straight from the safetensors
+// files, and shares no code with the package beyond the file reader.
+type refModel struct {
+	hidden, inter, layers, heads, kvHeads, hd, vocab int
+	eps                                              float64
+	invFreq                                          []float64
+	w                                                map[string][]float64
+}
+
+func loadRef(t *testing.T, dir string) *refModel {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	num := func(k string) float64 { return cfg[k].(float64) }
+	r := &refModel{
+		hidden: int(num("hidden_size")), inter: int(num("intermediate_size")),
+		layers: int(num("num_hidden_layers")), heads: int(num("num_attention_heads")),
+		kvHeads: int(num("num_key_value_heads")), vocab: int(num("vocab_size")),
+		eps: num("rms_norm_eps"), w: map[string][]float64{},
+	}
+	r.hd = r.hidden / r.heads
+	if v, ok := cfg["head_dim"].(float64); ok {
+		r.hd = int(v)
+	}
+	// inv_freq[i] = theta^(-2i/d), then Llama 3's piecewise rescaling.
+	theta := num("rope_theta")
+	for i := 0; i < r.hd; i += 2 {
+		r.invFreq = append(r.invFreq, 1/math.Pow(theta, float64(i)/float64(r.hd)))
+	}
+	if rs, ok := cfg["rope_scaling"].(map[string]any); ok && rs["rope_type"] == "llama3" {
+		factor, lo, hi := rs["factor"].(float64), rs["low_freq_factor"].(float64), rs["high_freq_factor"].(float64)
+		old := rs["original_max_position_embeddings"].(float64)
+		for i, f := range r.invFreq {
+			wl := 2 * math.Pi / f
+			switch {
+			case wl > old/lo: // low frequency: stretched
+				r.invFreq[i] = f / factor
+			case wl >= old/hi: // medium: interpolate
+				smooth := (old/wl - lo) / (hi - lo)
+				r.invFreq[i] = (1-smooth)*f/factor + smooth*f
+			}
+		}
+	}
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	for _, name := range ck.Names() {
+		v, err := ck.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := make([]float64, len(v))
+		for i, x := range v {
+			w[i] = float64(x)
+		}
+		r.w[name] = w
+	}
+	if _, ok := r.w["lm_head.weight"]; !ok {
+		r.w["lm_head.weight"] = r.w["model.embed_tokens.weight"]
+	}
+	return r
+}
+
+// matvec returns W x (+ b) for W stored [out, in].
+func matvec(w, x, b []float64) []float64 {
+	out := make([]float64, len(w)/len(x))
+	for i := range out {
+		s := 0.0
+		if b != nil {
+			s = b[i]
+		}
+		for j, xv := range x {
+			s += w[i*len(x)+j] * xv
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func (r *refModel) rmsnorm(x, w []float64) []float64 {
+	ss := 0.0
+	for _, v := range x {
+		ss += v * v
+	}
+	s := 1 / math.Sqrt(ss/float64(len(x))+r.eps)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = v * s * w[i]
+	}
+	return out
+}
+
+// rope applies rotate-half RoPE to every head of x at position pos.
+func (r *refModel) rope(x []float64, pos int) {
+	half := r.hd / 2
+	for h := 0; h < len(x); h += r.hd {
+		head := append([]float64(nil), x[h:h+r.hd]...)
+		for j := 0; j < r.hd; j++ {
+			a := float64(pos) * r.invFreq[j%half]
+			var rot float64
+			if j < half {
+				rot = -head[j+half]
+			} else {
+				rot = head[j-half]
+			}
+			x[h+j] = head[j]*math.Cos(a) + rot*math.Sin(a)
+		}
+	}
+}
+
+// forward returns the logits at every position of tokens.
+func (r *refModel) forward(tokens []int32) [][]float64 {
+	n := len(tokens)
+	x := make([][]float64, n)
+	emb := r.w["model.embed_tokens.weight"]
+	for i, tok := range tokens {
+		x[i] = append([]float64(nil), emb[int(tok)*r.hidden:int(tok+1)*r.hidden]...)
+	}
+	for l := 0; l < r.layers; l++ {
+		p := "model.layers." + strconv.Itoa(l) + "."
+		W := func(name string) []float64 { return r.w[p+name] } // nil when absent
+		qs, ks, vs := make([][]float64, n), make([][]float64, n), make([][]float64, n)
+		for i := range n {
+			h := r.rmsnorm(x[i], W("input_layernorm.weight"))
+			qs[i] = matvec(W("self_attn.q_proj.weight"), h, W("self_attn.q_proj.bias"))
+			ks[i] = matvec(W("self_attn.k_proj.weight"), h, W("self_attn.k_proj.bias"))
+			vs[i] = matvec(W("self_attn.v_proj.weight"), h, W("self_attn.v_proj.bias"))
+			if qn := W("self_attn.q_norm.weight"); qn != nil {
+				for hh := 0; hh < len(qs[i]); hh += r.hd {
+					copy(qs[i][hh:], r.rmsnorm(qs[i][hh:hh+r.hd], qn))
+				}
+				kn := W("self_attn.k_norm.weight")
+				for hh := 0; hh < len(ks[i]); hh += r.hd {
+					copy(ks[i][hh:], r.rmsnorm(ks[i][hh:hh+r.hd], kn))
+				}
+			}
+			r.rope(qs[i], i)
+			r.rope(ks[i], i)
+		}
+		for i := range n {
+			att := make([]float64, r.heads*r.hd)
+			for h := range r.heads {
+				g := h / (r.heads / r.kvHeads)
+				q := qs[i][h*r.hd : (h+1)*r.hd]
+				scores := make([]float64, i+1)
+				m := math.Inf(-1)
+				for j := 0; j <= i; j++ {
+					d := 0.0
+					for e := range r.hd {
+						d += q[e] * ks[j][g*r.hd+e]
+					}
+					scores[j] = d / math.Sqrt(float64(r.hd))
+					m = math.Max(m, scores[j])
+				}
+				z := 0.0
+				for j := range scores {
+					scores[j] = math.Exp(scores[j] - m)
+					z += scores[j]
+				}
+				for j := range scores {
+					for e := range r.hd {
+						att[h*r.hd+e] += scores[j] / z * vs[j][g*r.hd+e]
+					}
+				}
+			}
+			o := matvec(W("self_attn.o_proj.weight"), att, W("self_attn.o_proj.bias"))
+			for e := range x[i] {
+				x[i][e] += o[e]
+			}
+			h := r.rmsnorm(x[i], W("post_attention_layernorm.weight"))
+			gate := matvec(W("mlp.gate_proj.weight"), h, W("mlp.gate_proj.bias"))
+			up := matvec(W("mlp.up_proj.weight"), h, W("mlp.up_proj.bias"))
+			for e := range gate {
+				gate[e] = gate[e] / (1 + math.Exp(-gate[e])) * up[e]
+			}
+			d := matvec(W("mlp.down_proj.weight"), gate, W("mlp.down_proj.bias"))
+			for e := range x[i] {
+				x[i][e] += d[e]
+			}
+		}
+	}
+	logits := make([][]float64, n)
+	for i := range n {
+		logits[i] = matvec(r.w["lm_head.weight"], r.rmsnorm(x[i], r.w["model.norm.weight"]), nil)
+	}
+	return logits
+}

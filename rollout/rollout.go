@@ -1,0 +1,80 @@
+// Package rollout generates tokens for many requests at once: a scheduler
+// with continuous batching over a paged KV cache, sampling, per-token
+// log-probs, and the weight version each generation ran on.
+//
+// The server hands it prompts already tokenised and reads back a stream of
+// token events; it knows nothing of chat messages, and nothing of losses.
+package rollout
+
+import (
+	"context"
+	"errors"
+
+	"github.com/clawrl/clawrl/sample"
+)
+
+// Request is one generation: a tokenised prompt and how to continue it.
+type Request struct {
+	// Prompt is the full prompt, chat template already applied.
+	Prompt []int32
+	// Sampling holds temperature, top-p, top-k, seed and how many
+	// alternatives to report per token.
+	Sampling sample.Params
+	// MaxTokens bounds the response length (> 0).
+	MaxTokens int
+	// StopTokens end the generation when sampled (EOS, end-of-turn); the
+	// stop token is reported in the last event but is not part of the text.
+	StopTokens []int32
+}
+
+// FinishReason says why a generation ended.
+type FinishReason string
+
+// Finish reasons, as the OpenAI API names them where it has a name.
+const (
+	FinishStop      FinishReason = "stop"      // a stop token was sampled
+	FinishLength    FinishReason = "length"    // MaxTokens or the context was reached
+	FinishCancelled FinishReason = "cancelled" // the caller's context ended
+	FinishError     FinishReason = "error"     // the engine failed; see Event.Err
+)
+
+// Event is one step of a generation's stream. Every stream ends with exactly
+// one event whose Finish is set, then the channel is closed.
+type Event struct {
+	// Token is the sampled token (valid when HasToken).
+	Token    int32
+	HasToken bool
+	// LogProb is log p(Token) under the weights that produced it
+	// (temperature 1, before any truncation).
+	LogProb float32
+	// Top holds the requested alternatives, most likely first.
+	Top []sample.TokenLogProb
+	// Version is the weight version that produced this token.
+	Version uint64
+	// CachedTokens, on the first event, is how many prompt tokens were
+	// served from the prefix cache instead of being recomputed.
+	CachedTokens int
+	// Finish is set on the last event.
+	Finish FinishReason
+	// Err is set when Finish is FinishError.
+	Err error
+}
+
+// Generator runs generations. Generate returns at once: the events arrive
+// on the channel as tokens are produced. Cancelling ctx ends the generation
+// and frees its cache promptly; the stream still ends with a final event.
+type Generator interface {
+	Generate(ctx context.Context, req Request) (<-chan Event, error)
+}
+
+// Errors Generate returns before any event.
+var (
+	// ErrQueueFull means the scheduler's waiting queue is full: the caller
+	// should retry later (HTTP 429 with Retry-After).
+	ErrQueueFull = errors.New("rollout: queue full")
+	// ErrContextLength means prompt plus MaxTokens cannot fit the model's
+	// context (HTTP 400, context_length_exceeded).
+	ErrContextLength = errors.New("rollout: prompt does not fit the context")
+	// ErrClosed means the scheduler has shut down.
+	ErrClosed = errors.New("rollout: scheduler closed")
+)

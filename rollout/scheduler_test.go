@@ -1,0 +1,421 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/sample"
+)
+
+func tinyModel(t testing.TB) *model.Model {
+	t.Helper()
+	dir := t.TempDir()
+	spec := model.RandomSpec{
+		Arch: model.ArchQwen3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
+		Vocab: 101, MaxPositions: 256, DType: "float32", Seed: 3, InitStd: 0.2,
+	}
+	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(cpu.New(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func newCache(t testing.TB, m *model.Model, blocks int) *model.KVCache {
+	t.Helper()
+	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: 4, Budget: m.Config.KVBytesPerToken() * 4 * int64(blocks)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kv.Close)
+	return kv
+}
+
+// startScheduler runs a scheduler until the test ends.
+func startScheduler(t testing.TB, opts Options) *Scheduler {
+	t.Helper()
+	opts.Log = zerolog.Nop()
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return s
+}
+
+// greedyRef generates greedily one token at a time with no batching and
+// no prefix cache: the reference the scheduler must reproduce.
+func greedyRef(t testing.TB, m *model.Model, prompt []int32, maxTokens int, stop []int32) []int32 {
+	t.Helper()
+	kv := newCache(t, m, 128)
+	seq := kv.NewSequence()
+	defer seq.Free()
+	next := prompt
+	var out []int32
+	for len(out) < maxTokens {
+		logits, err := m.Forward([]model.Step{{Seq: seq, Tokens: next}}, model.LastLogits, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best := int32(slices.Index(logits, slices.Max(logits)))
+		out = append(out, best)
+		if slices.Contains(stop, best) {
+			break
+		}
+		next = []int32{best}
+	}
+	return out
+}
+
+func prompt(n, salt int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32((i*31 + salt*17 + 5) % 101)
+	}
+	return p
+}
+
+type collected struct {
+	tokens  []int32
+	events  []Event
+	finish  FinishReason
+	err     error
+	cached  int
+	version uint64
+}
+
+func collect(t testing.TB, ch <-chan Event) collected {
+	t.Helper()
+	var c collected
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				if c.finish == "" {
+					t.Fatal("stream closed without a final event")
+				}
+				return c
+			}
+			if c.finish != "" {
+				t.Fatalf("event after the final one: %+v", ev)
+			}
+			c.events = append(c.events, ev)
+			if len(c.events) == 1 {
+				c.cached = ev.CachedTokens
+			}
+			if ev.HasToken {
+				c.tokens = append(c.tokens, ev.Token)
+			}
+			c.finish, c.err = ev.Finish, ev.Err
+		case <-timeout:
+			t.Fatal("generation timed out")
+		}
+	}
+}
+
+func greedyReq(p []int32, maxTokens int) Request {
+	return Request{Prompt: p, MaxTokens: maxTokens, Sampling: sample.Params{Temperature: 0, TopLogProbs: 2}}
+}
+
+func TestBatchedGreedyMatchesReference(t *testing.T) {
+	m := tinyModel(t)
+	// A small step budget forces chunked prefill interleaved with decode.
+	for _, tc := range []struct {
+		name   string
+		opts   Options
+		blocks int
+	}{
+		{"default", Options{}, 512},
+		{"chunked prefill", Options{StepTokens: 8, MaxBatch: 4}, 512},
+		{"no prefix cache", Options{NoPrefixCache: true}, 512},
+		{"preemption", Options{MaxBatch: 8}, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := tc.opts
+			opts.Model = m
+			opts.Cache = newCache(t, m, tc.blocks)
+			s := startScheduler(t, opts)
+			const n = 10
+			var wg sync.WaitGroup
+			got := make([]collected, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ch, err := s.Generate(context.Background(), greedyReq(prompt(5+3*i, i), 12))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					got[i] = collect(t, ch)
+				}()
+			}
+			wg.Wait()
+			for i := range n {
+				want := greedyRef(t, m, prompt(5+3*i, i), 12, nil)
+				if !slices.Equal(got[i].tokens, want) {
+					t.Errorf("request %d: got %v, want %v", i, got[i].tokens, want)
+				}
+				if got[i].finish != FinishLength {
+					t.Errorf("request %d finished with %q", i, got[i].finish)
+				}
+				for _, ev := range got[i].events {
+					if ev.HasToken && (len(ev.Top) != 2 || ev.Top[0].Token != ev.Token || ev.LogProb > 0) {
+						t.Fatalf("request %d: bad event %+v", i, ev)
+					}
+				}
+			}
+			if tc.name == "preemption" && s.Stats().Preemptions == 0 {
+				t.Errorf("expected preemptions with a 40-block cache, stats %+v", s.Stats())
+			}
+		})
+	}
+}
+
+func TestLogProbsMatchModel(t *testing.T) {
+	m := tinyModel(t)
+	s := startScheduler(t, Options{Model: m, Cache: newCache(t, m, 256)})
+	p := prompt(9, 1)
+	ch, err := s.Generate(context.Background(), Request{Prompt: p, MaxTokens: 6, Sampling: sample.Params{Temperature: 1, Seed: new(uint64(5))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := collect(t, ch)
+	kv := newCache(t, m, 64)
+	scored, err := m.LogProbs(kv, p, c.tokens, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range c.events {
+		if d := ev.LogProb - scored.LogProbs[i]; d > 1e-4 || d < -1e-4 {
+			t.Errorf("token %d: rollout logprob %v, model %v", i, ev.LogProb, scored.LogProbs[i])
+		}
+	}
+}
+
+func TestStopTokenAndSeeds(t *testing.T) {
+	m := tinyModel(t)
+	s := startScheduler(t, Options{Model: m, Cache: newCache(t, m, 256)})
+	p := prompt(7, 2)
+	ref := greedyRef(t, m, p, 8, nil)
+	stop := ref[3]
+	ch, err := s.Generate(context.Background(), Request{Prompt: p, MaxTokens: 8, StopTokens: []int32{stop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := collect(t, ch)
+	want := ref[:slices.Index(ref, stop)+1]
+	if !slices.Equal(c.tokens, want) || c.finish != FinishStop {
+		t.Errorf("got %v (%s), want %v (stop)", c.tokens, c.finish, want)
+	}
+	// The same seed gives the same tokens, alone or among other requests.
+	seeded := Request{Prompt: p, MaxTokens: 10, Sampling: sample.Params{Temperature: 1, TopP: 0.9, Seed: new(uint64(11))}}
+	ch, _ = s.Generate(context.Background(), seeded)
+	alone := collect(t, ch)
+	var chans []<-chan Event
+	for i := range 4 {
+		other, err := s.Generate(context.Background(), greedyReq(prompt(6, 10+i), 10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, other)
+	}
+	ch, _ = s.Generate(context.Background(), seeded)
+	batched := collect(t, ch)
+	for _, o := range chans {
+		collect(t, o)
+	}
+	if !slices.Equal(alone.tokens, batched.tokens) {
+		t.Errorf("seeded sampling differs: alone %v, batched %v", alone.tokens, batched.tokens)
+	}
+}
+
+func TestPrefixCacheReuse(t *testing.T) {
+	m := tinyModel(t)
+	kv := newCache(t, m, 256)
+	s := startScheduler(t, Options{Model: m, Cache: kv})
+	system := prompt(40, 9)
+	first := append(slices.Clone(system), 1, 2, 3)
+	second := append(slices.Clone(system), 7, 8, 9, 10)
+	ch, _ := s.Generate(context.Background(), greedyReq(first, 5))
+	if c := collect(t, ch); c.cached != 0 {
+		t.Errorf("first request reported %d cached tokens", c.cached)
+	}
+	ch, _ = s.Generate(context.Background(), greedyReq(second, 5))
+	c := collect(t, ch)
+	if c.cached != 40 { // 10 full blocks of 4 tokens
+		t.Errorf("second request: %d cached tokens, want 40", c.cached)
+	}
+	if want := greedyRef(t, m, second, 5, nil); !slices.Equal(c.tokens, want) {
+		t.Errorf("with prefix cache got %v, want %v", c.tokens, want)
+	}
+	// A follow-up turn that resends prompt + reply + more reuses the reply too.
+	third := append(append(slices.Clone(second), c.tokens...), 4, 4)
+	ch, _ = s.Generate(context.Background(), greedyReq(third, 3))
+	c3 := collect(t, ch)
+	if c3.cached < 44 {
+		t.Errorf("follow-up turn: %d cached tokens, want >= 44", c3.cached)
+	}
+	if st := s.Stats(); st.CachedTokens < 84 || st.PrefixBlocks == 0 {
+		t.Errorf("stats %+v", st)
+	}
+	// Distinct prompts through a small cache: old prefixes are evicted, not
+	// leaked, and every request still completes.
+	for i := range 30 {
+		ch, err := s.Generate(context.Background(), greedyReq(prompt(60, 100+i), 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := collect(t, ch); c.finish != FinishLength {
+			t.Fatalf("request %d ended with %s: %v", i, c.finish, c.err)
+		}
+	}
+	if st := s.Stats(); st.PrefixBlocks > kv.NumBlocks() || st.FreeBlocks+st.PrefixBlocks != kv.NumBlocks() {
+		t.Errorf("after eviction: stats %+v, %d blocks", st, kv.NumBlocks())
+	}
+}
+
+func TestCancelFreesCache(t *testing.T) {
+	m := tinyModel(t)
+	kv := newCache(t, m, 256)
+	s := startScheduler(t, Options{Model: m, Cache: kv, NoPrefixCache: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := s.Generate(ctx, greedyReq(prompt(20, 3), 200))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch // one token arrived: the sequence is running
+	cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for kv.FreeBlocks() != kv.NumBlocks() {
+		if time.Now().After(deadline) {
+			t.Fatalf("cache not freed after cancel: %d of %d free", kv.FreeBlocks(), kv.NumBlocks())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The channel still ends (closed; a final event if the reader keeps up).
+	for range ch {
+	}
+	if st := s.Stats(); st.Cancelled != 1 {
+		t.Errorf("stats %+v, want 1 cancelled", st)
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	m := tinyModel(t)
+	s, err := New(Options{Model: m, Cache: newCache(t, m, 64), QueueSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		req  Request
+		want error
+	}{
+		{Request{Prompt: prompt(200, 1), MaxTokens: 100}, ErrContextLength},
+		{Request{Prompt: nil, MaxTokens: 1}, nil},
+		{Request{Prompt: []int32{1000}, MaxTokens: 1}, nil},
+		{Request{Prompt: prompt(3, 1), MaxTokens: 0}, nil},
+		{Request{Prompt: prompt(3, 1), MaxTokens: 1, Sampling: sample.Params{Temperature: 3}}, nil},
+	}
+	for i, tt := range tests {
+		_, err := s.Generate(context.Background(), tt.req)
+		if err == nil || (tt.want != nil && !errors.Is(err, tt.want)) {
+			t.Errorf("case %d: err = %v, want %v", i, err, tt.want)
+		}
+	}
+	// Nothing runs the queue: the second request finds it full.
+	if _, err := s.Generate(context.Background(), greedyReq(prompt(3, 1), 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Generate(context.Background(), greedyReq(prompt(3, 1), 1)); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("err = %v, want ErrQueueFull", err)
+	}
+}
+
+func TestShutdownEndsStreams(t *testing.T) {
+	m := tinyModel(t)
+	s, err := New(Options{Model: m, Cache: newCache(t, m, 256), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var chans []<-chan Event
+	for i := range 3 {
+		ch, err := s.Generate(context.Background(), greedyReq(prompt(8, i), 200))
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	<-chans[0]
+	cancel()
+	<-done
+	for i, ch := range chans {
+		c := collect(t, ch)
+		if c.finish != FinishError && c.finish != FinishLength {
+			t.Errorf("stream %d ended with %q", i, c.finish)
+		}
+	}
+	if _, err := s.Generate(context.Background(), greedyReq(prompt(3, 1), 1)); !errors.Is(err, ErrClosed) {
+		t.Errorf("after shutdown: %v", err)
+	}
+}
+
+func TestManyConcurrentClients(t *testing.T) {
+	m := tinyModel(t)
+	s := startScheduler(t, Options{Model: m, Cache: newCache(t, m, 512), MaxBatch: 16, QueueSize: 64})
+	var wg sync.WaitGroup
+	errs := make(chan error, 48)
+	for i := range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ch, err := s.Generate(ctx, Request{Prompt: prompt(4+i%9, i), MaxTokens: 8,
+				Sampling: sample.Params{Temperature: 0.8, Seed: new(uint64(i))}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if i%5 == 0 { // some clients leave early
+				<-ch
+				cancel()
+				for range ch {
+				}
+				return
+			}
+			c := collect(t, ch)
+			if len(c.tokens) != 8 || c.finish != FinishLength {
+				errs <- fmt.Errorf("client %d: %d tokens, %s", i, len(c.tokens), c.finish)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
