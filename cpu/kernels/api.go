@@ -33,7 +33,7 @@
 // KernelsAVX2, else KernelsGeneric). The environment variable
 // CLAWRL_KERNELS=generic|avx2|avx512, read once at start, or SetKernels
 // chooses another, so that tests and benchmarks can exercise every path on
-// one machine.
+// one machine. Building with the tag purego leaves the assembly out.
 //
 // # Threads
 //
@@ -41,6 +41,12 @@
 // SetThreads changes it) through ParallelFor's pool of persistent workers.
 // Every exported function is safe for concurrent use, including from inside
 // a ParallelFor body.
+//
+// # Memory
+//
+// Weights are read in long streams; AllocF32 and AllocBF16 return slices
+// advised to use transparent huge pages (Linux), which the matrix-vector
+// path reads markedly faster than memory in 4 KiB pages.
 //
 // # Measuring
 //

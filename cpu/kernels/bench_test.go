@@ -19,8 +19,8 @@ var ceilings struct {
 
 func measureCeilings() {
 	ceilings.once.Do(func() {
-		for i := 0; i < 5; i++ {
-			ceilings.gflops = max(ceilings.gflops, PeakGFLOPS(Threads(), 50*time.Millisecond))
+		for i := 0; i < 10; i++ {
+			ceilings.gflops = max(ceilings.gflops, PeakGFLOPS(Threads(), 40*time.Millisecond))
 		}
 		for i := 0; i < 3; i++ {
 			ceilings.readGBs = max(ceilings.readGBs, ReadBandwidthGBs(DefaultBandwidthBytes/2, Threads(), 100*time.Millisecond))
@@ -28,16 +28,22 @@ func measureCeilings() {
 	})
 }
 
+// reportGFLOPS reports the rate of the timed loop and its share of the
+// FMA peak; measuring the ceilings (once) is not timed.
 func reportGFLOPS(b *testing.B, flopsPerOp float64) {
-	measureCeilings()
 	g := flopsPerOp * float64(b.N) / b.Elapsed().Seconds() / 1e9
+	b.StopTimer()
+	measureCeilings()
 	b.ReportMetric(g, "GFLOP/s")
 	b.ReportMetric(100*g/ceilings.gflops, "%peak")
 }
 
+// reportGBs reports the rate of the timed loop in bytes and its share of
+// the DRAM read bandwidth.
 func reportGBs(b *testing.B, bytesPerOp float64) {
-	measureCeilings()
 	g := bytesPerOp * float64(b.N) / b.Elapsed().Seconds() / 1e9
+	b.StopTimer()
+	measureCeilings()
 	b.ReportMetric(g, "GB/s")
 	b.ReportMetric(100*g/ceilings.readGBs, "%read-bw")
 }
@@ -106,7 +112,8 @@ var linearShapes = []struct {
 func BenchmarkLinear(b *testing.B) {
 	r := rand.New(rand.NewPCG(2, 2))
 	for _, s := range linearShapes {
-		wh := randBF16(r, s.n*s.k)
+		wh := AllocBF16(s.n * s.k)
+		fillBF16(wh)
 		b.Run(s.name+"/decode-bf16", func(b *testing.B) {
 			a, c := randF32(r, s.k), make([]float32, s.n)
 			for i := 0; i < b.N; i++ {
@@ -166,4 +173,76 @@ func BenchmarkAttentionDecode(b *testing.B) {
 		}
 		reportGBs(b, 4*ctx*hd)
 	})
+}
+
+// modelShape is enough of a Llama/Qwen configuration to lay out its linear
+// layers.
+type modelShape struct {
+	name                                    string
+	layers, hidden, qDim, kvDim, ffn, vocab int
+}
+
+var decodeModels = []modelShape{
+	{"qwen0.6b", 28, 1024, 2048, 1024, 3072, 151936},
+	{"20m", 9, 384, 384, 384, 1024, 8192},
+}
+
+// fillBF16 fills w with BF16 values in [-1, 1) cheaply: a random block,
+// repeated.
+func fillBF16(w []uint16) {
+	blk := randBF16(rand.New(rand.NewPCG(4, 4)), 1<<16)
+	for i := 0; i < len(w); i += len(blk) {
+		copy(w[i:], blk)
+	}
+}
+
+// BenchmarkDecodeStep runs the linear layers of one decode step (m = 1,
+// BF16 weights) through every layer of a model and the LM head: the weights
+// are too large to stay in cache (Qwen3-0.6B: 1.2 GB) or, for the small
+// model, the size the server really streams. Weights come from AllocBF16, as
+// a model's should. The rate is weight bytes read per second; steps/s bounds
+// the decode speed from above.
+func BenchmarkDecodeStep(b *testing.B) {
+	for _, ms := range decodeModels {
+		b.Run(ms.name, func(b *testing.B) {
+			if testing.Short() && ms.vocab > 100000 {
+				b.Skip("1.2 GB of weights")
+			}
+			type lin struct {
+				w    []uint16
+				n, k int
+			}
+			var lins []lin
+			add := func(n, k int) {
+				w := AllocBF16(n * k)
+				fillBF16(w)
+				lins = append(lins, lin{w, n, k})
+			}
+			h := ms.hidden
+			for l := 0; l < ms.layers; l++ {
+				add(ms.qDim, h)  // q
+				add(ms.kvDim, h) // k
+				add(ms.kvDim, h) // v
+				add(h, ms.qDim)  // o
+				add(ms.ffn, h)   // gate
+				add(ms.ffn, h)   // up
+				add(h, ms.ffn)   // down
+			}
+			add(ms.vocab, h) // LM head
+			var bytes float64
+			for _, l := range lins {
+				bytes += 2 * float64(len(l.w))
+			}
+			x := randF32(rand.New(rand.NewPCG(5, 5)), 4*h)
+			y := make([]float32, ms.vocab)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for _, l := range lins {
+					LinearBF16(y[:l.n], x[:l.k], l.w, 1, l.n, l.k, false)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+			reportGBs(b, bytes)
+		})
+	}
 }

@@ -26,16 +26,14 @@ type gemvArch struct {
 }
 
 // gemvPrefetch returns how far ahead of the weights being read the kernels
-// prefetch, in bytes: 1 KiB along the row when rows are long, so that each
-// stream stays ahead of DRAM latency; when rows are short (keys cached at a
-// large stride) the same offset in the rows two groups of four ahead, since
-// prefetching past the end of a short row would fetch bytes no one reads.
+// prefetch, in bytes: the same place in the rows a whole number of groups
+// of four ahead, at least two groups and about 32 KiB of weights. (Measured
+// on the development machines, from DRAM: ahead along the row, past the end
+// of short rows, fetches what the next group does not need; closer than
+// ~32 KiB does not cover the latency.)
 func gemvPrefetch(k, ldw, esize int) int {
-	const dist = 1024
-	if k*esize >= 4*dist {
-		return dist
-	}
-	return 8 * ldw * esize
+	groups := max(2, (32<<10)/(4*k*esize))
+	return groups * 4 * ldw * esize
 }
 
 // gemvScratch holds de-interleaved copies of A for the BF16 kernels.
@@ -58,13 +56,15 @@ func deinterleave(dst, a []float32, m, lda, kv, vl int) {
 	}
 }
 
-// minGemvWork is the number of weights below which the product stays on one
-// thread.
-const minGemvWork = 1 << 16
+// minGemvWork is the number of weights each thread must have before the
+// product is split: below ~256 KiB of BF16 a second thread costs more in
+// fork-join and in restarting a memory stream than it brings (measured on
+// the development machines).
+const minGemvWork = 1 << 17
 
 // gemvBlockBytes bounds the weight rows one pass covers when A has more rows
-// than a kernel call takes: the block is then re-read from L1, not memory.
-const gemvBlockBytes = 24 << 10
+// than a kernel call takes: the block is then re-read from L2, not memory.
+const gemvBlockBytes = 128 << 10
 
 // run computes C = alpha·A·Wᵀ + beta·C with W (n×k, row stride ldw) in wf
 // or, when wh is not nil, in wh as BF16. Shapes are checked by the caller.
@@ -93,7 +93,7 @@ func (g *gemvArch) run(m, n, k int, alpha float32, a []float32, lda int, wf []fl
 		if wh != nil {
 			esize = 2
 		}
-		pf := gemvPrefetch(k, ldw, esize)
+		pf0 := gemvPrefetch(k, ldw, esize)
 		block := n4
 		if m > g.mp {
 			block = max(4, gemvBlockBytes/(k*esize)&^3)
@@ -101,8 +101,12 @@ func (g *gemvArch) run(m, n, k int, alpha float32, a []float32, lda int, wf []fl
 		body := func(lo, hi int) {
 			for r0 := lo; r0 < hi; r0 += block {
 				r1 := min(hi, r0+block)
+				pf := pf0
 				for i0 := 0; i0 < m; i0 += g.mp {
 					mp := min(g.mp, m-i0)
+					if i0 > 0 {
+						pf = 0 // the block is in cache now
+					}
 					cp, ap := &c[i0*ldc+r0], &ak[i0*lak]
 					if wh != nil {
 						g.bf16(cp, ldc, ap, lak, &wh[r0*ldw], ldw, r1-r0, kv, mp, alpha, beta, pf)
@@ -124,8 +128,10 @@ func (g *gemvArch) run(m, n, k int, alpha float32, a []float32, lda int, wf []fl
 		if t <= 1 {
 			body(0, n4)
 		} else {
-			ch := chunksFor(t, groups, 16) // 64 rows or more a chunk
-			forChunks(ch, func(i int) { body(groups*i/ch*4, groups*(i+1)/ch*4) })
+			// One contiguous chunk per thread: each then streams through its
+			// part of W from start to end, which the prefetchers follow
+			// best.
+			forChunks(t, func(i int) { body(groups*i/t*4, groups*(i+1)/t*4) })
 		}
 	}
 	for j := n4; j < n; j++ { // rows left over by the kernel

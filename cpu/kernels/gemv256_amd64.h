@@ -23,6 +23,7 @@
 	MOVQ k+56(FP), R10
 	SHRQ $3, R10
 	JZ   done
+	PREFETCHHEAD
 	MOVQ m+64(FP), AX
 	CMPQ AX, $2
 	JEQ  group2

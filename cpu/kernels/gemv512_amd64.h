@@ -33,6 +33,7 @@
 	JZ   done
 	VBROADCASTSS alpha+72(FP), X30
 	VBROADCASTSS beta+76(FP), X31
+	PREFETCHHEAD
 	MOVQ m+64(FP), AX
 	CMPQ AX, $2
 	JEQ  group2

@@ -55,6 +55,20 @@
 	VFMADD231PS addr, X31, x; \
 	VMOVUPS     x, addr
 
+// The loops prefetch pf bytes ahead of what they read; this fetches the
+// first pf bytes of the weights (with contiguous rows, the groups the loops
+// will not have prefetched) before they start, so that a short product
+// does not run at the latency of memory. Clobbers CX, R15.
+#define PREFETCHHEAD \
+	MOVQ       DI, R15; \
+	MOVQ       pf+80(FP), CX; \
+	SHRQ       $6, CX; \
+	JZ         5(PC); \
+	PREFETCHT0 (R15); \
+	ADDQ       $64, R15; \
+	DECQ       CX; \
+	JNZ        -3(PC)
+
 #define WIDEN16(addr, z) \
 	VPMOVZXWD addr, z; \
 	VPSLLD    $16, z, z

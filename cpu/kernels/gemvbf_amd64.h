@@ -65,6 +65,7 @@ TEXT ·gemvBF16AVX512(SB), NOSPLIT, $0-88
 	VBROADCASTSS alpha+72(FP), X30
 	MOVL         $0xffff0000, AX
 	VPBROADCASTD AX, Z31
+	PREFETCHHEAD
 	MOVQ         m+64(FP), AX
 	CMPQ         AX, $2
 	JEQ          bf512g2
@@ -330,6 +331,7 @@ TEXT ·gemvBF16AVX2(SB), NOSPLIT, $0-88
 	MOVQ  k+56(FP), R10
 	SHRQ  $4, R10
 	JZ    bf256done
+	PREFETCHHEAD
 	MOVQ  m+64(FP), AX
 	CMPQ  AX, $2
 	JEQ   bf256g2

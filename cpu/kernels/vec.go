@@ -39,7 +39,8 @@ func Axpy(alpha float32, x, y []float32) {
 // Scale computes x *= alpha.
 func Scale(alpha float32, x []float32) { active.Load().scale(alpha, x) }
 
-// Max returns the largest element of a non-empty x.
+// Max returns the largest element of a non-empty x. (Which element wins when
+// x holds a NaN differs between kernel sets.)
 func Max(x []float32) float32 {
 	_ = x[0]
 	return active.Load().max(x)
