@@ -181,6 +181,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.shutdown()
 	for {
 		if len(s.running) == 0 && len(s.held) == 0 {
+			s.mu.Lock()
+			s.stats.Running = 0
+			s.mu.Unlock()
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

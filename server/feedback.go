@@ -1,0 +1,89 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/clawrl/clawrl/session"
+)
+
+// feedbackRequest is the body of POST /v1/feedback.
+type feedbackRequest struct {
+	ResponseID string          `json:"response_id"`
+	SessionID  string          `json:"session_id"`
+	Turn       *int            `json:"turn"`
+	Choice     int             `json:"choice"`
+	Thumb      json.RawMessage `json:"thumb"`
+	Text       string          `json:"text"`
+}
+
+// parseThumb reads a thumb: +1/-1 as a number or a string, or up/down.
+func parseThumb(raw json.RawMessage) (int, *apiError) {
+	if isNull(raw) {
+		return 0, nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return 0, invalid("thumb", "invalid_type", "Invalid 'thumb'.")
+	}
+	var s string
+	switch x := v.(type) {
+	case float64:
+		s = strconv.FormatFloat(x, 'f', -1, 64)
+	case string:
+		s = strings.ToLower(strings.TrimSpace(x))
+	case bool:
+		s = strconv.FormatBool(x)
+	}
+	switch s {
+	case "1", "+1", "up", "thumbs_up", "true", "👍":
+		return 1, nil
+	case "-1", "down", "thumbs_down", "false", "👎":
+		return -1, nil
+	}
+	return 0, invalid("thumb", "invalid_value", "Invalid 'thumb': use +1 or -1 (or \"up\" / \"down\").")
+}
+
+func (s *Server) handleFeedback(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	var req feedbackRequest
+	if e := decodeBody(r, 1<<20, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	thumb, e := parseThumb(req.Thumb)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	text := strings.TrimSpace(req.Text)
+	switch {
+	case thumb == 0 && text == "":
+		writeError(w, invalid("thumb", "missing_required_parameter", "Give a thumb (+1 or -1), a text, or both."))
+		return
+	case req.ResponseID == "" && (req.SessionID == "" || req.Turn == nil):
+		writeError(w, invalid("response_id", "missing_required_parameter", "Name the turn by response_id, or by session_id and turn."))
+		return
+	}
+	fr := session.FeedbackRequest{ResponseID: req.ResponseID, SessionID: req.SessionID, Choice: req.Choice, Thumb: thumb, Text: text}
+	if req.Turn != nil {
+		fr.Turn = *req.Turn
+	}
+	fb, err := s.tracker.AddFeedback(fr)
+	if errors.Is(err, session.ErrUnknownTurn) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "response_id", Code: "turn_not_found",
+			Message: "No recorded turn matches: it is unknown, was not recorded for training, or its session has ended."})
+		return
+	}
+	if err != nil {
+		writeError(w, internalError(err))
+		return
+	}
+	writeJSON(w, map[string]any{
+		"id": fb.ID, "object": "feedback", "response_id": fb.ResponseID, "session_id": fb.SessionID,
+		"turn": fb.TurnIndex, "choice": fb.Choice, "thumb": fb.Thumb, "text": fb.Text,
+	})
+}

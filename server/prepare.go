@@ -1,0 +1,334 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/clawrl/clawrl/rollout"
+	"github.com/clawrl/clawrl/sample"
+	"github.com/clawrl/clawrl/session"
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// conversation is a chat request's input, whatever the endpoint.
+type conversation struct {
+	messages []tokenizer.Message
+	tools    []json.RawMessage // chat-completions form, as given
+	names    map[string]bool   // tool names
+	choice   toolChoice
+	oneCall  bool // parallel_tool_calls: false
+	vars     map[string]any
+}
+
+// sampling is how a request wants its choices generated.
+type sampling struct {
+	n         int
+	maxTokens int // 0: not given
+	params    sample.Params
+	stops     []string
+	logprobs  bool
+}
+
+// samplingFields are the sampling fields the endpoints share.
+type samplingFields struct {
+	Temperature *float64 `json:"temperature"`
+	TopP        *float64 `json:"top_p"`
+	TopK        *int     `json:"top_k"`
+	Seed        *int64   `json:"seed"`
+}
+
+// params validates the shared sampling fields. OpenAI's defaults are
+// temperature 1 and top_p 1.
+func (f samplingFields) params() (sample.Params, *apiError) {
+	p := sample.Params{Temperature: 1, TopP: 1}
+	if f.Temperature != nil {
+		t := *f.Temperature
+		if math.IsNaN(t) || t < 0 || t > 2 {
+			return p, invalid("temperature", "invalid_value", "Invalid 'temperature': %v is out of range [0, 2].", t)
+		}
+		p.Temperature = float32(t)
+	}
+	if f.TopP != nil {
+		v := *f.TopP
+		if math.IsNaN(v) || v < 0 || v > 1 {
+			return p, invalid("top_p", "invalid_value", "Invalid 'top_p': %v is out of range [0, 1].", v)
+		}
+		p.TopP = float32(v)
+	}
+	if f.TopK != nil {
+		if *f.TopK < 0 {
+			return p, invalid("top_k", "invalid_value", "Invalid 'top_k': %d must be >= 0.", *f.TopK)
+		}
+		p.TopK = *f.TopK
+	}
+	if f.Seed != nil {
+		seed := uint64(*f.Seed)
+		p.Seed = &seed
+	}
+	if err := p.Validate(); err != nil {
+		return p, invalid("", "invalid_value", "Invalid sampling parameters: %v", err)
+	}
+	return p, nil
+}
+
+// checkMaxTokens validates a max_tokens-like field.
+func checkMaxTokens(v *int, param string) (int, *apiError) {
+	if v == nil {
+		return 0, nil
+	}
+	if *v < 1 {
+		return 0, invalid(param, "invalid_value", "Invalid '%s': %d must be at least 1.", param, *v)
+	}
+	return *v, nil
+}
+
+// checkN validates n.
+func (s *Server) checkN(v *int) (int, *apiError) {
+	if v == nil {
+		return 1, nil
+	}
+	if *v < 1 || *v > s.opts.MaxN {
+		return 0, invalid("n", "invalid_value", "Invalid 'n': %d is out of range [1, %d].", *v, s.opts.MaxN)
+	}
+	return *v, nil
+}
+
+// prepared is a request ready to generate.
+type prepared struct {
+	prompt []int32
+	jobs   []job
+}
+
+// prepareChat renders the chat template over conv and plans the choices.
+func (s *Server) prepareChat(conv *conversation, smp sampling) (*prepared, *apiError) {
+	var tools []json.RawMessage
+	if conv.choice.mode != "none" {
+		tools = conv.tools
+	}
+	vars := make(map[string]any, len(s.opts.TemplateVars)+len(conv.vars))
+	for k, v := range s.opts.TemplateVars {
+		vars[k] = v
+	}
+	for k, v := range conv.vars {
+		vars[k] = v
+	}
+	text, err := s.tok.ApplyChatTemplate(tokenizer.ChatRequest{
+		Messages: conv.messages, Tools: tools, AddGenerationPrompt: true, Vars: vars,
+	})
+	if err != nil {
+		return nil, invalid("messages", "invalid_messages", "The messages could not be rendered with the model's chat template: %v", err)
+	}
+	reasoning := strings.HasSuffix(strings.TrimRight(text, "\n"), tagThink)
+	var prefill string
+	switch conv.choice.mode {
+	case "required":
+		prefill = tagToolCall + "\n{\"name\": \""
+	case "function":
+		name, _ := json.Marshal(conv.choice.name)
+		prefill = tagToolCall + "\n{\"name\": " + string(name) + ", \"arguments\": "
+	}
+	if prefill != "" {
+		text += prefill
+		reasoning = false
+	}
+	prompt := s.tok.Encode(text)
+	maxTokens, e := s.fit(len(prompt), smp.maxTokens)
+	if e != nil {
+		return nil, e
+	}
+	p := &prepared{prompt: prompt}
+	for i := range smp.n {
+		params := smp.params
+		if params.Seed != nil {
+			seed := *params.Seed + uint64(i)
+			params.Seed = &seed
+		}
+		p.jobs = append(p.jobs, job{
+			index:     i,
+			req:       rollout.Request{Prompt: prompt, Sampling: params, MaxTokens: maxTokens, StopTokens: s.opts.StopTokens},
+			stops:     smp.stops,
+			chat:      true,
+			tools:     len(tools) > 0,
+			reasoning: reasoning,
+			prefill:   prefill,
+			oneCall:   conv.oneCall,
+			logprobs:  smp.logprobs,
+		})
+	}
+	return p, nil
+}
+
+// fit returns the completion budget of a prompt: the requested one if it
+// fits the context, else the context left up to DefaultMaxTokens. A
+// request that does not fit is refused, never truncated.
+func (s *Server) fit(promptLen, requested int) (int, *apiError) {
+	left := s.opts.ContextLength - promptLen
+	if requested > 0 {
+		if requested > left {
+			return 0, invalid("messages", codeContextLength,
+				"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+				s.opts.ContextLength, promptLen+requested, promptLen, requested)
+		}
+		return requested, nil
+	}
+	if left < 1 {
+		return 0, invalid("messages", codeContextLength,
+			"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
+			s.opts.ContextLength, promptLen)
+	}
+	return min(left, s.opts.DefaultMaxTokens), nil
+}
+
+// turnMeta says how a request relates to sessions and training.
+type turnMeta struct {
+	sessionID string // explicit id, "" to infer
+	record    bool   // a main turn that may be trained on
+	done      bool   // X-Session-Done
+}
+
+// sessionFields are the body fields that may name a session.
+type sessionFields struct {
+	SessionID      string `json:"session_id"`
+	User           string `json:"user"`
+	PromptCacheKey string `json:"prompt_cache_key"`
+	Train          *bool  `json:"train"`
+}
+
+func (s *Server) turnMeta(r *http.Request, f sessionFields) (turnMeta, *apiError) {
+	m := turnMeta{record: true}
+	for _, id := range []string{r.Header.Get("X-Session-Id"), f.SessionID, f.User, f.PromptCacheKey} {
+		if id = strings.TrimSpace(id); id != "" {
+			m.sessionID = id
+			break
+		}
+	}
+	switch tt := strings.ToLower(strings.TrimSpace(r.Header.Get("X-Turn-Type"))); tt {
+	case "", "main":
+	case "side":
+		m.record = false
+	default:
+		return m, invalid("X-Turn-Type", "invalid_value", "Invalid X-Turn-Type header %q: use main or side.", tt)
+	}
+	if headerTrue(r.Header.Get("X-No-Train")) || (f.Train != nil && !*f.Train) {
+		m.record = false
+	}
+	m.done = headerTrue(r.Header.Get("X-Session-Done"))
+	return m, nil
+}
+
+func headerTrue(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+// begin binds a recorded request to its session (completing the turn it
+// continues) and names the session in the X-Session-Id response header; it
+// returns nil for requests that are not recorded.
+func (s *Server) begin(w http.ResponseWriter, meta turnMeta, conv *conversation) *session.Binding {
+	if !meta.record {
+		if meta.done && meta.sessionID != "" {
+			s.tracker.End(meta.sessionID)
+		}
+		return nil
+	}
+	b := s.tracker.Begin(session.Request{SessionID: meta.sessionID, Messages: conv.messages})
+	w.Header().Set("X-Session-Id", b.SessionID)
+	return b
+}
+
+// record stores finished choices as the session's new turn.
+func (s *Server) record(b *session.Binding, meta turnMeta, endpoint, responseID string, conv *conversation,
+	p *prepared, outs []*output, received time.Time) {
+	if b == nil {
+		return
+	}
+	turns := make([]*session.Turn, 0, len(outs))
+	for _, o := range outs {
+		if o == nil || o.err != nil || o.finish == "" {
+			return // an incomplete response is not a turn
+		}
+		t := &session.Turn{
+			ResponseID:     responseID,
+			Choice:         o.index,
+			Endpoint:       endpoint,
+			Model:          s.opts.ModelID,
+			Messages:       conv.messages,
+			Tools:          conv.tools,
+			Reply:          replyMessage(o),
+			PromptTokens:   p.prompt,
+			ResponseTokens: o.tokens,
+			LogProbs:       o.logProbs,
+			Version:        o.version(s.opts.Version()),
+			FinishReason:   o.finish,
+			Received:       received,
+			FirstToken:     o.firstAt,
+			Finished:       o.endAt,
+		}
+		for _, v := range o.versions {
+			if v != t.Version {
+				t.Versions = o.versions
+				break
+			}
+		}
+		turns = append(turns, t)
+	}
+	s.tracker.Record(b, turns, meta.done)
+}
+
+// replyMessage is the assistant message a choice returned.
+func replyMessage(o *output) tokenizer.Message {
+	m := tokenizer.Message{Role: "assistant", Content: o.content, ReasoningContent: o.reasoning}
+	for _, c := range o.calls {
+		args, _ := json.Marshal(c.args)
+		m.ToolCalls = append(m.ToolCalls, tokenizer.ToolCall{
+			ID: c.id, Type: "function", Function: tokenizer.FunctionCall{Name: c.name, Arguments: args},
+		})
+	}
+	return m
+}
+
+// observe records a finished request's metrics.
+func (s *Server) observe(endpoint string, received time.Time, outs []*output) {
+	var first time.Time
+	total := 0
+	for _, o := range outs {
+		if o == nil {
+			continue
+		}
+		total += len(o.tokens)
+		if !o.firstAt.IsZero() && (first.IsZero() || o.firstAt.Before(first)) {
+			first = o.firstAt
+		}
+	}
+	s.met.tokens.WithLabelValues(endpoint).Add(float64(total))
+	if !first.IsZero() {
+		s.met.ttft.WithLabelValues(endpoint).Observe(first.Sub(received).Seconds())
+	}
+}
+
+// firstError returns the error of the first failed choice.
+func firstError(outs []*output) error {
+	for _, o := range outs {
+		if o != nil && o.err != nil {
+			return fmt.Errorf("choice %d: %w", o.index, o.err)
+		}
+	}
+	return nil
+}
+
+// cancelled reports whether some choice ended because its client left.
+func cancelled(outs []*output) bool {
+	for _, o := range outs {
+		if o == nil || (o.err == nil && o.finish == "") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,527 @@
+package session
+
+import (
+	"container/list"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// Options configure a Tracker. Zero values take the defaults.
+type Options struct {
+	// Sink receives completed turns and feedback; nil discards them (they
+	// are counted as dropped).
+	Sink Sink
+	// MaxSessions bounds the sessions remembered at once (default 1024);
+	// the least recently used is forgotten first.
+	MaxSessions int
+	// IdleTimeout forgets a session this long after its last request
+	// (default 1h).
+	IdleTimeout time.Duration
+	// MaxTurnsPerSession bounds the turns a session remembers for matching
+	// and feedback (default 64).
+	MaxTurnsPerSession int
+	// MaxDroppedTrailing is how many trailing messages of a request may be
+	// missing from the request that continues it (default 2; -1 for none).
+	MaxDroppedTrailing int
+	// Now replaces time.Now (for tests).
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = 1024
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = time.Hour
+	}
+	if o.MaxTurnsPerSession <= 0 {
+		o.MaxTurnsPerSession = 64
+	}
+	switch {
+	case o.MaxDroppedTrailing == 0:
+		o.MaxDroppedTrailing = 2
+	case o.MaxDroppedTrailing < 0:
+		o.MaxDroppedTrailing = 0
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Tracker assigns requests to sessions, keeps each session's pending turns
+// until their next state arrives, and emits completed turns and feedback to
+// the Sink. It is safe for concurrent use.
+type Tracker struct {
+	opts Options
+	met  metrics
+
+	mu       sync.Mutex
+	sessions map[string]*sessionState
+	lru      *list.List // of *sessionState, most recently used first
+	// index maps the digest of (messages up to an answered message, reply)
+	// to the turns it identifies, most recent first.
+	index      map[digest][]*entry
+	byResponse map[string][]*entry
+	closed     bool
+}
+
+type sessionState struct {
+	id       string
+	inferred bool
+	next     int      // index of the next turn
+	pending  []*entry // the latest response's choices, awaiting a next state
+	entries  []*entry // remembered turns, oldest first
+	lastSeen time.Time
+	elem     *list.Element
+}
+
+// entry is a remembered turn. turn is set until the turn is emitted.
+type entry struct {
+	sess       *sessionState
+	index      int
+	choice     int
+	responseID string
+	keys       []digest
+	turn       *Turn
+}
+
+// Maximum turns remembered under one digest (identical conversations).
+const maxPerDigest = 4
+
+// New returns a Tracker.
+func New(opts Options) *Tracker {
+	opts.setDefaults()
+	t := &Tracker{
+		opts:       opts,
+		sessions:   map[string]*sessionState{},
+		lru:        list.New(),
+		index:      map[digest][]*entry{},
+		byResponse: map[string][]*entry{},
+	}
+	t.met = newMetrics(t)
+	return t
+}
+
+// Request is what Begin needs of an arriving main request.
+type Request struct {
+	// SessionID is the id the client gave, or "" to infer the session.
+	SessionID string
+	// Messages is the normalised conversation.
+	Messages []tokenizer.Message
+}
+
+// Binding ties a request to its session, from Begin to Record.
+type Binding struct {
+	// SessionID is the session the request belongs to.
+	SessionID string
+	// Inferred is true when the session was inferred from the messages.
+	Inferred bool
+	// Continued is true when the request continued a remembered turn.
+	Continued bool
+	chain     []digest
+	roles     []string
+}
+
+// Begin assigns a main request to its session and completes the session's
+// pending turn: the turn the request continues gets the request's new
+// trailing messages as its next state and is emitted. Call it when the
+// request has been accepted for generation, then Record when the
+// generation is done.
+func (t *Tracker) Begin(req Request) *Binding {
+	hs := newHasher()
+	b := &Binding{chain: hs.chain(req.Messages), roles: make([]string, len(req.Messages))}
+	for i, m := range req.Messages {
+		b.roles[i] = m.Role
+	}
+	now := t.opts.Now()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked(now)
+	var sess *sessionState
+	if req.SessionID != "" {
+		sess = t.sessions[req.SessionID]
+	}
+	// The longest prefix ending in an assistant message that is a stored
+	// (conversation, reply) is the turn this request continues.
+	var match *entry
+	at := -1
+	for j := len(req.Messages) - 1; j >= 0 && match == nil; j-- {
+		if req.Messages[j].Role != "assistant" {
+			continue
+		}
+		for _, e := range t.index[b.chain[j+1]] {
+			if req.SessionID != "" && e.sess != sess {
+				continue
+			}
+			if match == nil || (match.turn == nil && e.turn != nil) {
+				match, at = e, j
+			}
+		}
+	}
+	switch {
+	case sess != nil:
+	case match != nil:
+		sess = match.sess
+	default:
+		id := req.SessionID
+		if id == "" {
+			id = newID("sess-")
+		}
+		sess = &sessionState{id: id, inferred: req.SessionID == ""}
+		sess.elem = t.lru.PushFront(sess)
+		t.sessions[id] = sess
+	}
+	sess.lastSeen = now
+	t.lru.MoveToFront(sess.elem)
+	b.SessionID, b.Inferred, b.Continued = sess.id, sess.inferred, match != nil
+
+	if match != nil && match.turn != nil {
+		turn := match.turn
+		turn.NextState = cloneMessages(req.Messages[at+1:])
+		turn.End = EndNextState
+		t.emitTurnLocked(match, now)
+	}
+	var rest []*entry
+	for _, e := range sess.pending {
+		if e.turn != nil {
+			rest = append(rest, e)
+		}
+	}
+	sess.pending = nil
+	if match == nil && req.SessionID != "" && len(rest) == 1 {
+		// A named session whose history no longer holds the reply (a
+		// client that compacts or rewrites it): the new trailing user and
+		// tool messages are still the best next state there is.
+		turn := rest[0].turn
+		turn.NextState = cloneMessages(trailingInput(req.Messages))
+		turn.End = EndUnmatched
+		t.emitTurnLocked(rest[0], now)
+		rest = nil
+	}
+	for _, e := range rest {
+		e.turn.End = EndSuperseded
+		t.emitTurnLocked(e, now)
+	}
+	return b
+}
+
+// Record stores the finished generation of a request as its session's new
+// turn, one Turn per choice (they share a turn index). The Tracker fills in
+// SessionID, Inferred, Index and, when it emits a turn, End, NextState and
+// Completed. With done, the session ends: the turns are emitted at once
+// with EndSessionDone and the session is forgotten.
+func (t *Tracker) Record(b *Binding, turns []*Turn, done bool) {
+	hs := newHasher()
+	replies := make([]digest, len(turns))
+	for i, tr := range turns {
+		replies[i] = hs.message(tr.Reply)
+	}
+	now := t.opts.Now()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		for _, tr := range turns {
+			tr.SessionID, tr.Inferred = b.SessionID, b.Inferred
+			tr.End, tr.Completed = EndShutdown, now
+			t.offerLocked(Record{Kind: KindTurn, Turn: tr})
+		}
+		return
+	}
+	t.expireLocked(now)
+	sess := t.sessions[b.SessionID]
+	if sess == nil { // forgotten while generating
+		sess = &sessionState{id: b.SessionID, inferred: b.Inferred}
+		sess.elem = t.lru.PushFront(sess)
+		t.sessions[sess.id] = sess
+	}
+	sess.lastSeen = now
+	t.lru.MoveToFront(sess.elem)
+	index := sess.next
+	sess.next++
+	t.met.recorded.Add(float64(len(turns)))
+	for i, tr := range turns {
+		tr.SessionID, tr.Inferred, tr.Index = sess.id, sess.inferred, index
+		e := &entry{sess: sess, index: index, choice: tr.Choice, responseID: tr.ResponseID, turn: tr}
+		for _, cut := range t.cuts(b.roles) {
+			key := hs.link(b.chain[cut], replies[i])
+			e.keys = append(e.keys, key)
+			list := append([]*entry{e}, t.index[key]...)
+			if len(list) > maxPerDigest {
+				list = list[:maxPerDigest]
+			}
+			t.index[key] = list
+		}
+		if e.responseID != "" {
+			t.byResponse[e.responseID] = append(t.byResponse[e.responseID], e)
+		}
+		sess.entries = append(sess.entries, e)
+		sess.pending = append(sess.pending, e)
+	}
+	for len(sess.entries) > t.opts.MaxTurnsPerSession {
+		t.forgetEntryLocked(sess.entries[0], EndExpired, now)
+		sess.entries = sess.entries[1:]
+	}
+	if done {
+		t.endSessionLocked(sess, EndSessionDone, now)
+	}
+}
+
+// cuts returns the prefix lengths of a request's messages under which its
+// reply is indexed: all of them, and shorter prefixes that drop up to
+// MaxDroppedTrailing trailing messages and end with a user or tool message.
+func (t *Tracker) cuts(roles []string) []int {
+	n := len(roles)
+	out := []int{n}
+	for cut := n - 1; cut >= 1 && cut >= n-t.opts.MaxDroppedTrailing; cut-- {
+		if r := roles[cut-1]; r == "user" || r == "tool" {
+			out = append(out, cut)
+		}
+	}
+	return out
+}
+
+// End closes a session by id (X-Session-Done on a request that is not
+// recorded): its pending turns are emitted with EndSessionDone. It reports
+// whether the session existed.
+func (t *Tracker) End(sessionID string) bool {
+	now := t.opts.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sess := t.sessions[sessionID]
+	if sess == nil {
+		return false
+	}
+	t.endSessionLocked(sess, EndSessionDone, now)
+	return true
+}
+
+// ErrUnknownTurn is returned by AddFeedback for a turn the Tracker does not
+// remember.
+var ErrUnknownTurn = errors.New("session: unknown turn")
+
+// FeedbackRequest names a turn and carries the feedback for it.
+type FeedbackRequest struct {
+	// ResponseID names the turn; when empty, SessionID and Turn do.
+	ResponseID string
+	SessionID  string
+	Turn       int
+	// Choice picks a choice of an n>1 response (default 0).
+	Choice int
+	// Thumb is +1, -1 or 0 (none).
+	Thumb int
+	Text  string
+}
+
+// AddFeedback attaches feedback to a remembered turn and emits it as a
+// KindFeedback record. A turn still waiting for its next state also lists
+// it in Turn.Feedback.
+func (t *Tracker) AddFeedback(req FeedbackRequest) (Feedback, error) {
+	now := t.opts.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var target *entry
+	if req.ResponseID != "" {
+		for _, e := range t.byResponse[req.ResponseID] {
+			if e.choice == req.Choice {
+				target = e
+			}
+		}
+	} else if sess := t.sessions[req.SessionID]; sess != nil {
+		for _, e := range sess.entries {
+			if e.index == req.Turn && e.choice == req.Choice {
+				target = e
+			}
+		}
+	}
+	if target == nil {
+		return Feedback{}, fmt.Errorf("feedback for response %q / session %q turn %d: %w",
+			req.ResponseID, req.SessionID, req.Turn, ErrUnknownTurn)
+	}
+	fb := Feedback{
+		ID:         newID("fb-"),
+		SessionID:  target.sess.id,
+		TurnIndex:  target.index,
+		Choice:     target.choice,
+		ResponseID: target.responseID,
+		Thumb:      req.Thumb,
+		Text:       req.Text,
+		Received:   now,
+	}
+	if target.turn != nil {
+		target.turn.Feedback = append(target.turn.Feedback, fb)
+	}
+	t.met.feedback.Inc()
+	if !t.offerLocked(Record{Kind: KindFeedback, Feedback: &fb}) {
+		t.met.feedbackDropped.Inc()
+	}
+	return fb, nil
+}
+
+// Sweep forgets sessions idle for longer than IdleTimeout, emitting their
+// pending turns with EndExpired. Begin and Record sweep too; call Sweep
+// from a ticker so that an idle server also lets go.
+func (t *Tracker) Sweep() {
+	now := t.opts.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked(now)
+}
+
+// Close emits every pending turn with EndShutdown and forgets all
+// sessions. Turns recorded afterwards are emitted at once, with
+// EndShutdown.
+func (t *Tracker) Close() {
+	now := t.opts.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for t.lru.Len() > 0 {
+		t.endSessionLocked(t.lru.Back().Value.(*sessionState), EndShutdown, now)
+	}
+	t.closed = true
+}
+
+// Collectors returns the Tracker's Prometheus metrics, for the caller to
+// register.
+func (t *Tracker) Collectors() []prometheus.Collector { return t.met.all() }
+
+func (t *Tracker) expireLocked(now time.Time) {
+	for t.lru.Len() > 0 {
+		oldest := t.lru.Back().Value.(*sessionState)
+		if t.lru.Len() <= t.opts.MaxSessions && now.Sub(oldest.lastSeen) < t.opts.IdleTimeout {
+			return
+		}
+		t.endSessionLocked(oldest, EndExpired, now)
+	}
+}
+
+// endSessionLocked emits the session's pending turns with reason and
+// forgets the session.
+func (t *Tracker) endSessionLocked(sess *sessionState, reason EndReason, now time.Time) {
+	for _, e := range sess.entries {
+		t.forgetEntryLocked(e, reason, now)
+	}
+	sess.entries, sess.pending = nil, nil
+	t.lru.Remove(sess.elem)
+	delete(t.sessions, sess.id)
+}
+
+// forgetEntryLocked removes e from the indexes, emitting its turn first if
+// it is still pending.
+func (t *Tracker) forgetEntryLocked(e *entry, reason EndReason, now time.Time) {
+	if e.turn != nil {
+		e.turn.End = reason
+		t.emitTurnLocked(e, now)
+	}
+	for _, k := range e.keys {
+		t.index[k] = without(t.index[k], e)
+		if len(t.index[k]) == 0 {
+			delete(t.index, k)
+		}
+	}
+	if e.responseID != "" {
+		t.byResponse[e.responseID] = without(t.byResponse[e.responseID], e)
+		if len(t.byResponse[e.responseID]) == 0 {
+			delete(t.byResponse, e.responseID)
+		}
+	}
+}
+
+// emitTurnLocked hands e's turn to the sink; the entry stays remembered
+// (for matching and feedback) without it.
+func (t *Tracker) emitTurnLocked(e *entry, now time.Time) {
+	turn := e.turn
+	e.turn = nil
+	turn.Completed = now
+	t.met.emitted.WithLabelValues(string(turn.End)).Inc()
+	if !t.offerLocked(Record{Kind: KindTurn, Turn: turn}) {
+		t.met.dropped.Inc()
+	}
+}
+
+func (t *Tracker) offerLocked(rec Record) bool {
+	return t.opts.Sink != nil && t.opts.Sink.Offer(rec)
+}
+
+func (t *Tracker) openSessions() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions)
+}
+
+func without(list []*entry, e *entry) []*entry {
+	out := list[:0]
+	for _, x := range list {
+		if x != e {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// trailingInput returns the user and tool messages at the end of msgs.
+func trailingInput(msgs []tokenizer.Message) []tokenizer.Message {
+	i := len(msgs)
+	for i > 0 && (msgs[i-1].Role == "user" || msgs[i-1].Role == "tool") {
+		i--
+	}
+	return msgs[i:]
+}
+
+func cloneMessages(msgs []tokenizer.Message) []tokenizer.Message {
+	return append([]tokenizer.Message(nil), msgs...)
+}
+
+// newID returns prefix followed by 26 random upper-case letters and digits.
+func newID(prefix string) string { return prefix + rand.Text() }
+
+// metrics are the Tracker's Prometheus collectors.
+type metrics struct {
+	recorded        prometheus.Counter
+	emitted         *prometheus.CounterVec
+	dropped         prometheus.Counter
+	feedback        prometheus.Counter
+	feedbackDropped prometheus.Counter
+	open            prometheus.GaugeFunc
+}
+
+func newMetrics(t *Tracker) metrics {
+	return metrics{
+		recorded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clawrl_turns_recorded_total",
+			Help: "Main turns recorded for training (one per choice).",
+		}),
+		emitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clawrl_turns_completed_total",
+			Help: "Turns completed and handed to the reward stage, by how they ended.",
+		}, []string{"end"}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clawrl_turns_dropped_total",
+			Help: "Completed turns the reward queue could not take.",
+		}),
+		feedback: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clawrl_feedback_total",
+			Help: "Explicit feedback received.",
+		}),
+		feedbackDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "clawrl_feedback_dropped_total",
+			Help: "Feedback records the reward queue could not take.",
+		}),
+		open: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "clawrl_sessions_open",
+			Help: "Sessions remembered.",
+		}, func() float64 { return float64(t.openSessions()) }),
+	}
+}
+
+func (m metrics) all() []prometheus.Collector {
+	return []prometheus.Collector{m.recorded, m.emitted, m.dropped, m.feedback, m.feedbackDropped, m.open}
+}
