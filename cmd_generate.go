@@ -63,7 +63,11 @@ func (a *app) openEngine(dir string) (*engine, error) {
 		m.Close()
 		return nil, err
 	}
-	sched, err := rollout.New(rollout.Options{Model: m, Cache: cache, Log: a.log})
+	rc := a.cfg.Rollout
+	sched, err := rollout.New(rollout.Options{
+		Model: m, Cache: cache, Log: a.log,
+		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache,
+	})
 	if err != nil {
 		cache.Close()
 		m.Close()

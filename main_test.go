@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,7 +31,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestNotImplemented(t *testing.T) {
-	for _, c := range []string{"serve", "chat", "pretrain", "export"} {
+	for _, c := range []string{"chat", "pretrain", "export"} {
 		_, _, err := run(t, "", c, "--anything")
 		if !errors.Is(err, errNotImplemented) || !strings.Contains(err.Error(), "issue #") {
 			t.Errorf("%s: err = %v, want a not-implemented error naming its issue", c, err)
@@ -86,5 +89,52 @@ func TestTestmodelAndGenerate(t *testing.T) {
 		if _, _, err := run(t, "", bad...); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
+	}
+}
+
+func TestServe(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	if _, _, err := run(t, "", "testmodel", dir); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb}
+	root := newRootCmd(&out, &errb)
+	root.SetArgs([]string{"version"})
+	if err := a.load(root); err != nil {
+		t.Fatal(err)
+	}
+	a.cfg.Server.Port = 0 // any free port
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- a.runServe(ctx, dir, ready) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	body := `{"model":"m","messages":[{"role":"user","content":"Hello"}],"max_tokens":5}`
+	resp, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(got.Choices) != 1 || got.Usage.CompletionTokens < 1 {
+		t.Fatalf("status %d, %+v, %v", resp.StatusCode, got, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve returned %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
@@ -22,9 +23,11 @@ import (
 
 // Config is the whole typed configuration.
 type Config struct {
-	Log    Log    `mapstructure:"log"`
-	Model  Model  `mapstructure:"model"`
-	Server Server `mapstructure:"server"`
+	Log      Log      `mapstructure:"log"`
+	Model    Model    `mapstructure:"model"`
+	Server   Server   `mapstructure:"server"`
+	Rollout  Rollout  `mapstructure:"rollout"`
+	Sessions Sessions `mapstructure:"sessions"`
 }
 
 // Log configures logging.
@@ -42,9 +45,29 @@ type Model struct {
 
 // Server configures the OpenAI-compatible API.
 type Server struct {
-	Host    string   `mapstructure:"host"`
-	Port    int      `mapstructure:"port"`
-	APIKeys []string `mapstructure:"api_keys"`
+	Host             string        `mapstructure:"host"`
+	Port             int           `mapstructure:"port"`
+	APIKeys          []string      `mapstructure:"api_keys"`
+	MaxBodyMB        int           `mapstructure:"max_body_mb"`
+	MaxN             int           `mapstructure:"max_n"`
+	DefaultMaxTokens int           `mapstructure:"default_max_tokens"`
+	EnableThinking   string        `mapstructure:"enable_thinking"`
+	ShutdownTimeout  time.Duration `mapstructure:"shutdown_timeout"`
+}
+
+// Rollout configures the generation scheduler.
+type Rollout struct {
+	MaxBatch    int  `mapstructure:"max_batch"`
+	QueueSize   int  `mapstructure:"queue_size"`
+	StepTokens  int  `mapstructure:"step_tokens"`
+	PrefixCache bool `mapstructure:"prefix_cache"`
+}
+
+// Sessions bounds the memory of session tracking.
+type Sessions struct {
+	MaxSessions int           `mapstructure:"max_sessions"`
+	IdleTimeout time.Duration `mapstructure:"idle_timeout"`
+	MaxTurns    int           `mapstructure:"max_turns"`
 }
 
 // Options says where Load looks besides the embedded defaults.
@@ -131,6 +154,7 @@ func Load(opts Options) (*Config, error) {
 		dc.WeaklyTypedInput = true
 		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
 			mapstructure.StringToSliceHookFunc(","),
+			mapstructure.StringToTimeDurationHookFunc(),
 		)
 	}
 	if err := v.Unmarshal(&c, decode); err != nil {
@@ -236,6 +260,34 @@ func (c *Config) Validate() error {
 	}
 	if c.Server.Host == "" {
 		errs = append(errs, errors.New("server.host: must not be empty"))
+	}
+	positive := func(key string, v int) {
+		if v < 1 {
+			errs = append(errs, fmt.Errorf("%s: %d must be >= 1", key, v))
+		}
+	}
+	positive("server.max_body_mb", c.Server.MaxBodyMB)
+	positive("server.max_n", c.Server.MaxN)
+	positive("server.default_max_tokens", c.Server.DefaultMaxTokens)
+	positive("rollout.max_batch", c.Rollout.MaxBatch)
+	positive("rollout.queue_size", c.Rollout.QueueSize)
+	positive("rollout.step_tokens", c.Rollout.StepTokens)
+	positive("sessions.max_sessions", c.Sessions.MaxSessions)
+	positive("sessions.max_turns", c.Sessions.MaxTurns)
+	if c.Rollout.StepTokens < c.Rollout.MaxBatch {
+		errs = append(errs, fmt.Errorf("rollout.step_tokens: %d must be >= rollout.max_batch (%d): every running sequence decodes one token per step",
+			c.Rollout.StepTokens, c.Rollout.MaxBatch))
+	}
+	switch c.Server.EnableThinking {
+	case "auto", "true", "false":
+	default:
+		errs = append(errs, fmt.Errorf("server.enable_thinking: %q is not one of auto, true, false", c.Server.EnableThinking))
+	}
+	if c.Server.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("server.shutdown_timeout: %v must not be negative", c.Server.ShutdownTimeout))
+	}
+	if c.Sessions.IdleTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("sessions.idle_timeout: %v must be positive", c.Sessions.IdleTimeout))
 	}
 	keys := c.Server.APIKeys[:0:0]
 	for _, k := range c.Server.APIKeys {

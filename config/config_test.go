@@ -83,6 +83,13 @@ func TestLoad(t *testing.T) {
 		{name: "port range", file: "server:\n  port: 70000\n", wantErr: "server.port: 70000"},
 		{name: "bad level", file: "log:\n  level: loud\n", wantErr: "log.level"},
 		{name: "bad yaml", file: "server: [\n", wantErr: "c.yaml"},
+		{name: "duration from env", env: []string{"CLAWRL_SESSIONS_IDLE_TIMEOUT=90s"},
+			check: func(c *Config) bool { return c.Sessions.IdleTimeout.Seconds() == 90 }},
+		{name: "bad duration", file: "server:\n  shutdown_timeout: soon\n", wantErr: "shutdown_timeout"},
+		{name: "step tokens below batch", file: "rollout:\n  max_batch: 64\n  step_tokens: 32\n", wantErr: "rollout.step_tokens"},
+		{name: "bad thinking", env: []string{"CLAWRL_SERVER_ENABLE_THINKING=maybe"}, wantErr: "server.enable_thinking"},
+		{name: "bool from env", env: []string{"CLAWRL_ROLLOUT_PREFIX_CACHE=false"},
+			check: func(c *Config) bool { return !c.Rollout.PrefixCache }},
 		{name: "negative threads", env: []string{"CLAWRL_MODEL_THREADS=-2"}, wantErr: "model.threads"},
 	}
 	for _, tt := range tests {
