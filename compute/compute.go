@@ -27,11 +27,14 @@
 //   - A Backend is not safe for concurrent use unless its documentation says
 //     so; the model serialises its forward passes.
 //
-// Growth: the training engine adds backward kernels as a second interface,
-// Trainer, which embeds Backend. Code that only runs the forward pass depends
-// on Backend alone and keeps compiling when Trainer grows; code that trains
-// asks for a Trainer (or type-asserts one) and gets a clear error from a
-// backend that cannot train.
+// Training: the backward kernels form a second interface, Trainer, which
+// embeds Backend. Code that only runs the forward pass depends on Backend
+// alone and keeps compiling when Trainer grows; code that trains asks for a
+// Trainer (or type-asserts one) and gets a clear error from a backend that
+// cannot train. Trainer also carries the optimizer's arithmetic (AdamW, the
+// sum of squares for the global gradient norm, scaling, zeroing, adding),
+// so that a device backend keeps parameters, gradients and optimizer state
+// on the device for the whole step.
 package compute
 
 import (
@@ -221,4 +224,126 @@ type Attention struct {
 	QueryStart              Tensor  // I32 [Seqs+1]
 	ContextLen              Tensor  // I32 [Seqs]
 	BlockTable              Tensor  // I32 [Seqs·MaxBlocks]
+}
+
+// Trainer is a Backend that can also run the backward pass of the
+// transformer ops and the optimizer.
+//
+// Gradients are F32. An op whose doc says "dx +=" adds into its output,
+// which the caller zeroes first (Zero); "dx =" overwrites it. Weights that
+// gradients flow through (w of LinearBackwardInput) may be F32 or BF16: a
+// frozen BF16 base under LoRA adapters is the usual case. Weights that
+// receive gradients are F32.
+//
+// Gradient reductions (weight gradients, bias and norm-weight sums,
+// embedding scatter-adds) are computed in a fixed order for a given
+// backend, shapes and thread count, so the same inputs give bit-identical
+// gradients: recomputing activations (gradient checkpointing) does not
+// change the result.
+//
+// Concurrency: unlike a plain Backend, a Trainer must allow one goroutine
+// to serve (forward ops) while another trains (any ops) on different
+// tensors, since serving never waits for training. Ops on the same tensors
+// must still be serialised by the caller.
+type Trainer interface {
+	Backend
+
+	// MatMul computes dst = alpha·op(a)·op(b) + beta·dst for F32 matrices,
+	// where op(x) is x or xᵀ (trans set). a, b and dst are 2-D as rows ×
+	// Cols. With beta == 0, dst is overwritten. It serves the products that
+	// are not a linear layer: LoRA adapters, their gradients, merges.
+	MatMul(dst, a, b Tensor, transA, transB bool, alpha, beta float32)
+	// Convert copies src into dst, which has the same number of elements and
+	// possibly another dtype: F32→BF16 rounds to nearest even, BF16→F32 is
+	// exact, equal dtypes copy.
+	Convert(dst, src Tensor)
+
+	// EmbeddingBackward scatter-adds rows: dTable[ids[i]] += dy[i]. dTable
+	// is F32 [rows, cols], dy F32 [len(ids), cols]; repeated ids add up.
+	EmbeddingBackward(dTable, dy, ids Tensor)
+	// LinearBackwardInput computes dx = dy·w (dx += dy·w with accumulate),
+	// the input gradient of Linear: dy [m, n], w [n, k] (F32 or BF16),
+	// dx [m, k].
+	LinearBackwardInput(dx, dy, w Tensor, accumulate bool)
+	// LinearBackwardWeight computes dw += dyᵀ·x, the weight gradient of
+	// Linear: dy [m, n], x [m, k], dw F32 [n, k].
+	LinearBackwardWeight(dw, dy, x Tensor)
+	// BiasBackward computes db += Σ_rows dy, the bias gradient of Linear.
+	BiasBackward(db, dy Tensor)
+	// RMSNormBackward is the gradient of RMSNorm(y, x, w, eps) for every
+	// group of len(w) elements: dx = ∂L/∂x (dx += with accumulate) and,
+	// unless dw is nil, dw += ∂L/∂w, given dy = ∂L/∂y. dx may be dy; it
+	// must not be x.
+	RMSNormBackward(dx, dw, dy, x, w Tensor, eps float32, accumulate bool)
+	// RoPEBackward turns ∂L/∂(rotated x) into ∂L/∂x in place: the inverse
+	// rotation of RoPE with the same arguments.
+	RoPEBackward(dx, pos, cos, sin Tensor, headDim int)
+	// DenseAttention is causal grouped-query attention of every sequence
+	// over its own keys and values (no cache), for training: see
+	// DenseAttention the type. It writes dst (like Attention) and lse [rows,
+	// Heads], the log of each softmax denominator (scaled scores included),
+	// which DenseAttentionBackward needs. It does not hold a score matrix of
+	// a whole sequence per head at once.
+	DenseAttention(dst, lse, q, k, v Tensor, a *DenseAttention)
+	// DenseAttentionBackward computes dq, dk and dv (all overwritten) from
+	// dOut = ∂L/∂dst and the forward's inputs and outputs.
+	DenseAttentionBackward(dq, dk, dv, dOut, out, lse, q, k, v Tensor, a *DenseAttention)
+	// SiLUMulBackward computes dGate = ∂L/∂gate and dUp = ∂L/∂up of
+	// SiLUMul from dy = ∂L/∂dst. dGate may be gate and dUp may be up.
+	SiLUMulBackward(dGate, dUp, dy, gate, up Tensor)
+	// LogProbs reads every row of logits [rows, vocab] as unnormalised
+	// log-probabilities and writes, per row, the log-probability of the
+	// I32 target (logp), the entropy of the distribution (entropy, nil to
+	// skip) and the log of its normaliser (lse, for LogProbsBackward), all
+	// F32 [rows]. Sums are accumulated in float64.
+	LogProbs(logp, entropy, lse, logits, targets Tensor)
+	// LogProbsBackward computes dLogits = dLogp·(onehot(target) − softmax)
+	// per row, the gradient of LogProbs' logp with upstream dLogp [rows].
+	// dLogits may be logits.
+	LogProbsBackward(dLogits, logits, lse, targets, dLogp Tensor)
+
+	// AdamW updates an F32 parameter in place from its gradient and the
+	// moment estimates m and v (updated in place): see AdamW the type.
+	AdamW(param, grad, m, v Tensor, hp AdamW)
+	// SumSquares returns Σ x² over all elements of the F32 tensors,
+	// accumulated in float64 (for the global gradient norm). Like Read, it
+	// waits for pending work and reports any device error.
+	SumSquares(ts ...Tensor) (float64, error)
+	// Scale multiplies an F32 tensor by alpha in place.
+	Scale(x Tensor, alpha float32)
+	// Zero sets every element of a tensor to zero.
+	Zero(x Tensor)
+	// AddScaled computes dst += alpha·x for F32 tensors of equal length.
+	// (Backend.Add is the plain dst = a + b, which is also the backward of a
+	// residual add: the gradient reaches both inputs unchanged.)
+	AddScaled(dst, x Tensor, alpha float32)
+}
+
+// DenseAttention describes a DenseAttention call: Seqs sequences packed
+// one after another in the rows of q, k, v and dst; sequence s owns rows
+// SeqStart[s] ≤ r < SeqStart[s+1], at positions 0, 1, ... of that sequence,
+// and its query at position p attends to its own keys at positions 0..p.
+// q and dst rows are Heads·HeadDim wide, k and v rows KVHeads·HeadDim; query
+// head h reads key/value head h / (Heads/KVHeads).
+type DenseAttention struct {
+	Heads, KVHeads, HeadDim int
+	Scale                   float32 // usually 1/sqrt(HeadDim)
+	Seqs                    int
+	SeqStart                Tensor // I32 [Seqs+1], SeqStart[0] = 0, SeqStart[Seqs] = rows
+}
+
+// AdamW holds the hyperparameters of one AdamW step (Loshchilov & Hutter,
+// decoupled weight decay, as torch.optim.AdamW):
+//
+//	g = GradScale·grad
+//	m = Beta1·m + (1−Beta1)·g
+//	v = Beta2·v + (1−Beta2)·g²
+//	param = param·(1 − LR·WeightDecay) − LR·(m/(1−Beta1^Step)) / (sqrt(v/(1−Beta2^Step)) + Eps)
+type AdamW struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+	// Step is the 1-based number of this update (bias correction).
+	Step int
+	// GradScale multiplies the gradient before use (global-norm clipping
+	// without a separate pass); 0 is taken as 1.
+	GradScale float32
 }

@@ -24,6 +24,14 @@
 //
 // Scratch memory of the ops is pooled, so the decode steady state does not
 // allocate per layer.
+//
+// The backward ops of compute.Trainer (train.go, dense_attention.go) are
+// built from the same kernels: the input gradient of a linear layer is
+// Sgemm of dy with the weight untransposed (a BF16 weight is widened a
+// block of rows at a time), its weight gradient Sgemm of dyᵀ with x, and
+// training attention works on blocks of query rows with Sgemm for q·kᵀ,
+// P·v and their gradients. Their reductions are deterministic (see
+// compute.Trainer).
 package cpu
 
 import (
@@ -35,8 +43,10 @@ import (
 )
 
 // Backend runs compute ops on the host. The zero value is not usable; call
-// New. Its ops may be called from one goroutine at a time (each op spreads
-// its own work over kernels.Threads() goroutines).
+// New. It implements compute.Trainer. Its ops hold no state between calls
+// (only a pool of scratch buffers), so they may be called from several
+// goroutines at once on different tensors, as serving and training do;
+// each op spreads its own work over kernels.Threads() goroutines.
 type Backend struct {
 	opts    Options
 	scratch sync.Pool // *[]float32 buffers for attention scores and softmax chunks

@@ -109,24 +109,30 @@ func rmsNormRows(dst, x, w []float32, eps float32, lo, hi int) {
 
 // RoPE rotates each head of each row by its position's angles.
 func (b *Backend) RoPE(x, pos, cos, sin compute.Tensor, headDim int) {
-	xs := must(x, compute.F32, "RoPE x")
-	p := must(pos, compute.I32, "RoPE pos").i32
-	c := must(cos, compute.F32, "RoPE cos")
-	s := must(sin, compute.F32, "RoPE sin")
+	b.rope(x, pos, cos, sin, headDim, 1, "RoPE")
+}
+
+// rope rotates by the angles (sign 1) or by their negation (sign −1, the
+// inverse rotation and RoPE's backward).
+func (b *Backend) rope(x, pos, cos, sin compute.Tensor, headDim int, sign float32, op string) {
+	xs := must(x, compute.F32, op+" x")
+	p := must(pos, compute.I32, op+" pos").i32
+	c := must(cos, compute.F32, op+" cos")
+	s := must(sin, compute.F32, op+" sin")
 	half := headDim / 2
 	rows, cols := xs.shape[0], compute.Cols(xs)
 	if headDim <= 0 || headDim%2 != 0 || cols%headDim != 0 || len(p) != rows ||
 		compute.Cols(c) != half || compute.Cols(s) != half || c.shape[0] != s.shape[0] {
-		shapePanic("RoPE", "x %s, headDim %d, %d positions, tables %s %s", compute.ShapeString(xs.shape), headDim, len(p), compute.ShapeString(c.shape), compute.ShapeString(s.shape))
+		shapePanic(op, "x %s, headDim %d, %d positions, tables %s %s", compute.ShapeString(xs.shape), headDim, len(p), compute.ShapeString(c.shape), compute.ShapeString(s.shape))
 	}
 	if grain := grainFor(cols); rows <= grain {
-		ropeRows(xs.f32, p, c.f32, s.f32, cols, headDim, 0, rows)
+		ropeRows(xs.f32, p, c.f32, s.f32, cols, headDim, sign, 0, rows)
 	} else {
-		kernels.ParallelFor(rows, grain, func(lo, hi int) { ropeRows(xs.f32, p, c.f32, s.f32, cols, headDim, lo, hi) })
+		kernels.ParallelFor(rows, grain, func(lo, hi int) { ropeRows(xs.f32, p, c.f32, s.f32, cols, headDim, sign, lo, hi) })
 	}
 }
 
-func ropeRows(x []float32, pos []int32, cos, sin []float32, cols, headDim, lo, hi int) {
+func ropeRows(x []float32, pos []int32, cos, sin []float32, cols, headDim int, sign float32, lo, hi int) {
 	half := headDim / 2
 	maxPos := len(cos) / half
 	for i := lo; i < hi; i++ {
@@ -140,8 +146,9 @@ func ropeRows(x []float32, pos []int32, cos, sin []float32, cols, headDim, lo, h
 			x1, x2 := row[h:h+half], row[h+half:h+headDim]
 			for j := range half {
 				a, b := x1[j], x2[j]
-				x1[j] = a*cr[j] - b*sr[j]
-				x2[j] = b*cr[j] + a*sr[j]
+				sn := sign * sr[j]
+				x1[j] = a*cr[j] - b*sn
+				x2[j] = b*cr[j] + a*sn
 			}
 		}
 	}

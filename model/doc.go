@@ -57,6 +57,35 @@
 // then log-softmax at every response position, for the trainer (old and
 // new policy log-probs) and the judge's teacher.
 //
+// # Versions and training
+//
+// A Weights is one immutable set of the model's tensors (a version):
+// Model.Weights is the checkpoint's, Weights.Clone and Trainable.Snapshot
+// make more, and Run and LogProbsWith take the set to use, so a scheduler
+// can keep finishing generations on an old version while new ones start on
+// the next. Sets share tensors by reference count; see Weights for the
+// ownership rules.
+//
+// A Trainable holds the parameters being trained over a frozen base set:
+// F32 master copies of every tensor (full fine-tuning) or LoRA adapters.
+// Its Forward runs whole samples (prompt + response, dense causal attention
+// over each sample, logits at response positions only) and returns a Pass
+// with the response tokens' log-probabilities and entropies; Pass.Backward
+// takes ∂loss/∂logp per response token and accumulates parameter
+// gradients, which the caller's optimizer applies through the backend's
+// compute.Trainer ops:
+//
+//	tr, _ := m.NewTrainable(m.Weights(), model.TrainOptions{LoRA: &model.LoRAConfig{Rank: 16, Alpha: 32}})
+//	pass, _ := tr.Forward(samples)          // pass.LogProbs[i][j], pass.Entropy[i][j]
+//	tr.ZeroGrad()
+//	_ = pass.Backward(dLossDLogp)           // shaped like pass.LogProbs
+//	pass.Free()
+//	for _, p := range tr.Params() { tb.AdamW(p.Value, p.Grad, m[p], v[p], hp) }
+//	next, _ := tr.Snapshot()                // serve it: m.Run(next, ...)
+//
+// The backward pass is checked against central differences of the float64
+// reference model (train_test.go).
+//
 // WriteRandomCheckpoint writes small (or Qwen3-0.6B-shaped) checkpoints of
 // random weights in the exact Hugging Face layout, for tests and benchmarks
 // of this and other packages.

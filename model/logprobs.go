@@ -38,11 +38,19 @@ func (m *Model) LogProbs(cache *KVCache, prompt, response []int32, topK int) (Sc
 	return out[0], nil
 }
 
-// LogProbsBatch is LogProbs for several requests in one batched pass.
+// LogProbsBatch is LogProbs for several requests in one batched pass:
+// LogProbsWith(m.Weights(), cache, reqs, topK).
+func (m *Model) LogProbsBatch(cache *KVCache, reqs []ScoreRequest, topK int) ([]Scored, error) {
+	return m.LogProbsWith(m.base, cache, reqs, topK)
+}
+
+// LogProbsWith scores several requests in one batched pass with the weight
+// set w (nil: the checkpoint's), which must belong to m and stay unfreed
+// for the call.
 //
 // The log-softmax is computed on the backend in float32 with the row
 // maximum subtracted and the sum of exponentials accumulated in float64.
-func (m *Model) LogProbsBatch(cache *KVCache, reqs []ScoreRequest, topK int) ([]Scored, error) {
+func (m *Model) LogProbsWith(w *Weights, cache *KVCache, reqs []ScoreRequest, topK int) ([]Scored, error) {
 	if len(reqs) == 0 {
 		return nil, errors.New("model: LogProbs of no requests")
 	}
@@ -65,9 +73,15 @@ func (m *Model) LogProbsBatch(cache *KVCache, reqs []ScoreRequest, topK int) ([]
 		}
 	}()
 
+	w, err := m.acquire(w)
+	if err != nil {
+		return nil, err
+	}
+	defer w.unlock()
+	ws := w.w
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	x, err := m.run(steps)
+	x, err := m.run(ws, steps)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +97,7 @@ func (m *Model) LogProbsBatch(cache *KVCache, reqs []ScoreRequest, topK int) ([]
 		targets = append(targets, r.Response...)
 	}
 	m.s.hRows = rows
-	h, err := m.finalHidden(x, rows)
+	h, err := m.finalHidden(ws, x, rows)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +123,7 @@ func (m *Model) LogProbsBatch(cache *KVCache, reqs []ScoreRequest, topK int) ([]
 		if err != nil {
 			return nil, fmt.Errorf("model: scratch memory: %w", err)
 		}
-		b.Linear(lg, b.Slice(h, r0, r1), m.w.Output, nil)
+		b.Linear(lg, b.Slice(h, r0, r1), ws.Output, nil)
 		b.LogSoftmax(lg, lg)
 		b.WriteInt32(tg, targets[r0:r1])
 		b.Gather(lp, lg, tg)

@@ -10,16 +10,19 @@ import (
 	"github.com/clawrl/clawrl/safetensors"
 )
 
-// Model is a loaded transformer: its config, its weights on a backend, the
-// rotary tables, and scratch activations reused from one forward pass to
-// the next. Forward and LogProbs may be called from several goroutines;
-// they run one at a time.
+// Model is a loaded transformer: its config, the weights of its checkpoint
+// on a backend, the rotary tables, and scratch activations reused from one
+// forward pass to the next. Forward, Run and the LogProbs methods may be
+// called from several goroutines; they run one at a time. Other weight sets
+// (versions) of the same model are Weights values (see Weights); training
+// runs through a Trainable (see NewTrainable).
 type Model struct {
 	Config *Config
 
 	b        compute.Backend
 	ck       *safetensors.Checkpoint
-	w        *weights
+	w        *weights         // the checkpoint's tensors (base.w)
+	base     *Weights         // the checkpoint's weight set
 	cos, sin compute.Tensor   // [MaxPositions, HeadDim/2]
 	owned    []compute.Tensor // freed by Close
 
@@ -40,12 +43,13 @@ func Load(b compute.Backend, dir string) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	w, made, err := loadWeights(b, c, ck)
+	w, made, err := loadWeights(b, c, ck, false)
 	if err != nil {
 		ck.Close()
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	m := &Model{Config: c, b: b, ck: ck, w: w, owned: made}
+	m := &Model{Config: c, b: b, ck: ck, w: w}
+	m.base = newBaseWeights(m, w, made)
 	half := c.HeadDim / 2
 	cos, sin := ropeTables(c.RopeFrequencies(), c.MaxPositions)
 	for _, tab := range []struct {
@@ -67,7 +71,9 @@ func Load(b compute.Backend, dir string) (*Model, error) {
 // Backend is the backend the model runs on.
 func (m *Model) Backend() compute.Backend { return m.b }
 
-// Close frees the weights and scratch memory and unmaps the checkpoint.
+// Close frees the checkpoint's weights and the scratch memory and unmaps
+// the checkpoint. Every weight set and Trainable of the model must be freed
+// before, or not used after: they may share the checkpoint's tensors.
 func (m *Model) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -75,6 +81,10 @@ func (m *Model) Close() error {
 		m.b.Free(t)
 	}
 	m.owned = nil
+	if m.base != nil {
+		m.base.release()
+		m.base = nil
+	}
 	m.s.free(m.b)
 	if m.ck != nil {
 		err := m.ck.Close()
@@ -108,8 +118,14 @@ const (
 	AllLogits
 )
 
-// Forward runs the model over a batch: every step's tokens are appended to
-// its sequence (their keys and values written into the cache) and the
+// Forward runs the model with the checkpoint's weights: it is
+// Run(m.Weights(), steps, out, dst).
+func (m *Model) Forward(steps []Step, out Output, dst []float32) ([]float32, error) {
+	return m.Run(m.base, steps, out, dst)
+}
+
+// Run runs the model with the weight set w over a batch: every step's
+// tokens are appended to its sequence (their keys and values written into the cache) and the
 // logits chosen by out are written to dst, which is grown if needed and
 // returned, row-major with Config.VocabSize columns.
 //
@@ -121,13 +137,25 @@ const (
 // (positions at or beyond max_position_embeddings, unknown token ids). An
 // error while reading the logits back (a device failure) comes after the
 // sequences have advanced.
-func (m *Model) Forward(steps []Step, out Output, dst []float32) ([]float32, error) {
+//
+// The keys and values already in a sequence's cache were computed by
+// whatever weights were used then: a generation should keep the weight set
+// it started with (consecutive calls may use different sets for different
+// batches). w must belong to m and stay unfreed for the call; a nil w is
+// the checkpoint's set. Run on a freed set returns an error.
+func (m *Model) Run(w *Weights, steps []Step, out Output, dst []float32) ([]float32, error) {
 	if out != LastLogits && out != AllLogits {
 		return dst, fmt.Errorf("model: unknown output kind %d", out)
 	}
+	w, err := m.acquire(w)
+	if err != nil {
+		return dst, err
+	}
+	defer w.unlock()
+	ws := w.w
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	x, err := m.run(steps)
+	x, err := m.run(ws, steps)
 	if err != nil {
 		return dst, err
 	}
@@ -139,13 +167,13 @@ func (m *Model) Forward(steps []Step, out Output, dst []float32) ([]float32, err
 		}
 		m.s.hRows = rows
 	}
-	return m.logits(x, rows, dst)
+	return m.logits(ws, x, rows, dst)
 }
 
 // run validates the batch, reserves cache blocks, and runs every layer over
 // the batch's tokens. It returns the last layer's output [tokens, hidden]
 // (before the final norm); m.s.hQStart holds each step's first row.
-func (m *Model) run(steps []Step) (compute.Tensor, error) {
+func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 	c, b, s := m.Config, m.b, &m.s
 	if m.ck == nil {
 		return nil, errors.New("model: model is closed")
@@ -246,9 +274,9 @@ func (m *Model) run(steps []Step) (compute.Tensor, error) {
 	}
 
 	x := views.x
-	b.Embedding(x, m.w.Embed, views.ids)
-	for l := range m.w.Layers {
-		m.layer(l, kv, &views, attn)
+	b.Embedding(x, w.Embed, views.ids)
+	for l := range w.Layers {
+		m.layer(&w.Layers[l], l, kv, &views, attn)
 	}
 	for _, st := range steps {
 		st.Seq.n += len(st.Tokens)
@@ -256,9 +284,10 @@ func (m *Model) run(steps []Step) (compute.Tensor, error) {
 	return x, nil
 }
 
-// layer runs transformer block l over the batch, updating views.x in place.
-func (m *Model) layer(l int, kv *KVCache, v *views, attn *compute.Attention) {
-	b, c, w := m.b, m.Config, &m.w.Layers[l]
+// layer runs transformer block l with weights w over the batch, updating
+// views.x in place.
+func (m *Model) layer(w *layer, l int, kv *KVCache, v *views, attn *compute.Attention) {
+	b, c := m.b, m.Config
 	eps := float32(c.RMSNormEps)
 
 	// Attention: normalise, project to queries, keys and values, rotate by
@@ -294,8 +323,8 @@ const logitChunk = 32
 
 // logits applies the final norm and the output projection to the rows of x
 // listed in rows (all rows when rows is nil) and copies the logits to dst.
-func (m *Model) logits(x compute.Tensor, rows []int32, dst []float32) ([]float32, error) {
-	h, err := m.finalHidden(x, rows)
+func (m *Model) logits(w *weights, x compute.Tensor, rows []int32, dst []float32) ([]float32, error) {
+	h, err := m.finalHidden(w, x, rows)
 	if err != nil {
 		return dst, err
 	}
@@ -314,7 +343,7 @@ func (m *Model) logits(x compute.Tensor, rows []int32, dst []float32) ([]float32
 		if r0 > 0 || r1 < n {
 			hr = m.b.Slice(h, r0, r1)
 		}
-		m.b.Linear(lg, hr, m.w.Output, nil)
+		m.b.Linear(lg, hr, w.Output, nil)
 		if err := m.b.Read(dst[r0*vocab:r1*vocab], lg); err != nil {
 			return dst, fmt.Errorf("model: reading logits: %w", err)
 		}
@@ -324,7 +353,7 @@ func (m *Model) logits(x compute.Tensor, rows []int32, dst []float32) ([]float32
 
 // finalHidden selects rows of x (all when rows is nil) and applies the
 // final norm.
-func (m *Model) finalHidden(x compute.Tensor, rows []int32) (compute.Tensor, error) {
+func (m *Model) finalHidden(w *weights, x compute.Tensor, rows []int32) (compute.Tensor, error) {
 	b, c := m.b, m.Config
 	n := compute.Rows(x)
 	if rows != nil {
@@ -344,6 +373,6 @@ func (m *Model) finalHidden(x compute.Tensor, rows []int32) (compute.Tensor, err
 		b.Embedding(h, x, idx)
 		src = h
 	}
-	b.RMSNorm(h, src, m.w.Norm, float32(c.RMSNormEps))
+	b.RMSNorm(h, src, w.Norm, float32(c.RMSNormEps))
 	return h, nil
 }

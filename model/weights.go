@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -138,7 +139,11 @@ func walkWeights(c *Config, w *weights, fn func(name string, shape []int, field 
 // F32 or BF16 go to the backend as views of the mapped file (which copies
 // them or uses them in place); F16 matrices are widened to F32; vectors
 // (norms, biases) are always F32.
-func loadWeights(b compute.Backend, c *Config, ck *safetensors.Checkpoint) (*weights, []compute.Tensor, error) {
+//
+// With copyHost, the host data is copied out of the mapped files before it
+// goes to the backend, so the checkpoint can be closed at once even when
+// the backend uses host data in place.
+func loadWeights(b compute.Backend, c *Config, ck *safetensors.Checkpoint, copyHost bool) (*weights, []compute.Tensor, error) {
 	w := &weights{Layers: make([]layer, c.NumLayers)}
 	var made []compute.Tensor
 	err := walkWeights(c, w, func(name string, shape []int, field *compute.Tensor) error {
@@ -156,6 +161,9 @@ func loadWeights(b compute.Backend, c *Config, ck *safetensors.Checkpoint) (*wei
 			if err != nil {
 				return err
 			}
+			if copyHost {
+				bits = slices.Clone(bits)
+			}
 			t, err = b.WeightBF16(bits, shape...)
 			if err != nil {
 				return fmt.Errorf("%s: tensor %q: %w", f.Path(), name, err)
@@ -164,6 +172,9 @@ func loadWeights(b compute.Backend, c *Config, ck *safetensors.Checkpoint) (*wei
 			vals, err := f.Float32(name) // view for F32, widened copy otherwise
 			if err != nil {
 				return err
+			}
+			if copyHost && info.DType == safetensors.F32 {
+				vals = slices.Clone(vals)
 			}
 			t, err = b.WeightF32(vals, shape...)
 			if err != nil {

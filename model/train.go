@@ -1,0 +1,810 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/clawrl/clawrl/compute"
+)
+
+// Training.
+//
+// A Trainable holds trainable parameters over a frozen base weight set:
+// with full fine-tuning an F32 master copy of every tensor, with LoRA the
+// adapters only. Its Forward runs the model over whole samples (prompt and
+// response, each sample's tokens attending to its own earlier tokens, no KV
+// cache) and keeps what Backward needs in a Pass; Backward turns
+// ∂loss/∂logp at each response token into gradients of the parameters.
+// The optimizer is the caller's (package trainer), through the backend's
+// compute.Trainer ops on Param.Value and Param.Grad.
+//
+// The backward pass, layer by layer, mirrors Model.layer in reverse:
+//
+//	dx = ∂L/∂(layer output)
+//	dact = dx·Wdown;  dgate, dup = silu_mul'(dact);  dh = dgate·Wgate + dup·Wup
+//	dx += rmsnorm'(dh)                                   (post_attention_layernorm)
+//	datt = dx·Wo;  dq, dk, dv = attention'(datt)
+//	dq, dk = rope⁻¹(dq), rope⁻¹(dk);  q/k norm' (Qwen3)
+//	dh = dq·Wq + dk·Wk + dv·Wv
+//	dx += rmsnorm'(dh)                                   (input_layernorm)
+//
+// with every linear layer also adding its weight gradient dyᵀ·x (full) or
+// its adapters' gradients (LoRA).
+//
+// Memory: logits exist only at response positions, a bounded number of
+// rows at a time (forward and backward both compute them chunk by chunk;
+// the backward recomputes them rather than keeping [responses, vocab]
+// floats), and attention holds at most a block of query rows' scores at
+// once. Without checkpointing a Pass keeps 2·hidden + 2·qdim + 2·kvdim +
+// 2·intermediate + heads floats per token per layer (+ qdim + kvdim with
+// q/k norms, + 7·rank with LoRA); the norms' outputs and the MLP activation
+// are recomputed in Backward. With checkpointing it keeps hidden floats per
+// token per layer, plus one layer's activations during Backward.
+
+// TrainOptions configure a Trainable.
+type TrainOptions struct {
+	// LoRA trains low-rank adapters over the frozen base; nil trains every
+	// parameter (full fine-tuning, on F32 master copies).
+	LoRA *LoRAConfig
+	// Checkpointing keeps only each layer's input in a Pass and recomputes
+	// the layer's activations during Backward (a second forward pass, about
+	// a third more arithmetic), for long samples. Gradients are bit-for-bit
+	// the same either way.
+	Checkpointing bool
+}
+
+// Param is one trainable F32 tensor and its gradient.
+type Param struct {
+	Name        string
+	Value, Grad compute.Tensor
+}
+
+// TrainSample is a prompt and a response to it; the model is trained on
+// the log-probabilities of the response tokens.
+type TrainSample struct {
+	Prompt, Response []int32
+}
+
+// Trainable is a set of trainable parameters over a frozen base weight set
+// of a model. Its methods serialise on the Trainable; they may run while
+// the model serves other weight sets (Run, LogProbsWith) from other
+// goroutines. The caller must not update parameters (the optimizer) while
+// a Forward, Backward or Snapshot of the same Trainable runs.
+type Trainable struct {
+	m    *Model
+	tb   compute.Trainer
+	opts TrainOptions
+
+	baseRefs []*tensorRef // references to the base set's tensors, held until Free
+	base     *weights     // the base set's tensors
+	w        *weights     // what the forward reads: master copies (full) or base (LoRA)
+	grad     *weights     // full: gradients, shaped like w; nil for LoRA
+	lora     [][numTargets]*adapter
+	scale    float32 // LoRA alpha/rank
+	params   []Param
+	owned    []compute.Tensor
+
+	mu     sync.Mutex
+	cos    compute.Tensor
+	sin    compute.Tensor
+	arenas []*arena // activation memory of freed passes, for reuse
+	freed  bool
+}
+
+// NewTrainable makes trainable parameters over the weight set base (nil:
+// the checkpoint's) of m: F32 master copies of every tensor, or LoRA
+// adapters (opts.LoRA). The model's backend must implement
+// compute.Trainer. The Trainable holds references to base's tensors until
+// Free, so freeing base meanwhile is safe.
+func (m *Model) NewTrainable(base *Weights, opts TrainOptions) (*Trainable, error) {
+	tb, ok := m.b.(compute.Trainer)
+	if !ok {
+		return nil, fmt.Errorf("model: backend %s cannot train (it does not implement compute.Trainer)", m.b.Name())
+	}
+	if base == nil {
+		base = m.base
+		if base == nil {
+			return nil, errors.New("model: model is closed")
+		}
+	}
+	if base.m != m {
+		return nil, errors.New("model: the weight set belongs to another model")
+	}
+	refs, err := base.retain()
+	if err != nil {
+		return nil, err
+	}
+	t := &Trainable{m: m, tb: tb, opts: opts, baseRefs: refs, base: base.w, cos: m.cos, sin: m.sin}
+	if opts.LoRA != nil {
+		cfg := *opts.LoRA
+		t.opts.LoRA = &cfg
+		t.w = base.w
+		err = t.newAdapters(&cfg)
+	} else {
+		err = t.newMaster()
+	}
+	if err != nil {
+		t.Free()
+		return nil, err
+	}
+	return t, nil
+}
+
+// newMaster makes the F32 master copies of every base tensor and their
+// zeroed gradients.
+func (t *Trainable) newMaster() error {
+	c, b := t.m.Config, t.tb
+	src := map[string]compute.Tensor{}
+	walkWeights(c, t.base, func(name string, _ []int, f *compute.Tensor) error {
+		src[name] = *f
+		return nil
+	})
+	t.w = &weights{Layers: make([]layer, c.NumLayers)}
+	t.grad = &weights{Layers: make([]layer, c.NumLayers)}
+	gradOf := map[string]compute.Tensor{}
+	err := walkWeights(c, t.w, func(name string, shape []int, f *compute.Tensor) error {
+		v, err := b.NewTensor(compute.F32, shape...)
+		if err != nil {
+			return fmt.Errorf("model: master copy of %s: %w", name, err)
+		}
+		t.owned = append(t.owned, v)
+		b.Convert(v, src[name])
+		g, err := b.NewTensor(compute.F32, shape...)
+		if err != nil {
+			return fmt.Errorf("model: gradient of %s: %w", name, err)
+		}
+		t.owned = append(t.owned, g)
+		*f = v
+		gradOf[name] = g
+		t.params = append(t.params, Param{Name: name, Value: v, Grad: g})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	walkWeights(c, t.grad, func(name string, _ []int, f *compute.Tensor) error {
+		*f = gradOf[name]
+		return nil
+	})
+	if c.TieWordEmbeddings {
+		t.w.Output, t.grad.Output = t.w.Embed, t.grad.Embed
+	}
+	return nil
+}
+
+// Model is the model the Trainable trains.
+func (t *Trainable) Model() *Model { return t.m }
+
+// Params lists the trainable tensors and their gradients, F32, in a fixed
+// order. Full fine-tuning: every tensor of the model under its Hugging
+// Face name, in the order of Weights.Params (a tied output projection is
+// the embedding, listed once). LoRA: lora_A and lora_B of every adapted
+// projection, layer by layer in the order q, k, v, o, gate, up, down, under
+// PEFT's names (base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight).
+func (t *Trainable) Params() []Param { return t.params }
+
+// ZeroGrad sets every gradient to zero.
+func (t *Trainable) ZeroGrad() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.params {
+		t.tb.Zero(p.Grad)
+	}
+}
+
+// Free releases the parameters, gradients and activation memory and the
+// references to the base set. Passes of the Trainable must be freed first.
+func (t *Trainable) Free() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.freed {
+		return
+	}
+	t.freed = true
+	for _, x := range t.owned {
+		t.tb.Free(x)
+	}
+	t.owned, t.params = nil, nil
+	for _, a := range t.arenas {
+		a.free(t.tb)
+	}
+	t.arenas = nil
+	for _, r := range t.baseRefs {
+		r.release(t.tb)
+	}
+	t.baseRefs = nil
+}
+
+// ReleaseActivations frees the activation memory that freed passes left
+// for reuse (after an unusually long batch, say). Live passes keep theirs.
+func (t *Trainable) ReleaseActivations() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, a := range t.arenas {
+		a.free(t.tb)
+	}
+	t.arenas = nil
+}
+
+// Snapshot returns an immutable weight set for serving the current
+// parameters. Full fine-tuning: a copy of the master weights, each
+// converted back to the base tensor's dtype (BF16 rounds to nearest even).
+// LoRA: the base set's tensors shared (reference counted), except each
+// adapted matrix, replaced by a merged copy W + (Alpha/Rank)·B·A in
+// LoRAConfig.MergeDType. Free the set when it is no longer served.
+func (t *Trainable) Snapshot() (*Weights, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.freed {
+		return nil, errors.New("model: Snapshot of a freed Trainable")
+	}
+	if t.lora != nil {
+		return t.snapshotLoRA()
+	}
+	m, b := t.m, t.tb
+	base := map[string]compute.Tensor{}
+	walkWeights(m.Config, t.base, func(name string, _ []int, f *compute.Tensor) error {
+		base[name] = *f
+		return nil
+	})
+	master := map[string]compute.Tensor{}
+	walkWeights(m.Config, t.w, func(name string, _ []int, f *compute.Tensor) error {
+		master[name] = *f
+		return nil
+	})
+	sb := setBuilder{w: &weights{Layers: make([]layer, m.Config.NumLayers)}}
+	err := walkWeights(m.Config, sb.w, func(name string, shape []int, f *compute.Tensor) error {
+		x, err := b.NewTensor(base[name].DType(), shape...)
+		if err != nil {
+			return fmt.Errorf("model: snapshot of %s: %w", name, err)
+		}
+		b.Convert(x, master[name])
+		*f = sb.own(x)
+		return nil
+	})
+	if err != nil {
+		sb.abort(b)
+		return nil, err
+	}
+	return sb.done(m), nil
+}
+
+// arena is the activation memory of a Pass: tensors by role, reused by
+// later passes when large enough.
+type arena struct {
+	bufs map[string]*arenaBuf
+}
+
+type arenaBuf struct {
+	t          compute.Tensor // allocated [rows, cols] (cols 0: a vector)
+	rows, cols int
+	dt         compute.DType
+}
+
+// get returns a tensor of rows × cols (a vector when cols is 0) for key;
+// its contents are undefined.
+func (a *arena) get(b compute.Backend, key string, dt compute.DType, rows, cols int) (compute.Tensor, error) {
+	bf := a.bufs[key]
+	if bf == nil || bf.dt != dt || bf.cols != cols || bf.rows < rows {
+		if bf != nil {
+			b.Free(bf.t)
+		}
+		var t compute.Tensor
+		var err error
+		if cols == 0 {
+			t, err = b.NewTensor(dt, rows)
+		} else {
+			t, err = b.NewTensor(dt, rows, cols)
+		}
+		if err != nil {
+			delete(a.bufs, key)
+			return nil, fmt.Errorf("model: activation memory (%s, %d×%d): %w", key, rows, cols, err)
+		}
+		bf = &arenaBuf{t: t, rows: rows, cols: cols, dt: dt}
+		a.bufs[key] = bf
+	}
+	if bf.rows == rows {
+		return bf.t, nil
+	}
+	return b.Slice(bf.t, 0, rows), nil
+}
+
+func (a *arena) free(b compute.Backend) {
+	for _, bf := range a.bufs {
+		b.Free(bf.t)
+	}
+	a.bufs = nil
+}
+
+// layerActs are the activations of one layer that Backward reads.
+type layerActs struct {
+	h1         compute.Tensor // input_layernorm output [T, hidden]
+	qpre, kpre compute.Tensor // q, k before the q/k norms (Qwen3), else nil
+	q, k, v    compute.Tensor // after norms and RoPE
+	att, lse   compute.Tensor // attention output [T, qdim] and log-normalisers [T, heads]
+	xmid       compute.Tensor // residual stream after attention [T, hidden]
+	h2         compute.Tensor // post_attention_layernorm output
+	gate, up   compute.Tensor // MLP projections [T, inter]
+	act        compute.Tensor // silu(gate)·up
+	u          [numTargets]compute.Tensor
+}
+
+// Pass is one forward pass of a Trainable over a batch of samples, with
+// what Backward needs. LogProbs[i][j] is log p(Response_j | Prompt,
+// Response_<j) of sample i, and Entropy[i][j] the entropy of the model's
+// distribution at that position (nats), both under the current parameters.
+type Pass struct {
+	LogProbs [][]float32
+	Entropy  [][]float32
+	// Tokens is the number of positions the pass ran (Σ len(Prompt) +
+	// len(Response) − 1: a response's last token is never an input).
+	Tokens int
+
+	t       *Trainable
+	ar      *arena
+	lens    []int // response lengths
+	rows    int   // T: positions
+	resp    int   // R: response tokens
+	ids     compute.Tensor
+	pos     compute.Tensor
+	rowIdx  compute.Tensor // I32 [R]: the row predicting each response token
+	targets compute.Tensor // I32 [R]
+	attn    compute.DenseAttention
+	xs      []compute.Tensor // layer inputs x_0 … x_L [T, hidden]
+	acts    []layerActs      // per layer; nil with checkpointing
+	hsel    compute.Tensor   // x_L at the response rows [R, hidden]
+	hfin    compute.Tensor   // after the final norm
+	lse     compute.Tensor   // log-normaliser per response row [R]
+	// logitsKept: all the response rows' logits fit one chunk, and the
+	// arena's logits buffer still holds them for Backward.
+	logitsKept bool
+
+	backwarded, freed bool
+}
+
+// logitRows is how many rows of logits the training forward and backward
+// compute at once: about 64 MiB of them, between 16 and maxLogitRows rows.
+func logitRows(vocab int) int { return min(maxLogitRows, max(16, (16<<20)/vocab)) }
+
+// maxLogitRows caps logitRows (a variable so that tests can force several
+// chunks).
+var maxLogitRows = 1024
+
+// Forward runs the model with the trainable parameters over samples and
+// returns a Pass holding the response tokens' log-probabilities and
+// entropies and the activations for Backward. Free the Pass after use.
+func (t *Trainable) Forward(samples []TrainSample) (*Pass, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.freed {
+		return nil, errors.New("model: Forward of a freed Trainable")
+	}
+	c := t.m.Config
+	if len(samples) == 0 {
+		return nil, errors.New("model: Forward of no samples")
+	}
+	var hIDs, hPos, hStart, hRows, hTargets []int32
+	hStart = append(hStart, 0)
+	lens := make([]int, len(samples))
+	for i, s := range samples {
+		if len(s.Prompt) == 0 || len(s.Response) == 0 {
+			return nil, fmt.Errorf("model: sample %d needs a non-empty prompt and response", i)
+		}
+		n := len(s.Prompt) + len(s.Response) - 1
+		if n > c.MaxPositions {
+			return nil, fmt.Errorf("model: sample %d has %d positions, beyond max_position_embeddings %d", i, n, c.MaxPositions)
+		}
+		for _, id := range s.Prompt {
+			if id < 0 || int(id) >= c.VocabSize {
+				return nil, fmt.Errorf("model: sample %d: token id %d outside the vocabulary of %d", i, id, c.VocabSize)
+			}
+		}
+		for _, id := range s.Response {
+			if id < 0 || int(id) >= c.VocabSize {
+				return nil, fmt.Errorf("model: sample %d: token id %d outside the vocabulary of %d", i, id, c.VocabSize)
+			}
+		}
+		start := int32(len(hIDs))
+		hIDs = append(append(hIDs, s.Prompt...), s.Response[:len(s.Response)-1]...)
+		for p := range n {
+			hPos = append(hPos, int32(p))
+		}
+		for j := range s.Response {
+			hRows = append(hRows, start+int32(len(s.Prompt)-1+j))
+		}
+		hTargets = append(hTargets, s.Response...)
+		hStart = append(hStart, int32(len(hIDs)))
+		lens[i] = len(s.Response)
+	}
+
+	ar := t.takeArena()
+	p := &Pass{t: t, ar: ar, lens: lens, rows: len(hIDs), resp: len(hRows), Tokens: len(hIDs)}
+	if err := p.forward(hIDs, hPos, hStart, hRows, hTargets); err != nil {
+		t.arenas = append(t.arenas, ar)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (t *Trainable) takeArena() *arena {
+	if n := len(t.arenas); n > 0 {
+		a := t.arenas[n-1]
+		t.arenas = t.arenas[:n-1]
+		return a
+	}
+	return &arena{bufs: map[string]*arenaBuf{}}
+}
+
+// fetch gets tensors from a pass's arena, remembering the first error (and
+// returning nil after it), so that a run of gets needs one check.
+type fetch struct {
+	p   *Pass
+	err error
+}
+
+func (f *fetch) get(key string, dt compute.DType, rows, cols int) compute.Tensor {
+	if f.err != nil {
+		return nil
+	}
+	t, err := f.p.ar.get(f.p.t.tb, key, dt, rows, cols)
+	f.err = err
+	return t
+}
+
+// layerActs returns the activation tensors of layer l: the layer's own
+// without checkpointing, one shared set with it.
+func (p *Pass) layerActs(l int, f *fetch) layerActs {
+	c, T := p.t.m.Config, p.rows
+	key := func(name string) string {
+		if p.t.opts.Checkpointing {
+			return name
+		}
+		return fmt.Sprintf("%s.%d", name, l)
+	}
+	// The norms' outputs and the MLP activation are cheap to recompute
+	// from the inputs kept (layerBackward does), so all layers share theirs.
+	a := layerActs{
+		h1:   f.get("h1", compute.F32, T, c.HiddenSize),
+		q:    f.get(key("q"), compute.F32, T, c.QDim()),
+		k:    f.get(key("k"), compute.F32, T, c.KVDim()),
+		v:    f.get(key("v"), compute.F32, T, c.KVDim()),
+		att:  f.get(key("att"), compute.F32, T, c.QDim()),
+		lse:  f.get(key("lse"), compute.F32, T, c.NumHeads),
+		xmid: f.get(key("xmid"), compute.F32, T, c.HiddenSize),
+		h2:   f.get("h2", compute.F32, T, c.HiddenSize),
+		gate: f.get(key("gate"), compute.F32, T, c.IntermediateSize),
+		up:   f.get(key("up"), compute.F32, T, c.IntermediateSize),
+		act:  f.get("act", compute.F32, T, c.IntermediateSize),
+	}
+	if c.QKNorm {
+		a.qpre = f.get(key("qpre"), compute.F32, T, c.QDim())
+		a.kpre = f.get(key("kpre"), compute.F32, T, c.KVDim())
+	}
+	if p.t.lora != nil {
+		for i, ad := range p.t.lora[l] {
+			if ad != nil {
+				a.u[i] = f.get(key("u"+targetNames[i]), compute.F32, T, p.t.opts.LoRA.Rank)
+			}
+		}
+	}
+	return a
+}
+
+func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
+	t := p.t
+	b, c, T, R := t.tb, t.m.Config, p.rows, p.resp
+	f := &fetch{p: p}
+	p.ids = f.get("ids", compute.I32, T, 0)
+	p.pos = f.get("pos", compute.I32, T, 0)
+	start := f.get("seqstart", compute.I32, len(hStart), 0)
+	p.rowIdx = f.get("rowidx", compute.I32, R, 0)
+	p.targets = f.get("targets", compute.I32, R, 0)
+	p.xs = make([]compute.Tensor, c.NumLayers+1)
+	for l := range p.xs {
+		p.xs[l] = f.get(fmt.Sprintf("x.%d", l), compute.F32, T, c.HiddenSize)
+	}
+	tmp := f.get("tmp", compute.F32, T, c.HiddenSize)
+	if !t.opts.Checkpointing {
+		p.acts = make([]layerActs, c.NumLayers)
+		for l := range p.acts {
+			p.acts[l] = p.layerActs(l, f)
+		}
+	}
+	p.hsel = f.get("hsel", compute.F32, R, c.HiddenSize)
+	p.hfin = f.get("hfin", compute.F32, R, c.HiddenSize)
+	p.lse = f.get("lselogits", compute.F32, R, 0)
+	logp := f.get("logp", compute.F32, R, 0)
+	ent := f.get("entropy", compute.F32, R, 0)
+	if f.err != nil {
+		return f.err
+	}
+	b.WriteInt32(p.ids, hIDs)
+	b.WriteInt32(p.pos, hPos)
+	b.WriteInt32(start, hStart)
+	b.WriteInt32(p.rowIdx, hRows)
+	b.WriteInt32(p.targets, hTargets)
+	p.attn = compute.DenseAttention{
+		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Seqs: len(hStart) - 1, SeqStart: start,
+	}
+
+	b.Embedding(p.xs[0], t.w.Embed, p.ids)
+	var shared layerActs
+	for l := range c.NumLayers {
+		a := &shared
+		if p.acts != nil {
+			a = &p.acts[l]
+		} else if l == 0 {
+			shared = p.layerActs(0, f)
+			if f.err != nil {
+				return f.err
+			}
+		}
+		p.layerForward(l, p.xs[l], p.xs[l+1], tmp, a)
+	}
+
+	// Logits at the response rows only, a chunk at a time.
+	eps := float32(c.RMSNormEps)
+	b.Embedding(p.hsel, p.xs[c.NumLayers], p.rowIdx)
+	b.RMSNorm(p.hfin, p.hsel, t.w.Norm, eps)
+	chunk := logitRows(c.VocabSize)
+	for r0 := 0; r0 < R; r0 += chunk {
+		r1 := min(r0+chunk, R)
+		lg := f.get("logits", compute.F32, r1-r0, c.VocabSize)
+		if f.err != nil {
+			return f.err
+		}
+		b.Linear(lg, b.Slice(p.hfin, r0, r1), t.w.Output, nil)
+		b.LogProbs(b.Slice(logp, r0, r1), b.Slice(ent, r0, r1), b.Slice(p.lse, r0, r1), lg, b.Slice(p.targets, r0, r1))
+	}
+	p.logitsKept = R <= chunk
+	lps, ents := make([]float32, R), make([]float32, R)
+	if err := b.Read(lps, logp); err != nil {
+		return fmt.Errorf("model: reading log-probs: %w", err)
+	}
+	if err := b.Read(ents, ent); err != nil {
+		return fmt.Errorf("model: reading entropies: %w", err)
+	}
+	p.LogProbs, p.Entropy = make([][]float32, len(p.lens)), make([][]float32, len(p.lens))
+	off := 0
+	for i, n := range p.lens {
+		p.LogProbs[i] = lps[off : off+n : off+n]
+		p.Entropy[i] = ents[off : off+n : off+n]
+		off += n
+	}
+	return nil
+}
+
+// linear computes dst = x·wᵀ + bias, plus the adapter's scale·(x·Aᵀ)·Bᵀ
+// (x·Aᵀ kept in u) when ad is set.
+func (t *Trainable) linear(dst, x, w, bias compute.Tensor, ad *adapter, u compute.Tensor) {
+	t.tb.Linear(dst, x, w, bias)
+	if ad != nil {
+		t.tb.Linear(u, x, ad.A, nil)
+		t.tb.MatMul(dst, u, ad.B, false, true, t.scale, 1)
+	}
+}
+
+// adapters returns layer l's adapters (all nil for full fine-tuning).
+func (t *Trainable) adapters(l int) *[numTargets]*adapter {
+	if t.lora == nil {
+		return &[numTargets]*adapter{}
+	}
+	return &t.lora[l]
+}
+
+// layerForward runs layer l from xin into xout (tmp is scratch [T,
+// hidden]), writing the activations into a. It is Model.layer with dense
+// attention over each sample instead of the paged cache.
+func (p *Pass) layerForward(l int, xin, xout, tmp compute.Tensor, a *layerActs) {
+	t := p.t
+	b, c, w, ad := t.tb, t.m.Config, &t.w.Layers[l], t.adapters(l)
+	eps := float32(c.RMSNormEps)
+
+	b.RMSNorm(a.h1, xin, w.AttnNorm, eps)
+	q, k := a.q, a.k
+	if c.QKNorm {
+		q, k = a.qpre, a.kpre
+	}
+	t.linear(q, a.h1, w.Q, w.QBias, ad[targetQ], a.u[targetQ])
+	t.linear(k, a.h1, w.K, w.KBias, ad[targetK], a.u[targetK])
+	t.linear(a.v, a.h1, w.V, w.VBias, ad[targetV], a.u[targetV])
+	if c.QKNorm {
+		b.RMSNorm(a.q, a.qpre, w.QNorm, eps)
+		b.RMSNorm(a.k, a.kpre, w.KNorm, eps)
+	}
+	b.RoPE(a.q, p.pos, t.cos, t.sin, c.HeadDim)
+	b.RoPE(a.k, p.pos, t.cos, t.sin, c.HeadDim)
+	b.DenseAttention(a.att, a.lse, a.q, a.k, a.v, &p.attn)
+	t.linear(tmp, a.att, w.O, w.OBias, ad[targetO], a.u[targetO])
+	b.Add(a.xmid, xin, tmp)
+
+	b.RMSNorm(a.h2, a.xmid, w.MLPNorm, eps)
+	t.linear(a.gate, a.h2, w.Gate, w.GateBias, ad[targetGate], a.u[targetGate])
+	t.linear(a.up, a.h2, w.Up, w.UpBias, ad[targetUp], a.u[targetUp])
+	b.SiLUMul(a.act, a.gate, a.up)
+	t.linear(tmp, a.act, w.Down, w.DownBias, ad[targetDown], a.u[targetDown])
+	b.Add(xout, a.xmid, tmp)
+}
+
+// Backward accumulates into the parameters' gradients the gradient of a
+// loss whose derivative with respect to each response token's
+// log-probability is dLogProbs[i][j] (shaped like Pass.LogProbs). It may be
+// called once per Pass.
+func (p *Pass) Backward(dLogProbs [][]float32) error {
+	t := p.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case p.freed || t.freed:
+		return errors.New("model: Backward of a freed Pass")
+	case p.backwarded:
+		return errors.New("model: Backward called twice on a Pass")
+	case len(dLogProbs) != len(p.lens):
+		return fmt.Errorf("model: Backward with %d gradient rows for %d samples", len(dLogProbs), len(p.lens))
+	}
+	host := make([]float32, 0, p.resp)
+	for i, d := range dLogProbs {
+		if len(d) != p.lens[i] {
+			return fmt.Errorf("model: Backward: sample %d has %d gradients for %d response tokens", i, len(d), p.lens[i])
+		}
+		host = append(host, d...)
+	}
+	p.backwarded = true
+
+	b, c, T, R := t.tb, t.m.Config, p.rows, p.resp
+	eps := float32(c.RMSNormEps)
+	f := &fetch{p: p}
+	dlp := f.get("dlogp", compute.F32, R, 0)
+	dhfin := f.get("dhfin", compute.F32, R, c.HiddenSize)
+	dhsel := f.get("dhsel", compute.F32, R, c.HiddenSize)
+	dx := f.get("dx", compute.F32, T, c.HiddenSize)
+	if f.err != nil {
+		return f.err
+	}
+	b.Write(dlp, host)
+	g := t.grad
+	if g == nil {
+		g = &weights{Layers: make([]layer, c.NumLayers)} // LoRA: no base gradients
+	}
+
+	// Output projection and final norm, a chunk of response rows at a time;
+	// the logits are recomputed unless the forward's single chunk is still
+	// there.
+	chunk := logitRows(c.VocabSize)
+	for r0 := 0; r0 < R; r0 += chunk {
+		r1 := min(r0+chunk, R)
+		lg := f.get("logits", compute.F32, r1-r0, c.VocabSize)
+		if f.err != nil {
+			return f.err
+		}
+		hf := b.Slice(p.hfin, r0, r1)
+		if !p.logitsKept {
+			b.Linear(lg, hf, t.w.Output, nil)
+		}
+		b.LogProbsBackward(lg, lg, b.Slice(p.lse, r0, r1), b.Slice(p.targets, r0, r1), b.Slice(dlp, r0, r1))
+		b.LinearBackwardInput(b.Slice(dhfin, r0, r1), lg, t.w.Output, false)
+		if g.Output != nil {
+			b.LinearBackwardWeight(g.Output, lg, hf)
+		}
+	}
+	b.RMSNormBackward(dhsel, g.Norm, dhfin, p.hsel, t.w.Norm, eps, false)
+	b.Zero(dx)
+	b.EmbeddingBackward(dx, dhsel, p.rowIdx)
+
+	var shared layerActs
+	var tmp compute.Tensor
+	if p.acts == nil {
+		shared = p.layerActs(0, f)
+		tmp = f.get("tmp", compute.F32, T, c.HiddenSize)
+		if f.err != nil {
+			return f.err
+		}
+	}
+	for l := c.NumLayers - 1; l >= 0; l-- {
+		a := &shared
+		if p.acts != nil {
+			a = &p.acts[l]
+		} else {
+			p.layerForward(l, p.xs[l], tmp, tmp, a) // recompute; tmp doubles as the (unused) output
+		}
+		if err := p.layerBackward(l, dx, a, &g.Layers[l], f); err != nil {
+			return err
+		}
+	}
+	if g.Embed != nil {
+		b.EmbeddingBackward(g.Embed, dx, p.ids)
+	}
+	return nil
+}
+
+// linearBack is the backward of Trainable.linear: dx (+)= dy·w (+ the
+// adapter's path), and the gradients of w, bias and the adapter where
+// they are trained (dw, db non-nil; ad non-nil, with du scratch [T, rank]).
+func (t *Trainable) linearBack(dx compute.Tensor, accumulate bool, dy, x, w, dw, db compute.Tensor, ad *adapter, u, du compute.Tensor) {
+	b := t.tb
+	b.LinearBackwardInput(dx, dy, w, accumulate)
+	if dw != nil {
+		b.LinearBackwardWeight(dw, dy, x)
+	}
+	if db != nil {
+		b.BiasBackward(db, dy)
+	}
+	if ad != nil {
+		b.MatMul(ad.dB, dy, u, true, false, t.scale, 1)  // dB += s·dyᵀ·u
+		b.MatMul(du, dy, ad.B, false, false, t.scale, 0) // du = s·dy·B
+		b.LinearBackwardWeight(ad.dA, du, x)             // dA += duᵀ·x
+		b.LinearBackwardInput(dx, du, ad.A, true)        // dx += du·A
+	}
+}
+
+// layerBackward turns dx = ∂L/∂(layer l's output) into ∂L/∂(its input) in
+// place, adding the layer's parameter gradients into g (nil fields are not
+// trained). The activations in a are consumed.
+func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f *fetch) error {
+	t := p.t
+	b, c, w, ad := t.tb, t.m.Config, &t.w.Layers[l], t.adapters(l)
+	T, eps := p.rows, float32(c.RMSNormEps)
+	dact := f.get("dact", compute.F32, T, c.IntermediateSize)
+	dh := f.get("dh", compute.F32, T, c.HiddenSize)
+	datt := f.get("datt", compute.F32, T, c.QDim())
+	dq := f.get("dq", compute.F32, T, c.QDim())
+	dk := f.get("dk", compute.F32, T, c.KVDim())
+	dv := f.get("dv", compute.F32, T, c.KVDim())
+	var du compute.Tensor
+	if t.lora != nil {
+		du = f.get("du", compute.F32, T, t.opts.LoRA.Rank)
+	}
+	if f.err != nil {
+		return f.err
+	}
+	xin := p.xs[l]
+	if p.acts != nil { // shared by all layers: recompute this layer's
+		b.RMSNorm(a.h1, xin, w.AttnNorm, eps)
+		b.RMSNorm(a.h2, a.xmid, w.MLPNorm, eps)
+		b.SiLUMul(a.act, a.gate, a.up)
+	}
+
+	// MLP: x_out = x_mid + down(silu(gate(h2))·up(h2)), h2 = norm(x_mid).
+	// After SiLUMulBackward, a.gate and a.up hold their own gradients.
+	t.linearBack(dact, false, dx, a.act, w.Down, g.Down, g.DownBias, ad[targetDown], a.u[targetDown], du)
+	b.SiLUMulBackward(a.gate, a.up, dact, a.gate, a.up)
+	t.linearBack(dh, false, a.gate, a.h2, w.Gate, g.Gate, g.GateBias, ad[targetGate], a.u[targetGate], du)
+	t.linearBack(dh, true, a.up, a.h2, w.Up, g.Up, g.UpBias, ad[targetUp], a.u[targetUp], du)
+	b.RMSNormBackward(dx, g.MLPNorm, dh, a.xmid, w.MLPNorm, eps, true)
+
+	// Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)) with q, k,
+	// v projections of h1 = norm(x_in) (and per-head norms of q and k).
+	t.linearBack(datt, false, dx, a.att, w.O, g.O, g.OBias, ad[targetO], a.u[targetO], du)
+	b.DenseAttentionBackward(dq, dk, dv, datt, a.att, a.lse, a.q, a.k, a.v, &p.attn)
+	b.RoPEBackward(dq, p.pos, t.cos, t.sin, c.HeadDim)
+	b.RoPEBackward(dk, p.pos, t.cos, t.sin, c.HeadDim)
+	if c.QKNorm {
+		b.RMSNormBackward(dq, g.QNorm, dq, a.qpre, w.QNorm, eps, false)
+		b.RMSNormBackward(dk, g.KNorm, dk, a.kpre, w.KNorm, eps, false)
+	}
+	t.linearBack(dh, false, dq, a.h1, w.Q, g.Q, g.QBias, ad[targetQ], a.u[targetQ], du)
+	t.linearBack(dh, true, dk, a.h1, w.K, g.K, g.KBias, ad[targetK], a.u[targetK], du)
+	t.linearBack(dh, true, dv, a.h1, w.V, g.V, g.VBias, ad[targetV], a.u[targetV], du)
+	b.RMSNormBackward(dx, g.AttnNorm, dh, xin, w.AttnNorm, eps, true)
+	return nil
+}
+
+// Free returns the pass's activation memory to its Trainable for reuse.
+func (p *Pass) Free() {
+	t := p.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p.freed {
+		return
+	}
+	p.freed = true
+	if t.freed {
+		p.ar.free(t.tb)
+	} else {
+		t.arenas = append(t.arenas, p.ar)
+	}
+	p.ar, p.xs, p.acts = nil, nil, nil
+}

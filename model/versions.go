@@ -1,0 +1,297 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/safetensors"
+)
+
+// Weights is one immutable set of parameter tensors of a model on its
+// backend: one version of the model. The model's checkpoint is one
+// (Model.Weights); Weights.Clone and Trainable.Snapshot make others.
+//
+// Ownership rules:
+//
+//   - A set's tensors are never modified after the set is made. Several
+//     sets may share tensors (a LoRA snapshot shares every tensor it did not
+//     merge with the set it was trained over); each tensor is reference
+//     counted and its device memory goes back when the last set holding it
+//     is freed. A Trainable holds references to its base set's tensors too.
+//   - Free releases the set's references. Call it once no Run or
+//     LogProbsWith will use the set any more; a call in progress finishes
+//     first (Free waits for it), and later calls return an error. Freeing
+//     twice is harmless.
+//   - The checkpoint's set (Model.Weights) is owned by the model: its Free
+//     does nothing, and Model.Close releases it. Close unmaps the checkpoint
+//     files, which a CPU backend with ZeroCopyWeights reads the base
+//     tensors from: free every other set and Trainable before Close.
+//   - Params returns the set's tensors themselves, for reading (saving a
+//     checkpoint, copying to the host): writing into them breaks the rule
+//     above for every holder.
+//
+// A Weights is safe for concurrent use.
+type Weights struct {
+	m    *Model
+	w    *weights
+	refs []*tensorRef // one reference to every distinct tensor of w
+	base bool         // the checkpoint's set
+
+	mu    sync.RWMutex // read-held by each forward pass using the set
+	freed bool
+}
+
+// tensorRef counts the weight sets (and Trainables) holding a tensor.
+type tensorRef struct {
+	t compute.Tensor
+	n atomic.Int32
+}
+
+// NamedTensor is a tensor with its Hugging Face name.
+type NamedTensor struct {
+	Name string
+	T    compute.Tensor
+}
+
+// setBuilder assembles the tensors of a new weight set.
+type setBuilder struct {
+	w    *weights
+	refs []*tensorRef
+}
+
+// own adds a new tensor that the set being built holds alone.
+func (sb *setBuilder) own(t compute.Tensor) compute.Tensor {
+	r := &tensorRef{t: t}
+	r.n.Store(1)
+	sb.refs = append(sb.refs, r)
+	return t
+}
+
+// share adds a reference to a tensor of another set.
+func (sb *setBuilder) share(r *tensorRef) compute.Tensor {
+	r.n.Add(1)
+	sb.refs = append(sb.refs, r)
+	return r.t
+}
+
+// abort releases what the builder holds (after an error).
+func (sb *setBuilder) abort(b compute.Backend) {
+	for _, r := range sb.refs {
+		r.release(b)
+	}
+	sb.refs = nil
+}
+
+func (r *tensorRef) release(b compute.Backend) {
+	if r.n.Add(-1) == 0 {
+		b.Free(r.t)
+	}
+}
+
+func newBaseWeights(m *Model, w *weights, made []compute.Tensor) *Weights {
+	sb := setBuilder{w: w}
+	for _, t := range made {
+		sb.own(t)
+	}
+	return &Weights{m: m, w: w, refs: sb.refs, base: true}
+}
+
+func (sb *setBuilder) done(m *Model) *Weights {
+	if m.Config.TieWordEmbeddings {
+		sb.w.Output = sb.w.Embed
+	}
+	return &Weights{m: m, w: sb.w, refs: sb.refs}
+}
+
+// refMap maps each tensor of the set to its reference count.
+func (w *Weights) refMap() map[compute.Tensor]*tensorRef {
+	rm := make(map[compute.Tensor]*tensorRef, len(w.refs))
+	for _, r := range w.refs {
+		rm[r.t] = r
+	}
+	return rm
+}
+
+// Weights returns the checkpoint's weight set, which lives until Close.
+func (m *Model) Weights() *Weights { return m.base }
+
+// acquire resolves w (nil: the checkpoint's set), checks that it belongs
+// to m, and read-locks it for a forward pass; unlock it after.
+func (m *Model) acquire(w *Weights) (*Weights, error) {
+	if w == nil {
+		w = m.base
+		if w == nil {
+			return nil, errors.New("model: model is closed")
+		}
+	}
+	if w.m != m {
+		return nil, errors.New("model: the weight set belongs to another model")
+	}
+	w.mu.RLock()
+	if w.freed {
+		w.mu.RUnlock()
+		return nil, errors.New("model: the weight set was freed")
+	}
+	return w, nil
+}
+
+func (w *Weights) unlock() { w.mu.RUnlock() }
+
+// Model is the model the set belongs to.
+func (w *Weights) Model() *Model { return w.m }
+
+// Params lists the set's tensors with their Hugging Face names
+// (model.embed_tokens.weight, model.norm.weight, lm_head.weight unless the
+// embeddings are tied, then model.layers.N.… layer by layer) in the order
+// of Config.TensorSpecs. The tensors are the set's own: read, do not write.
+func (w *Weights) Params() []NamedTensor {
+	var out []NamedTensor
+	walkWeights(w.m.Config, w.w, func(name string, _ []int, f *compute.Tensor) error {
+		out = append(out, NamedTensor{name, *f})
+		return nil
+	})
+	return out
+}
+
+// Bytes is the memory of the set's tensors, shared ones included.
+func (w *Weights) Bytes() int64 {
+	var n int64
+	for _, r := range w.refs {
+		n += int64(compute.Len(r.t) * r.t.DType().Size())
+	}
+	return n
+}
+
+// Clone returns a deep copy of the set on the backend, every tensor new
+// and with its dtype kept.
+func (w *Weights) Clone() (*Weights, error) {
+	m := w.m
+	if _, err := m.acquire(w); err != nil {
+		return nil, err
+	}
+	defer w.unlock()
+	b := m.b
+	sb := setBuilder{w: &weights{Layers: make([]layer, m.Config.NumLayers)}}
+	src := map[string]compute.Tensor{}
+	walkWeights(m.Config, w.w, func(name string, _ []int, f *compute.Tensor) error {
+		src[name] = *f
+		return nil
+	})
+	err := walkWeights(m.Config, sb.w, func(name string, shape []int, f *compute.Tensor) error {
+		s := src[name]
+		t, err := b.NewTensor(s.DType(), shape...)
+		if err != nil {
+			return fmt.Errorf("model: cloning %s: %w", name, err)
+		}
+		b.Copy(t, s)
+		*f = sb.own(t)
+		return nil
+	})
+	if err != nil {
+		sb.abort(b)
+		return nil, err
+	}
+	return sb.done(m), nil
+}
+
+// Free releases the set's tensors (those no other set or Trainable holds
+// go back to the backend). It waits for forward passes using the set to
+// finish; later ones return an error. Free of the checkpoint's set does
+// nothing.
+func (w *Weights) Free() {
+	if w == nil || w.base {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.freed {
+		return
+	}
+	w.freed = true
+	for _, r := range w.refs {
+		r.release(w.m.b)
+	}
+	w.refs = nil
+}
+
+// release drops the checkpoint's set (Model.Close).
+func (w *Weights) release() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.freed {
+		return
+	}
+	w.freed = true
+	for _, r := range w.refs {
+		r.release(w.m.b)
+	}
+	w.refs = nil
+}
+
+// retain adds a reference to every tensor of the set (for a Trainable
+// built over it) and returns them, to release later.
+func (w *Weights) retain() ([]*tensorRef, error) {
+	if _, err := w.m.acquire(w); err != nil {
+		return nil, err
+	}
+	defer w.unlock()
+	refs := append([]*tensorRef(nil), w.refs...)
+	for _, r := range refs {
+		r.n.Add(1)
+	}
+	return refs, nil
+}
+
+// LoadWeights reads the safetensors files of a checkpoint directory (a
+// saved version of this model: the same tensor names and shapes) into a
+// new weight set, copied into backend memory; the files are closed before
+// it returns. Free the set when done.
+func (m *Model) LoadWeights(dir string) (*Weights, error) {
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	defer ck.Close()
+	w, made, err := loadWeights(m.b, m.Config, ck, true)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	sb := setBuilder{w: w}
+	for _, t := range made {
+		sb.own(t)
+	}
+	return sb.done(m), nil
+}
+
+// ReadTensor copies a tensor of weights to the host as float32: F32 as it
+// is, BF16 widened exactly (through compute.Trainer's Convert, so b must
+// implement it). It is for saving checkpoints and for tests.
+func ReadTensor(b compute.Backend, t compute.Tensor) ([]float32, error) {
+	out := make([]float32, compute.Len(t))
+	switch t.DType() {
+	case compute.F32:
+		if err := b.Read(out, t); err != nil {
+			return nil, fmt.Errorf("model: reading a tensor: %w", err)
+		}
+		return out, nil
+	case compute.BF16:
+		tb, ok := b.(compute.Trainer)
+		if !ok {
+			return nil, fmt.Errorf("model: backend %s cannot convert BF16 tensors", b.Name())
+		}
+		wide, err := b.NewTensor(compute.F32, t.Shape()...)
+		if err != nil {
+			return nil, fmt.Errorf("model: reading a tensor: %w", err)
+		}
+		defer b.Free(wide)
+		tb.Convert(wide, t)
+		if err := b.Read(out, wide); err != nil {
+			return nil, fmt.Errorf("model: reading a tensor: %w", err)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("model: reading a tensor of dtype %v", t.DType())
+}

@@ -1,0 +1,396 @@
+package reward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// Options configure a Scorer.
+type Options struct {
+	Config Config
+	// Judge samples the votes and the hints.
+	Judge Backend
+	// Teacher scores responses under the hint context; nil turns hints and
+	// distillation off.
+	Teacher Teacher
+	// Tokenizer is the policy's tokenizer, whose chat template renders the
+	// teacher context; required with a Teacher. The teacher model must
+	// share its vocabulary.
+	Tokenizer *tokenizer.Tokenizer
+	// Metrics receive the judge's counts (nil: a fresh unregistered set).
+	Metrics *Metrics
+	// Log receives judge failures and shutdown notes.
+	Log zerolog.Logger
+}
+
+// Errors of Submit.
+var (
+	// ErrBusy means the scoring queue is full: keep the turn (it is in the
+	// store) and offer it again later.
+	ErrBusy = errors.New("reward: scoring queue full")
+	// ErrClosed means Run has stopped.
+	ErrClosed = errors.New("reward: scorer stopped")
+)
+
+// Result is the outcome of a turn submitted to Run's workers.
+type Result struct {
+	TurnID string
+	Sample Sample
+	// Err is set when the turn could not be scored (invalid input); a
+	// failing judge is not an error but a neutral Sample.
+	Err error
+}
+
+// Scorer scores turns: Score for one turn now, or Submit and Run for a
+// bounded pool of workers. It is safe for concurrent use.
+type Scorer struct {
+	cfg     Config
+	judge   Backend
+	teacher Teacher
+	tok     *tokenizer.Tokenizer
+	m       *Metrics
+	log     zerolog.Logger
+
+	sem     chan struct{} // judge calls in flight
+	in      chan Turn
+	out     chan Result
+	running atomic.Bool
+	closed  atomic.Bool
+}
+
+// New checks opts and returns a Scorer.
+func New(opts Options) (*Scorer, error) {
+	if err := ValidateConfig(opts.Config); err != nil {
+		return nil, err
+	}
+	if opts.Judge == nil {
+		return nil, errors.New("reward: Options need a Judge backend")
+	}
+	if opts.Teacher != nil && opts.Tokenizer == nil {
+		return nil, errors.New("reward: a Teacher needs the policy's Tokenizer for the teacher context")
+	}
+	if opts.Teacher != nil && !opts.Tokenizer.HasChatTemplate() {
+		return nil, errors.New("reward: the policy's tokenizer has no chat template for the teacher context")
+	}
+	m := opts.Metrics
+	if m == nil {
+		var err error
+		if m, err = NewMetrics(nil); err != nil {
+			return nil, err
+		}
+	}
+	c := opts.Config
+	return &Scorer{
+		cfg: c, judge: opts.Judge, teacher: opts.Teacher, tok: opts.Tokenizer, m: m, log: opts.Log,
+		sem: make(chan struct{}, c.MaxConcurrent),
+		in:  make(chan Turn, c.QueueSize),
+		out: make(chan Result, c.QueueSize),
+	}, nil
+}
+
+// Submit queues t for Run's workers without blocking. It returns ErrBusy
+// when the queue is full, ErrClosed after Run has stopped, or the reason t
+// cannot be scored at all.
+func (s *Scorer) Submit(t Turn) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := t.validate(); err != nil {
+		return err
+	}
+	select {
+	case s.in <- t:
+		return nil
+	default:
+		s.m.Busy.Inc()
+		return ErrBusy
+	}
+}
+
+// Results delivers the outcome of every submitted turn that was scored.
+// It is closed when Run returns. Read it steadily: when it is full, the
+// workers wait, the queue fills and Submit answers ErrBusy.
+func (s *Scorer) Results() <-chan Result { return s.out }
+
+// Run scores submitted turns with Config.Workers workers until ctx ends,
+// then waits for them and returns ctx's error. Turns being scored or
+// waiting when ctx ends are not reported (the caller's store still holds
+// them as unscored). Run may be called once.
+func (s *Scorer) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("reward: Run called twice")
+	}
+	defer close(s.out)
+	stop := context.AfterFunc(ctx, func() { s.closed.Store(true) })
+	defer stop()
+	var wg sync.WaitGroup
+	for range s.cfg.Workers {
+		wg.Go(func() { s.work(ctx) })
+	}
+	wg.Wait()
+	s.closed.Store(true)
+	if n := len(s.in); n > 0 {
+		s.log.Info().Int("turns", n).Msg("reward: stopped with turns still queued; they stay unscored")
+	}
+	return ctx.Err()
+}
+
+func (s *Scorer) work(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case t := <-s.in:
+			sm, err := s.Score(ctx, t)
+			if ctx.Err() != nil {
+				return
+			}
+			select {
+			case s.out <- Result{TurnID: t.ID, Sample: sm, Err: err}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// Score scores one turn: votes (unless a thumb decides), hints and the
+// teacher, then BuildSample. A judge or teacher that fails degrades the
+// Sample (neutral reward, no distillation; see Sample.Note) instead of
+// returning an error; Score returns an error only for an invalid turn or
+// when ctx ends, and then the turn should be scored again later.
+func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
+	if err := t.validate(); err != nil {
+		return Sample{}, err
+	}
+	thumb, fbText := t.explicit()
+	evidence := len(t.NextState) > 0 || fbText != ""
+
+	var (
+		o  Outcome
+		h  hintOutcome
+		wg sync.WaitGroup
+	)
+	if evidence && s.teacher != nil && s.cfg.HintVotes > 0 {
+		wg.Go(func() { h = s.hint(ctx, &t, fbText) })
+	}
+	switch {
+	case thumb != 0:
+		o.Reward, o.Source = thumb, SourceFeedback
+	case !evidence:
+		o.Source = SourceNoEvidence
+	default:
+		s.vote(ctx, &t, fbText, &o)
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Sample{}, fmt.Errorf("reward: scoring turn %q: %w", t.ID, err)
+	}
+	o.HintVotes, o.HintAccepts = h.votes, h.accepts
+	if h.note != "" {
+		o.Note = joinNote(o.Note, h.note)
+	}
+	if h.hint != "" {
+		o.Hint = h.hint
+		lp, err := s.teach(ctx, &t, h.hint)
+		switch {
+		case ctx.Err() != nil:
+			return Sample{}, fmt.Errorf("reward: scoring turn %q: %w", t.ID, ctx.Err())
+		case err != nil:
+			s.m.Failures.WithLabelValues("teacher").Inc()
+			s.log.Warn().Err(err).Str("turn", t.ID).Msg("reward: teacher failed; no distillation for this turn")
+			o.Note = joinNote(o.Note, "teacher failed: "+err.Error())
+		default:
+			o.TeacherLogProbs = lp
+		}
+	}
+	sm := BuildSample(t, o)
+	s.m.Turns.WithLabelValues(sm.Kind.String(), string(sm.Source)).Inc()
+	return sm, nil
+}
+
+// vote asks the judge for the votes and folds them into o.
+func (s *Scorer) vote(ctx context.Context, t *Turn, fbText string, o *Outcome) {
+	texts, err := s.call(ctx, "vote", Request{
+		Messages:    JudgeMessages(t, fbText, s.cfg.Limits),
+		N:           s.cfg.Votes,
+		Temperature: s.cfg.Temperature,
+		MaxTokens:   s.cfg.MaxTokens,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		s.m.Failures.WithLabelValues("vote").Inc()
+		s.log.Warn().Err(err).Str("turn", t.ID).Msg("reward: judge failed; scoring the turn neutral")
+		o.Source = SourceJudgeFailed
+		o.Note = "judge failed: " + err.Error()
+		return
+	}
+	for _, text := range texts {
+		v, ok := ParseVote(text)
+		if !ok {
+			o.InvalidVotes++
+			s.m.ParseFailures.WithLabelValues("vote").Inc()
+			continue
+		}
+		o.Votes = append(o.Votes, v)
+		s.m.Votes.WithLabelValues(voteClass(v)).Inc()
+	}
+	o.Reward, o.Tie = Majority(o.Votes)
+	if o.Tie {
+		s.m.Ties.Inc()
+	}
+	o.Source = SourceJudge
+}
+
+type hintOutcome struct {
+	hint           string
+	votes, accepts int
+	note           string
+}
+
+// hint asks the hint judge for hints and picks one.
+func (s *Scorer) hint(ctx context.Context, t *Turn, fbText string) hintOutcome {
+	texts, err := s.call(ctx, "hint", Request{
+		Messages:    HintMessages(t, fbText, s.cfg.Limits),
+		N:           s.cfg.HintVotes,
+		Temperature: s.cfg.Temperature,
+		MaxTokens:   s.cfg.HintMaxTokens,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return hintOutcome{}
+		}
+		s.m.Failures.WithLabelValues("hint").Inc()
+		s.log.Warn().Err(err).Str("turn", t.ID).Msg("reward: hint judge failed; no hint for this turn")
+		return hintOutcome{note: "hint judge failed: " + err.Error()}
+	}
+	var h hintOutcome
+	var hints []string
+	for _, text := range texts {
+		h.votes++
+		hv := ParseHint(text)
+		switch {
+		case !hv.Valid:
+			s.m.ParseFailures.WithLabelValues("hint").Inc()
+			s.m.HintVotes.WithLabelValues("invalid").Inc()
+		case !hv.Accept:
+			s.m.HintVotes.WithLabelValues("decline").Inc()
+		case len([]rune(hv.Hint)) > s.cfg.MaxHintChars:
+			// Too long to be a hint: count it as declined.
+			s.m.HintVotes.WithLabelValues("decline").Inc()
+		default:
+			s.m.HintVotes.WithLabelValues("accept").Inc()
+			h.accepts++
+			hints = append(hints, hv.Hint)
+		}
+	}
+	h.hint = SelectHint(hints, s.cfg.HintRule)
+	return h
+}
+
+// teach scores the turn's response under the hint context.
+func (s *Scorer) teach(ctx context.Context, t *Turn, hint string) ([]float32, error) {
+	prompt, err := TeacherPrompt(s.tok, t, hint)
+	if err != nil {
+		return nil, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	lp, err := s.teacher.LogProbs(tctx, prompt, t.ResponseTokens)
+	s.m.Latency.WithLabelValues("teacher").Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, err
+	}
+	if len(lp) != len(t.ResponseTokens) {
+		return nil, fmt.Errorf("reward: teacher returned %d log-probs for %d response tokens", len(lp), len(t.ResponseTokens))
+	}
+	return lp, nil
+}
+
+// call runs one judge call with a per-attempt timeout, a slot of the
+// concurrency semaphore per attempt, and retries with exponential back-off
+// and jitter. It returns ctx's error as soon as ctx ends.
+func (s *Scorer) call(ctx context.Context, stage string, req Request) ([]string, error) {
+	var last error
+	attempts := 0
+	for attempts < s.cfg.MaxAttempts {
+		if attempts > 0 {
+			s.m.Retries.WithLabelValues(stage).Inc()
+			t := time.NewTimer(s.backoff(attempts))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+		}
+		attempts++
+		out, err := s.attempt(ctx, stage, req)
+		if err == nil {
+			return out, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		last = err
+		if IsPermanent(err) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("reward: %s judge failed after %d attempts: %w", stage, attempts, last)
+}
+
+func (s *Scorer) attempt(ctx context.Context, stage string, req Request) ([]string, error) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-s.sem }()
+	actx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	out, err := s.judge.Complete(actx, req)
+	s.m.Latency.WithLabelValues(stage).Observe(time.Since(start).Seconds())
+	if err == nil && len(out) == 0 {
+		err = errors.New("reward: judge returned no completions")
+	}
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		err = fmt.Errorf("attempt timed out after %v: %w", s.cfg.Timeout, err)
+	}
+	return out, err
+}
+
+// backoff is the wait before attempt n+1 (n >= 1): BackoffBase·2^(n−1),
+// capped at BackoffMax, of which the second half is random.
+func (s *Scorer) backoff(n int) time.Duration {
+	d := s.cfg.BackoffBase
+	for i := 1; i < n && d < s.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, s.cfg.BackoffMax)
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half)
+}
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}

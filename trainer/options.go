@@ -1,0 +1,161 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Options configure a Trainer. Each field mirrors a key of the trainer
+// section of config.yaml (named in its comment). Start from DefaultOptions:
+// a zero field is not replaced by a default, and New rejects values that
+// make no sense.
+type Options struct {
+	// Optimizer (AdamW with decoupled weight decay).
+	LR          float64 // lr: peak learning rate
+	Beta1       float64 // adam_beta1
+	Beta2       float64 // adam_beta2
+	AdamEps     float64 // adam_eps
+	WeightDecay float64 // weight_decay: decoupled, applied to every trained tensor
+	GradClip    float64 // grad_clip: global L2 norm bound of the gradient; ≤ 0 disables
+	WarmupSteps int     // warmup_steps: the learning rate rises linearly over this many optimizer steps
+
+	// Loss.
+	EpsLow        float64 // clip_eps_low: PPO clip range below 1
+	EpsHigh       float64 // clip_eps_high: PPO clip range above 1
+	KLCoef        float64 // kl_coef: weight of the k3 KL penalty to the reference; 0 disables
+	RLWeight      float64 // rl_weight: w_rl, weight of the binary reward in the advantage
+	OPDWeight     float64 // opd_weight: w_opd, weight of teacher − old in the advantage
+	AdvantageClip float64 // advantage_clip: bound on |teacher − old|; ≤ 0 disables
+
+	// Off-policy samples.
+	MaxStaleness  int     // max_staleness: samples more versions behind are dropped
+	ImportanceCap float64 // importance_cap: cap of the truncated importance weight; ≤ 0 disables
+
+	// Batching.
+	MicroBatchTokens int // micro_batch_tokens: token budget of one forward/backward pass
+
+	// What is trained.
+	LoRARank    int      // lora.rank: 0 trains every weight (full fine-tuning)
+	LoRAAlpha   float64  // lora.alpha: adapter scale is alpha/rank
+	LoRATargets []string // lora.targets: q, k, v, o, gate, up, down
+	LoRASeed    uint64   // lora.seed: initialisation of the adapters
+	// LoRAMergeDType is the dtype of the merged matrices of a published LoRA
+	// version (lora.merge_dtype): "float32" keeps every update; "bfloat16"
+	// halves their memory and decode bandwidth but loses updates smaller
+	// than half a BF16 step of a weight.
+	LoRAMergeDType string
+	Checkpointing  bool // activation_checkpointing: recompute activations in backward to save memory
+}
+
+// DefaultOptions returns the defaults of config.yaml's trainer section.
+func DefaultOptions() Options {
+	return Options{
+		LR: 1e-5, Beta1: 0.9, Beta2: 0.98, AdamEps: 1e-8, WeightDecay: 0.1,
+		GradClip: 1.0, WarmupSteps: 10,
+		EpsLow: 0.2, EpsHigh: 0.28, KLCoef: 0, RLWeight: 1, OPDWeight: 1, AdvantageClip: 0,
+		MaxStaleness: 4, ImportanceCap: 2,
+		MicroBatchTokens: 4096,
+		LoRARank:         0, LoRAAlpha: 32, LoRATargets: []string{"q", "k", "v", "o", "gate", "up", "down"}, LoRASeed: 1,
+		LoRAMergeDType: "float32",
+	}
+}
+
+// maxMaxStaleness bounds max_staleness (Metrics.Staleness has one bin per
+// version).
+const maxMaxStaleness = 1024
+
+// loraTargetNames are the module names Options.LoRATargets may list.
+var loraTargetNames = []string{"q", "k", "v", "o", "gate", "up", "down"}
+
+// Validate reports every option that is out of range, joined into one
+// error, each naming its config key.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(key string, v any, want string) {
+		errs = append(errs, fmt.Errorf("trainer.%s = %v: %s", key, v, want))
+	}
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	if !(o.LR > 0) || !finite(o.LR) {
+		bad("lr", o.LR, "must be positive")
+	}
+	if !(o.Beta1 >= 0 && o.Beta1 < 1) {
+		bad("adam_beta1", o.Beta1, "must lie in [0, 1)")
+	}
+	if !(o.Beta2 >= 0 && o.Beta2 < 1) {
+		bad("adam_beta2", o.Beta2, "must lie in [0, 1)")
+	}
+	if !(o.AdamEps > 0) || !finite(o.AdamEps) {
+		bad("adam_eps", o.AdamEps, "must be positive")
+	}
+	if !(o.WeightDecay >= 0) || !finite(o.WeightDecay) {
+		bad("weight_decay", o.WeightDecay, "must be ≥ 0")
+	}
+	if !finite(o.GradClip) {
+		bad("grad_clip", o.GradClip, "must be finite (≤ 0 disables)")
+	}
+	if o.WarmupSteps < 0 {
+		bad("warmup_steps", o.WarmupSteps, "must be ≥ 0")
+	}
+	if !(o.EpsLow >= 0 && o.EpsLow < 1) {
+		bad("clip_eps_low", o.EpsLow, "must lie in [0, 1)")
+	}
+	if !(o.EpsHigh >= 0) || !finite(o.EpsHigh) {
+		bad("clip_eps_high", o.EpsHigh, "must be ≥ 0")
+	}
+	if !(o.KLCoef >= 0) || !finite(o.KLCoef) {
+		bad("kl_coef", o.KLCoef, "must be ≥ 0")
+	}
+	if !finite(o.RLWeight) {
+		bad("rl_weight", o.RLWeight, "must be finite")
+	}
+	if !finite(o.OPDWeight) {
+		bad("opd_weight", o.OPDWeight, "must be finite")
+	}
+	if !finite(o.AdvantageClip) {
+		bad("advantage_clip", o.AdvantageClip, "must be finite (≤ 0 disables)")
+	}
+	if o.MaxStaleness < 0 || o.MaxStaleness > maxMaxStaleness {
+		bad("max_staleness", o.MaxStaleness, fmt.Sprintf("must lie in [0, %d]", maxMaxStaleness))
+	}
+	if !finite(o.ImportanceCap) {
+		bad("importance_cap", o.ImportanceCap, "must be finite (≤ 0 disables)")
+	}
+	if o.MicroBatchTokens < 1 {
+		bad("micro_batch_tokens", o.MicroBatchTokens, "must be positive")
+	}
+	if o.LoRARank < 0 {
+		bad("lora.rank", o.LoRARank, "must be ≥ 0 (0: full fine-tuning)")
+	}
+	if o.LoRARank > 0 {
+		if !(o.LoRAAlpha > 0) || !finite(o.LoRAAlpha) {
+			bad("lora.alpha", o.LoRAAlpha, "must be positive")
+		}
+		if len(o.LoRATargets) == 0 {
+			bad("lora.targets", o.LoRATargets, "must name at least one of q, k, v, o, gate, up, down")
+		}
+		if o.LoRAMergeDType != "float32" && o.LoRAMergeDType != "bfloat16" {
+			bad("lora.merge_dtype", o.LoRAMergeDType, "want float32 or bfloat16")
+		}
+		for _, t := range o.LoRATargets {
+			ok := false
+			for _, n := range loraTargetNames {
+				ok = ok || t == n
+			}
+			if !ok {
+				bad("lora.targets", t, "unknown module (want q, k, v, o, gate, up or down)")
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LearningRate is the learning rate of optimizer step number step (counting
+// from 1): linear warm-up from LR/WarmupSteps to LR over the first
+// WarmupSteps steps, then constant.
+func (o *Options) LearningRate(step int) float64 {
+	if o.WarmupSteps > 0 && step < o.WarmupSteps {
+		return o.LR * float64(max(step, 1)) / float64(o.WarmupSteps)
+	}
+	return o.LR
+}

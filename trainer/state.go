@@ -1,0 +1,254 @@
+package trainer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/safetensors"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// stateFormat is the version of the trainer state layout.
+const stateFormat = 1
+
+// Prefixes of the tensors in trainer_state.safetensors: the trained value
+// (full fine-tuning: the F32 master copy of every weight; LoRA: the
+// adapters) and the two AdamW moments of each parameter.
+const (
+	valuePrefix = "value/"
+	adamMPrefix = "adam_m/"
+	adamVPrefix = "adam_v/"
+)
+
+// stateJSON is trainer_state.json: the trainer's scalars. There is no RNG
+// state because the trainer draws no random numbers (LoRA adapters are
+// initialised from lora.seed by the model, once, and then restored).
+type stateJSON struct {
+	Format   int         `json:"format"`
+	Step     int64       `json:"step"`
+	Samples  int64       `json:"samples"`
+	Tokens   int64       `json:"tokens"`
+	Skipped  int64       `json:"skipped"`
+	LastLoss float64     `json:"last_loss"`
+	Version  uint64      `json:"version"`
+	LoRA     *loraJSON   `json:"lora,omitempty"`
+	Params   []paramJSON `json:"params"`
+	Options  Options     `json:"options"` // for the record; the running options win
+}
+
+type loraJSON struct {
+	Rank    int      `json:"rank"`
+	Alpha   float64  `json:"alpha"`
+	Targets []string `json:"targets"`
+	Seed    uint64   `json:"seed"`
+}
+
+type paramJSON struct {
+	Name  string `json:"name"`
+	Shape []int  `json:"shape"`
+}
+
+// CheckpointOptions say where and what Save writes besides the weights and
+// the trainer state.
+type CheckpointOptions struct {
+	Root string // checkpoint root directory (config: checkpoint.dir)
+	Keep int    // newest checkpoints kept (config: checkpoint.keep); ≤ 0 keeps all
+	// ConfigJSON is the model's config.json, copied into the checkpoint so
+	// it loads as a model.
+	ConfigJSON []byte
+	// ExtraFiles are copied verbatim (tokenizer.json,
+	// tokenizer_config.json, generation_config.json), so that other tools
+	// can load the checkpoint too.
+	ExtraFiles map[string][]byte
+}
+
+// Save writes a checkpoint of the trainer's current version, which must be
+// the one it published last, with no step since (its weights are what the
+// trainer state continues from), taken from store: config.json, the
+// version's weights as model.safetensors, the trainer state (parameters in
+// F32, AdamW moments, counters), and the extra files. The version is held
+// while it is written. See weights.Save for how the checkpoint is made
+// crash-safe. Step waits while Save runs; serving does not.
+func (t *Trainer) Save(store *weights.Store, co CheckpointOptions) (*weights.Checkpoint, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errors.New("trainer: closed")
+	}
+	if t.dirty || t.restored != nil {
+		return nil, fmt.Errorf("trainer: save: the parameters have no published version (trained or restored since); publish first")
+	}
+	v, err := store.AcquireNumber(t.version)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: save: %w", err)
+	}
+	defer store.Release(v)
+	if len(co.ConfigJSON) == 0 {
+		return nil, errors.New("trainer: save: no config.json")
+	}
+	st := stateJSON{
+		Format: stateFormat, Step: t.step, Samples: t.samples, Tokens: t.tokens, Skipped: t.skipped,
+		LastLoss: t.lastLoss, Version: t.version, Options: t.opts,
+	}
+	if t.opts.LoRARank > 0 {
+		st.LoRA = &loraJSON{Rank: t.opts.LoRARank, Alpha: t.opts.LoRAAlpha, Targets: t.opts.LoRATargets, Seed: t.opts.LoRASeed}
+	}
+	var tensors []safetensors.WriteTensor
+	for i, p := range t.params {
+		shape := slices.Clone(p.Value.Shape())
+		st.Params = append(st.Params, paramJSON{Name: p.Name, Shape: shape})
+		for _, x := range []struct {
+			prefix string
+			t      compute.Tensor
+		}{{valuePrefix, p.Value}, {adamMPrefix, t.mom[i].m}, {adamVPrefix, t.mom[i].v}} {
+			tensors = append(tensors, safetensors.WriteTensor{
+				Name: x.prefix + p.Name, DType: safetensors.F32, Shape: shape, Stream: t.streamTensor(x.t),
+			})
+		}
+	}
+	sj, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("trainer: save: %w", err)
+	}
+	files := []weights.File{
+		{Name: weights.ConfigFile, Write: bytesWriter(co.ConfigJSON)},
+		weights.WeightsFile(t.b, v.Weights()),
+		{Name: weights.StateTensorsFile, Create: func(path string) error {
+			return safetensors.WriteFile(path, tensors, map[string]string{"format": "clawrl-trainer-state"})
+		}},
+		{Name: weights.StateJSONFile, Write: bytesWriter(append(sj, '\n'))},
+	}
+	names := make([]string, 0, len(co.ExtraFiles))
+	for name := range co.ExtraFiles {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		files = append(files, weights.File{Name: name, Write: bytesWriter(co.ExtraFiles[name])})
+	}
+	c, err := weights.Save(co.Root, weights.InfoOf(v), files, co.Keep)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	return c, nil
+}
+
+func bytesWriter(b []byte) func(io.Writer) error {
+	return func(w io.Writer) error { _, err := w.Write(b); return err }
+}
+
+// streamTensor writes an F32 device tensor's little-endian bytes, reading
+// it to the host only while it is written.
+func (t *Trainer) streamTensor(x compute.Tensor) func(io.Writer) error {
+	return func(w io.Writer) error {
+		buf := make([]float32, compute.Len(x))
+		if err := t.b.Read(buf, x); err != nil {
+			return err
+		}
+		_, err := w.Write(safetensors.EncodeFloat32(buf))
+		return err
+	}
+}
+
+// Restore sets the trainer to the state saved in checkpoint c: parameters,
+// AdamW moments, step count and counters, and the version number. The
+// trainer must have been made with the same base model and the same LoRA
+// settings as the one that saved it (a mismatch in parameter names or
+// shapes is refused). With the same batches afterwards, a restored trainer
+// produces bit-identical parameters to one that never stopped (on the same
+// backend and thread count). Nothing changes if Restore fails.
+func (t *Trainer) Restore(c *weights.Checkpoint) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return errors.New("trainer: closed")
+	}
+	if !c.Has(weights.StateJSONFile) || !c.Has(weights.StateTensorsFile) {
+		return fmt.Errorf("trainer: restore: checkpoint %s holds no trainer state", c.Dir())
+	}
+	raw, err := c.ReadFile(weights.StateJSONFile)
+	if err != nil {
+		return fmt.Errorf("trainer: restore: %w", err)
+	}
+	var st stateJSON
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("trainer: restore: %s: %w", c.Path(weights.StateJSONFile), err)
+	}
+	if st.Format != stateFormat {
+		return fmt.Errorf("trainer: restore: %s: format %d, want %d", c.Path(weights.StateJSONFile), st.Format, stateFormat)
+	}
+	if err := t.checkLoRA(st.LoRA); err != nil {
+		return fmt.Errorf("trainer: restore: %s: %w", c.Dir(), err)
+	}
+	if len(st.Params) != len(t.params) {
+		return fmt.Errorf("trainer: restore: %s: %d parameters saved, the trainer has %d", c.Dir(), len(st.Params), len(t.params))
+	}
+	path := c.Path(weights.StateTensorsFile)
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return fmt.Errorf("trainer: restore: %w", err)
+	}
+	defer f.Close()
+	// Check everything before writing anything.
+	type load struct {
+		dst  compute.Tensor
+		vals []float32
+	}
+	var loads []load
+	for i, p := range t.params {
+		if sp := st.Params[i]; sp.Name != p.Name || !slices.Equal(sp.Shape, p.Value.Shape()) {
+			return fmt.Errorf("trainer: restore: %s: parameter %d is %s %v, the trainer's is %s %v", c.Dir(), i, sp.Name, sp.Shape, p.Name, p.Value.Shape())
+		}
+		for _, x := range []struct {
+			prefix string
+			dst    compute.Tensor
+		}{{valuePrefix, p.Value}, {adamMPrefix, t.mom[i].m}, {adamVPrefix, t.mom[i].v}} {
+			name := x.prefix + p.Name
+			info, ok := f.Info(name)
+			if !ok {
+				return fmt.Errorf("trainer: restore: %s: tensor %q missing", path, name)
+			}
+			if info.DType != safetensors.F32 || !slices.Equal(info.Shape, p.Value.Shape()) {
+				return fmt.Errorf("trainer: restore: %s: tensor %q is %s %v, want F32 %v", path, name, info.DType, info.Shape, p.Value.Shape())
+			}
+			vals, err := f.Float32(name)
+			if err != nil {
+				return fmt.Errorf("trainer: restore: %w", err)
+			}
+			loads = append(loads, load{x.dst, vals})
+		}
+	}
+	for _, l := range loads {
+		t.b.Write(l.dst, l.vals)
+	}
+	if err := t.b.Synchronize(); err != nil {
+		return fmt.Errorf("trainer: restore: %w", err)
+	}
+	t.tr.ZeroGrad()
+	t.step, t.samples, t.tokens, t.skipped, t.lastLoss = st.Step, st.Samples, st.Tokens, st.Skipped, st.LastLoss
+	info := c.Info()
+	info.Meta.Note = "resumed from " + c.Dir()
+	t.version, t.dirty, t.restored = info.Version, false, &info
+	return nil
+}
+
+// checkLoRA compares saved LoRA settings with the trainer's.
+func (t *Trainer) checkLoRA(l *loraJSON) error {
+	o := t.opts
+	switch {
+	case l == nil && o.LoRARank == 0:
+		return nil
+	case l == nil:
+		return fmt.Errorf("saved by full fine-tuning, the trainer uses LoRA rank %d", o.LoRARank)
+	case o.LoRARank == 0:
+		return fmt.Errorf("saved with LoRA rank %d, the trainer does full fine-tuning", l.Rank)
+	case l.Rank != o.LoRARank || l.Alpha != o.LoRAAlpha || !slices.Equal(l.Targets, o.LoRATargets):
+		return fmt.Errorf("saved with LoRA rank %d alpha %g targets %v, the trainer has rank %d alpha %g targets %v",
+			l.Rank, l.Alpha, l.Targets, o.LoRARank, o.LoRAAlpha, o.LoRATargets)
+	}
+	return nil
+}

@@ -1,0 +1,468 @@
+package trainer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// Trainer updates a model's parameters from batches of samples. It owns a
+// trainable copy of the weights (every parameter, or LoRA adapters over a
+// frozen base), their gradients and the AdamW moments, all on the model's
+// backend; the served weights are separate immutable versions that Publish
+// makes.
+//
+// Its methods may be called from one goroutine at a time; they also lock,
+// so a stray concurrent call waits instead of corrupting state. Step,
+// Publish and Save run on the backend alongside serving (compute.Trainer
+// allows one serving and one training goroutine).
+type Trainer struct {
+	mu   sync.Mutex
+	m    *model.Model
+	b    compute.Trainer
+	opts Options
+	base *model.Weights // frozen: the LoRA base and the KL reference
+	tr   *model.Trainable
+
+	params []model.Param
+	mom    []moments // AdamW first and second moments, per parameter
+
+	step     int64  // optimizer steps applied
+	version  uint64 // version of the current parameters (see Version)
+	dirty    bool   // parameters changed since the last Publish or Restore
+	restored *weights.Info
+	samples  int64 // trained on, in total
+	tokens   int64
+	skipped  int64
+	lastLoss float64
+
+	refCache  *model.KVCache // for reference log-probs (KL), made on first use
+	refTokens int            // tokens refCache holds
+	closed    bool
+}
+
+type moments struct{ m, v compute.Tensor }
+
+// New makes a trainer for m, starting from base, which it keeps as the
+// frozen reference for the KL penalty and, with LoRA, as the weights the
+// adapters sit on: base must stay valid until Close. The model's backend
+// must implement compute.Trainer. The trainer starts at version 0; call
+// SetVersion when base is a published version.
+func New(m *model.Model, base *model.Weights, opts Options) (*Trainer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	b, ok := m.Backend().(compute.Trainer)
+	if !ok {
+		return nil, fmt.Errorf("trainer: backend %s cannot train (no compute.Trainer)", m.Backend().Name())
+	}
+	to := model.TrainOptions{Checkpointing: opts.Checkpointing}
+	if opts.LoRARank > 0 {
+		to.LoRA = &model.LoRAConfig{
+			Rank: opts.LoRARank, Alpha: float32(opts.LoRAAlpha),
+			Targets: append([]string(nil), opts.LoRATargets...), Seed: opts.LoRASeed,
+			MergeDType: compute.F32,
+		}
+		if opts.LoRAMergeDType == "bfloat16" {
+			to.LoRA.MergeDType = compute.BF16
+		}
+	}
+	tr, err := m.NewTrainable(base, to)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	t := &Trainer{m: m, b: b, opts: opts, base: base, tr: tr, params: tr.Params()}
+	t.opts.LoRATargets = append([]string(nil), opts.LoRATargets...)
+	for _, p := range t.params {
+		var mm moments
+		if mm.m, err = b.NewTensor(compute.F32, p.Value.Shape()...); err == nil {
+			mm.v, err = b.NewTensor(compute.F32, p.Value.Shape()...)
+		}
+		if err != nil {
+			if mm.m != nil {
+				b.Free(mm.m)
+			}
+			t.Close()
+			return nil, fmt.Errorf("trainer: optimizer state for %s: %w", p.Name, err)
+		}
+		t.mom = append(t.mom, mm)
+	}
+	return t, nil
+}
+
+// Options returns the trainer's options.
+func (t *Trainer) Options() Options {
+	o := t.opts
+	o.LoRATargets = append([]string(nil), o.LoRATargets...)
+	return o
+}
+
+// Version is the number of the weight version the trainer's parameters
+// are: the last one it published or restored, or the one set by
+// SetVersion. A sample's staleness is Version − Sample.Version.
+func (t *Trainer) Version() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.version
+}
+
+// SetVersion tells the trainer which published version its parameters
+// are (the store's version of the base weights, at start).
+func (t *Trainer) SetVersion(n uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.version = n
+}
+
+// StepCount is the number of optimizer steps applied.
+func (t *Trainer) StepCount() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.step
+}
+
+// Params are the trained parameters (with their gradients), for tests and
+// inspection; they belong to the trainer.
+func (t *Trainer) Params() []model.Param { return t.params }
+
+// Close frees the trainable parameters, gradients and optimizer state.
+// It does not free base.
+func (t *Trainer) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	for _, mm := range t.mom {
+		t.b.Free(mm.m)
+		t.b.Free(mm.v)
+	}
+	t.mom = nil
+	if t.tr != nil {
+		t.tr.Free()
+	}
+	if t.refCache != nil {
+		t.refCache.Close()
+	}
+}
+
+// errSkip marks a step abandoned by the non-finite guard.
+var errSkip = errors.New("non-finite")
+
+// Step trains on one batch: one optimizer step over all of its samples
+// that are fresh enough and carry a signal.
+//
+// The old policy of the PPO ratio is the current parameters: with one
+// optimizer step per batch, the policy about to be updated is the one that
+// just ran the forward pass, so the trainer takes the forward pass's own
+// log-probs, detached, as logπ_old (no second forward). ρ is then 1 at the
+// point where the gradient is taken, and the clip decides nothing yet; it
+// bounds the update once several steps share one old policy. The rollout's
+// log-probs enter through the truncated importance weight instead, which
+// corrects for the versions between the rollout and now.
+//
+// Samples are processed in micro-batches of at most MicroBatchTokens
+// tokens; each micro-batch's gradient is scaled so that their sum is the
+// gradient of the whole batch's loss (the mean over samples of each
+// sample's token-mean). The step is all-or-nothing: if any loss or
+// gradient is NaN or infinite, the gradients are dropped, nothing else
+// changes (parameters, moments, step count) and Metrics.Skipped is set.
+//
+// An invalid sample (empty, a token outside the vocabulary, a per-token
+// slice of the wrong length) fails the call before anything changes.
+func (t *Trainer) Step(batch []Sample) (Metrics, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	met := Metrics{Step: t.step, SkippedTotal: t.skipped, Staleness: make([]int, t.opts.MaxStaleness+1)}
+	if t.closed {
+		return met, errors.New("trainer: closed")
+	}
+	c := t.m.Config
+	for i := range batch {
+		if err := batch[i].validate(c.VocabSize, c.MaxPositions); err != nil {
+			return met, fmt.Errorf("trainer: %s: %w", batch[i].describe(i), err)
+		}
+	}
+
+	// Keep the samples that can train.
+	var keep []*Sample
+	for i := range batch {
+		s := &batch[i]
+		var stale uint64
+		if s.Version < t.version {
+			stale = t.version - s.Version
+		}
+		switch {
+		case !s.hasSignal():
+			met.NoSignal++
+		case stale > uint64(t.opts.MaxStaleness):
+			met.Stale++
+		case s.unmasked() == 0:
+			met.Empty++
+		default:
+			met.Staleness[stale]++
+			keep = append(keep, s)
+		}
+	}
+	met.Dropped = met.NoSignal + met.Stale + met.Empty
+	if len(keep) == 0 {
+		return met, nil
+	}
+
+	acc, err := t.accumulate(keep)
+	met.MicroBatches, met.PassTokens = acc.microBatches, acc.passTokens
+	switch {
+	case errors.Is(err, errSkip):
+		return t.skip(met, acc.reason), nil
+	case err != nil:
+		t.tr.ZeroGrad()
+		return met, err
+	}
+	acc.fill(&met)
+
+	// Global gradient norm, checked before anything is updated.
+	grads := make([]compute.Tensor, len(t.params))
+	for i, p := range t.params {
+		grads[i] = p.Grad
+	}
+	ss, err := t.b.SumSquares(grads...)
+	if err != nil {
+		t.tr.ZeroGrad()
+		return met, fmt.Errorf("trainer: gradient norm: %w", err)
+	}
+	met.GradNorm = math.Sqrt(ss)
+	if math.IsNaN(met.GradNorm) || math.IsInf(met.GradNorm, 0) {
+		return t.skip(met, fmt.Sprintf("gradient norm %g", met.GradNorm)), nil
+	}
+	scale := 1.0
+	if t.opts.GradClip > 0 && met.GradNorm > t.opts.GradClip {
+		scale = t.opts.GradClip / met.GradNorm
+	}
+
+	next := t.step + 1
+	lr := t.opts.LearningRate(int(next))
+	hp := compute.AdamW{
+		LR: float32(lr), Beta1: float32(t.opts.Beta1), Beta2: float32(t.opts.Beta2),
+		Eps: float32(t.opts.AdamEps), WeightDecay: float32(t.opts.WeightDecay),
+		Step: int(next), GradScale: float32(scale),
+	}
+	for i, p := range t.params {
+		t.b.AdamW(p.Value, p.Grad, t.mom[i].m, t.mom[i].v, hp)
+	}
+	if err := t.b.Synchronize(); err != nil {
+		// A device error midway leaves the parameters undefined; the
+		// caller must restore from a checkpoint.
+		return met, fmt.Errorf("trainer: optimizer step: %w", err)
+	}
+	t.tr.ZeroGrad()
+	t.step = next
+	t.dirty = true
+	t.samples += int64(met.Samples)
+	t.tokens += int64(met.Tokens)
+	t.lastLoss = met.Loss
+	met.Step, met.Applied, met.LR = t.step, true, lr
+	return met, nil
+}
+
+// skip abandons a step: gradients are zeroed, nothing else changes.
+func (t *Trainer) skip(met Metrics, reason string) Metrics {
+	t.tr.ZeroGrad()
+	t.skipped++
+	met.Skipped, met.SkippedTotal, met.SkipReason = true, t.skipped, reason
+	met.Applied = false
+	return met
+}
+
+// accumulation sums what the micro-batches of one step report.
+type accumulation struct {
+	microBatches, passTokens     int
+	samples, tokens, clipped     int
+	loss                         float64 // sum over samples of the token-mean loss
+	klSum, entSum, lpSum, advSum float64
+	wSum                         float64
+	klTokens                     int
+	reason                       string
+}
+
+func (a *accumulation) fill(m *Metrics) {
+	m.Samples, m.Tokens = a.samples, a.tokens
+	m.Loss = a.loss / float64(a.samples)
+	if a.tokens > 0 {
+		n := float64(a.tokens)
+		m.ClipFraction = float64(a.clipped) / n
+		m.Entropy = a.entSum / n
+		m.LogProb = a.lpSum / n
+		m.Advantage = a.advSum / n
+		m.ImportanceWeight = a.wSum / n
+	}
+	if a.klTokens > 0 {
+		m.KL = a.klSum / float64(a.klTokens)
+	}
+}
+
+// accumulate runs forward and backward over keep in micro-batches,
+// leaving the gradient of the batch loss in the parameters' Grad tensors.
+// It returns an error wrapping errSkip when a loss or a loss gradient is
+// not finite (the gradients are then partial and must be zeroed).
+func (t *Trainer) accumulate(keep []*Sample) (accumulation, error) {
+	var acc accumulation
+	cc := clipConfig{epsLow: t.opts.EpsLow, epsHigh: t.opts.EpsHigh, klCoef: t.opts.KLCoef}
+	ac := advantageConfig{rlWeight: t.opts.RLWeight, opdWeight: t.opts.OPDWeight, clip: t.opts.AdvantageClip}
+	scale := 1 / float64(len(keep)) // the batch loss is the mean over samples
+	t.tr.ZeroGrad()
+	bounds := microBatches(keep, t.opts.MicroBatchTokens)
+	for g := 0; g+1 < len(bounds); g++ {
+		mb := keep[bounds[g]:bounds[g+1]]
+		refs, err := t.referenceLogProbs(mb)
+		if err != nil {
+			return acc, err
+		}
+		ts := make([]model.TrainSample, len(mb))
+		for i, s := range mb {
+			ts[i] = model.TrainSample{Prompt: s.Prompt, Response: s.Response}
+			acc.passTokens += s.Tokens()
+		}
+		pass, err := t.tr.Forward(ts)
+		if err != nil {
+			return acc, fmt.Errorf("trainer: forward pass: %w", err)
+		}
+		acc.microBatches++
+		dlogp := make([][]float32, len(mb))
+		for i, s := range mb {
+			logp := pass.LogProbs[i]
+			old := logp // detached: see Step
+			st := sampleLoss(cc, ac, t.opts.ImportanceCap, s, logp, old, refs[i], scale)
+			if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
+				pass.Free()
+				acc.reason = fmt.Sprintf("%s: loss %g", s.describe(bounds[g]+i), st.loss)
+				return acc, errSkip
+			}
+			for _, d := range st.grad {
+				if math.IsNaN(float64(d)) || math.IsInf(float64(d), 0) {
+					pass.Free()
+					acc.reason = fmt.Sprintf("%s: loss gradient %g", s.describe(bounds[g]+i), d)
+					return acc, errSkip
+				}
+			}
+			dlogp[i] = st.grad
+			acc.samples++
+			acc.tokens += st.tokens
+			acc.clipped += st.clipped
+			acc.loss += st.loss
+			acc.klSum += st.klSum
+			acc.klTokens += st.klTokens
+			acc.advSum += st.advSum
+			acc.wSum += st.wSum
+			for k := range s.Response {
+				if s.Mask == nil || s.Mask[k] {
+					acc.lpSum += float64(logp[k])
+					if pass.Entropy != nil {
+						acc.entSum += float64(pass.Entropy[i][k])
+					}
+				}
+			}
+		}
+		err = pass.Backward(dlogp)
+		pass.Free()
+		if err != nil {
+			return acc, fmt.Errorf("trainer: backward pass: %w", err)
+		}
+	}
+	return acc, nil
+}
+
+// refBlock is the block size of the reference log-probs' KV cache.
+const refBlock = 16
+
+// referenceLogProbs returns, per sample of a micro-batch, the reference
+// log-probs for the KL term: the sample's own, or, when the penalty is on
+// and the sample has none, those of the frozen base weights. nil entries
+// mean no KL term for that sample.
+func (t *Trainer) referenceLogProbs(mb []*Sample) ([][]float32, error) {
+	refs := make([][]float32, len(mb))
+	var need []model.ScoreRequest
+	var idx []int
+	for i, s := range mb {
+		switch {
+		case s.RefLogProbs != nil:
+			refs[i] = s.RefLogProbs
+		case t.opts.KLCoef > 0:
+			need = append(need, model.ScoreRequest{Prompt: s.Prompt, Response: s.Response})
+			idx = append(idx, i)
+		}
+	}
+	if len(need) == 0 {
+		return refs, nil
+	}
+	// Cache room for every sequence, rounded up to whole blocks; a sample
+	// larger than the micro-batch budget grows the cache.
+	room := 0
+	for _, r := range need {
+		room += (len(r.Prompt)+len(r.Response)+refBlock-1)/refBlock*refBlock + refBlock
+	}
+	if t.refCache == nil || t.refTokens < room {
+		if t.refCache != nil {
+			t.refCache.Close()
+			t.refCache = nil
+		}
+		tokens := max(room, t.opts.MicroBatchTokens+2*refBlock)
+		kv, err := t.m.NewKVCache(model.KVCacheOptions{BlockSize: refBlock, Budget: t.m.Config.KVBytesPerToken() * int64(tokens)})
+		if err != nil {
+			return nil, fmt.Errorf("trainer: KV cache for reference log-probs: %w", err)
+		}
+		t.refCache, t.refTokens = kv, tokens
+	}
+	scored, err := t.m.LogProbsWith(t.base, t.refCache, need, 0)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: reference log-probs: %w", err)
+	}
+	for j, i := range idx {
+		refs[i] = scored[j].LogProbs
+	}
+	return refs, nil
+}
+
+// Publish makes the current parameters a new immutable version in store
+// (full fine-tuning: a copy in the base dtype; LoRA: the base with the
+// adapters merged) and makes it the trainer's version. Right after Restore
+// the version keeps the checkpoint's number when the store has not
+// numbered past it, so samples generated by it before a restart are not
+// counted stale; otherwise (a rollback to an older checkpoint) it is a new
+// number whose parent is the checkpoint's.
+func (t *Trainer) Publish(store *weights.Store) (*weights.Version, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errors.New("trainer: closed")
+	}
+	w, err := t.tr.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("trainer: snapshot: %w", err)
+	}
+	meta := weights.Meta{Step: t.step, Samples: t.samples, Tokens: t.tokens, Loss: t.lastLoss}
+	var v *weights.Version
+	switch r := t.restored; {
+	case r != nil && !t.dirty && r.Version > store.Last():
+		meta.Note = r.Meta.Note
+		v, err = store.PublishNumbered(w, r.Version, r.Parent, meta)
+	case r != nil && !t.dirty:
+		// The store has numbered past the checkpoint (it was not the
+		// newest): publish the restored weights as a new version.
+		meta.Note = r.Meta.Note
+		v, err = store.Publish(w, r.Version, meta)
+	default:
+		v, err = store.Publish(w, t.version, meta)
+	}
+	if err != nil {
+		w.Free()
+		return nil, fmt.Errorf("trainer: %w", err)
+	}
+	t.version, t.dirty, t.restored = v.Number(), false, nil
+	return v, nil
+}
