@@ -19,6 +19,7 @@ import (
 	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/sample"
 	"github.com/clawrl/clawrl/tokenizer"
+	"github.com/clawrl/clawrl/weights"
 )
 
 // engine is a loaded checkpoint ready to generate: model, tokenizer, KV
@@ -28,6 +29,7 @@ type engine struct {
 	model *model.Model
 	tok   *tokenizer.Tokenizer
 	cache *model.KVCache
+	store *weights.Store // versions: the base, then what training publishes
 	sched *rollout.Scheduler
 	stop  func()
 }
@@ -63,12 +65,23 @@ func (a *app) openEngine(dir string) (*engine, error) {
 		m.Close()
 		return nil, err
 	}
+	// The checkpoint's weights are the first version; versions published
+	// later replace it for generations that start after them. Keep one
+	// older version so that a teacher pass or a generation that just
+	// started on it is not cut short.
+	store := weights.NewStore(weights.StoreOptions{Keep: 1})
+	if _, err := store.Publish(m.Weights(), 0, weights.Meta{Note: "base: " + dir}); err != nil {
+		cache.Close()
+		m.Close()
+		return nil, err
+	}
 	rc := a.cfg.Rollout
 	sched, err := rollout.New(rollout.Options{
-		Model: m, Cache: cache, Log: a.log,
+		Model: m, Cache: cache, Log: a.log, Versions: store,
 		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache,
 	})
 	if err != nil {
+		store.Close()
 		cache.Close()
 		m.Close()
 		return nil, err
@@ -84,9 +97,10 @@ func (a *app) openEngine(dir string) (*engine, error) {
 		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).
 		Str("backend", m.Backend().Name()).Str("kernels", kernels.Kernels()).
 		Int("kv_blocks", cache.NumBlocks()).Dur("load", time.Since(start)).Msg("model loaded")
-	return &engine{dir: dir, model: m, tok: tok, cache: cache, sched: sched, stop: func() {
+	return &engine{dir: dir, model: m, tok: tok, cache: cache, store: store, sched: sched, stop: func() {
 		cancel()
 		<-done
+		store.Close()
 		cache.Close()
 		m.Close()
 	}}, nil

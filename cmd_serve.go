@@ -16,8 +16,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/clawrl/clawrl/config"
+	"github.com/clawrl/clawrl/loop"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/reward"
 	"github.com/clawrl/clawrl/server"
 	"github.com/clawrl/clawrl/session"
+	"github.com/clawrl/clawrl/trainer"
 )
 
 func (a *app) serveCmd() *cobra.Command {
@@ -71,6 +75,7 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 		Tokenizer:        e.tok,
 		ModelID:          filepath.Base(filepath.Clean(dir)),
 		ContextLength:    e.model.Config.MaxPositions,
+		Version:          e.store.Current,
 		APIKeys:          sc.APIKeys,
 		MaxBodyBytes:     int64(sc.MaxBodyMB) << 20,
 		MaxN:             sc.MaxN,
@@ -98,24 +103,22 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 		ready <- ln.Addr().String()
 	}
 
-	// The reward stage reads turn records; until training is wired into the
-	// daemon, they are logged and counted, never silently lost.
-	recDone := make(chan struct{})
-	recCtx, recCancel := context.WithCancel(context.Background())
-	go func() {
-		defer close(recDone)
-		for {
-			select {
-			case <-recCtx.Done():
-				return
-			case rec := <-sink.C():
-				logRecord(a, rec)
-			}
-		}
-	}()
+	// The loop scores the turn records and trains on them in the
+	// background; serving never waits on it.
+	pipeline, closeLoop, err := a.newLoop(e, sink, vars, reg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer closeLoop()
+	loopCtx, loopCancel := context.WithCancel(context.Background())
+	loopDone := make(chan error, 1)
+	go func() { loopDone <- pipeline.Run(loopCtx) }()
 	defer func() {
-		recCancel()
-		<-recDone
+		loopCancel()
+		if err := <-loopDone; err != nil {
+			a.log.Error().Err(err).Msg("training loop stopped with an error")
+		}
 	}()
 
 	err = srv.Serve(ctx, ln)
@@ -125,15 +128,124 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 	return err
 }
 
-func logRecord(a *app, rec session.Record) {
-	ev := a.log.Debug().Str("kind", rec.Kind.String())
-	if t := rec.Turn; t != nil {
-		ev = ev.Str("session", t.SessionID).Int("turn", t.Index).Str("response_id", t.ResponseID).
-			Int("prompt_tokens", len(t.PromptTokens)).Int("response_tokens", len(t.ResponseTokens)).
-			Str("end", string(t.End)).Int("next_state_messages", len(t.NextState))
+// newLoop builds the reward stage (judge and teacher) and the trainer
+// over the engine, and the loop that connects them to the turn records.
+// The returned func frees what it built, after the loop has stopped.
+func (a *app) newLoop(e *engine, sink *session.ChanSink, vars map[string]any, reg *prometheus.Registry) (*loop.Loop, func(), error) {
+	rc, tc := a.cfg.Reward, a.cfg.Trainer
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
 	}
-	if f := rec.Feedback; f != nil {
-		ev = ev.Str("response_id", f.ResponseID).Int("thumb", f.Thumb)
+	fail := func(err error) (*loop.Loop, func(), error) {
+		closeAll()
+		return nil, nil, err
 	}
-	ev.Msg("turn record (training is not wired into the daemon yet)")
+
+	cfg := reward.DefaultConfig()
+	cfg.Backend, cfg.Teacher = rc.Judge, rc.Teacher
+	cfg.Votes, cfg.Temperature, cfg.MaxTokens = rc.Votes, float32(rc.Temperature), rc.MaxTokens
+	cfg.HintVotes, cfg.HintRule = rc.HintVotes, reward.HintRule(rc.HintRule)
+	cfg.Timeout, cfg.Workers = rc.Timeout, rc.Workers
+	if rc.Teacher == reward.TeacherNone {
+		cfg.HintVotes = 0
+	}
+	if err := reward.ValidateConfig(cfg); err != nil {
+		return fail(err)
+	}
+	var judge reward.Backend
+	var err error
+	if rc.Judge == reward.BackendOpenAI {
+		judge, err = reward.NewOpenAIBackend(reward.OpenAIOptions{BaseURL: rc.JudgeBaseURL, APIKey: rc.JudgeAPIKey, Model: rc.JudgeModel})
+	} else {
+		// The local judge generates through the serving scheduler, on the
+		// current weights.
+		judge, err = reward.NewLocalBackend(e.sched, e.tok, reward.LocalOptions{StopTokens: e.stopTokens(), TemplateVars: vars})
+	}
+	if err != nil {
+		return fail(err)
+	}
+	var teacher reward.Teacher
+	if rc.Teacher != reward.TeacherNone {
+		tcache, err := e.model.NewKVCache(model.KVCacheOptions{Budget: int64(rc.TeacherKVCacheMB) << 20})
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, tcache.Close)
+		var pick func() *model.Weights // nil: the frozen checkpoint weights
+		if rc.Teacher == reward.TeacherPolicy {
+			pick = func() *model.Weights {
+				v, err := e.store.Acquire()
+				if err != nil {
+					return nil
+				}
+				// The store keeps the previous version as well, so the set
+				// outlives a publication that lands during the pass.
+				defer e.store.Release(v)
+				return v.Weights()
+			}
+		}
+		mt, err := reward.NewModelTeacher(e.model, tcache, pick)
+		if err != nil {
+			return fail(err)
+		}
+		teacher = mt
+	}
+	rm, err := reward.NewMetrics(reg)
+	if err != nil {
+		return fail(err)
+	}
+	scorer, err := reward.New(reward.Options{Config: cfg, Judge: judge, Teacher: teacher, Tokenizer: e.tok, Metrics: rm, Log: a.log})
+	if err != nil {
+		return fail(err)
+	}
+
+	var tr *trainer.Trainer
+	if tc.Enabled {
+		opts := trainer.DefaultOptions()
+		opts.LR, opts.WarmupSteps, opts.WeightDecay, opts.GradClip = tc.LR, tc.WarmupSteps, tc.WeightDecay, tc.GradClip
+		opts.EpsLow, opts.EpsHigh = tc.ClipEpsLow, tc.ClipEpsHigh
+		opts.RLWeight, opts.OPDWeight, opts.KLCoef = tc.RLWeight, tc.OPDWeight, tc.KLCoef
+		opts.MaxStaleness, opts.MicroBatchTokens = tc.MaxStaleness, tc.MicroBatchTokens
+		opts.LoRARank, opts.LoRAAlpha, opts.LoRATargets = tc.LoRARank, tc.LoRAAlpha, tc.LoRATargets
+		opts.Checkpointing = tc.ActivationCheckpointing
+		if err := opts.Validate(); err != nil {
+			return fail(err)
+		}
+		tr, err = trainer.New(e.model, e.model.Weights(), opts)
+		if err != nil {
+			return fail(err)
+		}
+		tr.SetVersion(e.store.Current())
+		closers = append(closers, tr.Close)
+	}
+	var ck trainer.CheckpointOptions
+	if tc.CheckpointDir != "" {
+		cfgJSON, err := os.ReadFile(filepath.Join(e.dir, "config.json"))
+		if err != nil {
+			return fail(err)
+		}
+		ck = trainer.CheckpointOptions{Root: tc.CheckpointDir, Keep: tc.KeepCheckpoints, ConfigJSON: cfgJSON}
+	}
+	l, err := loop.New(loop.Options{
+		Records: sink.C(), Scorer: scorer, Trainer: tr, Store: e.store,
+		BatchSize: tc.BatchSize, MaxWait: tc.MaxWait, TemplateVars: vars,
+		Checkpoint: ck, CheckpointEvery: tc.CheckpointEvery,
+		Registry: reg, Log: a.log,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	mode := "off"
+	if tr != nil {
+		mode = "full fine-tuning"
+		if tc.LoRARank > 0 {
+			mode = fmt.Sprintf("LoRA rank %d", tc.LoRARank)
+		}
+	}
+	a.log.Info().Str("judge", rc.Judge).Str("teacher", rc.Teacher).Str("training", mode).
+		Int("batch_size", tc.BatchSize).Msg("feedback loop ready")
+	return l, closeAll, nil
 }

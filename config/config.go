@@ -28,6 +28,50 @@ type Config struct {
 	Server   Server   `mapstructure:"server"`
 	Rollout  Rollout  `mapstructure:"rollout"`
 	Sessions Sessions `mapstructure:"sessions"`
+	Trainer  Trainer  `mapstructure:"trainer"`
+	Reward   Reward   `mapstructure:"reward"`
+}
+
+// Trainer configures training from feedback.
+type Trainer struct {
+	Enabled                 bool          `mapstructure:"enabled"`
+	BatchSize               int           `mapstructure:"batch_size"`
+	MaxWait                 time.Duration `mapstructure:"max_wait"`
+	LR                      float64       `mapstructure:"lr"`
+	WarmupSteps             int           `mapstructure:"warmup_steps"`
+	WeightDecay             float64       `mapstructure:"weight_decay"`
+	GradClip                float64       `mapstructure:"grad_clip"`
+	ClipEpsLow              float64       `mapstructure:"clip_eps_low"`
+	ClipEpsHigh             float64       `mapstructure:"clip_eps_high"`
+	RLWeight                float64       `mapstructure:"rl_weight"`
+	OPDWeight               float64       `mapstructure:"opd_weight"`
+	KLCoef                  float64       `mapstructure:"kl_coef"`
+	MaxStaleness            int           `mapstructure:"max_staleness"`
+	MicroBatchTokens        int           `mapstructure:"micro_batch_tokens"`
+	LoRARank                int           `mapstructure:"lora_rank"`
+	LoRAAlpha               float64       `mapstructure:"lora_alpha"`
+	LoRATargets             []string      `mapstructure:"lora_targets"`
+	ActivationCheckpointing bool          `mapstructure:"activation_checkpointing"`
+	CheckpointDir           string        `mapstructure:"checkpoint_dir"`
+	CheckpointEvery         int           `mapstructure:"checkpoint_every"`
+	KeepCheckpoints         int           `mapstructure:"keep_checkpoints"`
+}
+
+// Reward configures the judge and the teacher.
+type Reward struct {
+	Judge            string        `mapstructure:"judge"`
+	JudgeBaseURL     string        `mapstructure:"judge_base_url"`
+	JudgeAPIKey      string        `mapstructure:"judge_api_key"`
+	JudgeModel       string        `mapstructure:"judge_model"`
+	Teacher          string        `mapstructure:"teacher"`
+	Votes            int           `mapstructure:"votes"`
+	Temperature      float64       `mapstructure:"temperature"`
+	MaxTokens        int           `mapstructure:"max_tokens"`
+	HintVotes        int           `mapstructure:"hint_votes"`
+	HintRule         string        `mapstructure:"hint_rule"`
+	Timeout          time.Duration `mapstructure:"timeout"`
+	Workers          int           `mapstructure:"workers"`
+	TeacherKVCacheMB int           `mapstructure:"teacher_kv_cache_mb"`
 }
 
 // Log configures logging.
@@ -288,6 +332,40 @@ func (c *Config) Validate() error {
 	}
 	if c.Sessions.IdleTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("sessions.idle_timeout: %v must be positive", c.Sessions.IdleTimeout))
+	}
+	positive("trainer.batch_size", c.Trainer.BatchSize)
+	positive("trainer.micro_batch_tokens", c.Trainer.MicroBatchTokens)
+	positive("reward.votes", c.Reward.Votes)
+	positive("reward.max_tokens", c.Reward.MaxTokens)
+	positive("reward.workers", c.Reward.Workers)
+	positive("reward.teacher_kv_cache_mb", c.Reward.TeacherKVCacheMB)
+	if c.Trainer.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("trainer.max_wait: %v must not be negative", c.Trainer.MaxWait))
+	}
+	if c.Trainer.LoRARank < 0 {
+		errs = append(errs, fmt.Errorf("trainer.lora_rank: %d must be >= 0 (0 = full fine-tuning)", c.Trainer.LoRARank))
+	}
+	if c.Reward.HintVotes < 0 {
+		errs = append(errs, fmt.Errorf("reward.hint_votes: %d must be >= 0", c.Reward.HintVotes))
+	}
+	switch c.Reward.Judge {
+	case "local":
+	case "openai":
+		if c.Reward.JudgeBaseURL == "" || c.Reward.JudgeModel == "" {
+			errs = append(errs, errors.New("reward.judge: openai needs reward.judge_base_url and reward.judge_model"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("reward.judge: %q is not one of local, openai", c.Reward.Judge))
+	}
+	switch c.Reward.Teacher {
+	case "policy", "reference", "none":
+	default:
+		errs = append(errs, fmt.Errorf("reward.teacher: %q is not one of policy, reference, none", c.Reward.Teacher))
+	}
+	switch c.Reward.HintRule {
+	case "longest", "shortest":
+	default:
+		errs = append(errs, fmt.Errorf("reward.hint_rule: %q is not one of longest, shortest", c.Reward.HintRule))
 	}
 	keys := c.Server.APIKeys[:0:0]
 	for _, k := range c.Server.APIKeys {

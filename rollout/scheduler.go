@@ -13,6 +13,7 @@ import (
 	"github.com/clawrl/clawrl/cpu/kernels"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/sample"
+	"github.com/clawrl/clawrl/weights"
 )
 
 // Options configure a Scheduler.
@@ -35,8 +36,13 @@ type Options struct {
 	StepTokens int
 	// NoPrefixCache turns off sharing of cached prompt prefixes.
 	NoPrefixCache bool
-	// Version reports the weight version of Model (default: always 0).
-	Version func() uint64
+	// Versions, if set, supplies the weights: each generation acquires the
+	// current version when it starts and runs on it to the end, so its
+	// tokens and log-probs all come from one policy. A version published
+	// meanwhile is picked up by the generations that start after it; the
+	// running ones are never paused or restarted. Nil means the model's
+	// checkpoint weights, version 0, forever.
+	Versions *weights.Store
 	// Log receives scheduler events.
 	Log zerolog.Logger
 }
@@ -68,7 +74,6 @@ type Scheduler struct {
 	prefix  *prefixCache
 	running []*job
 	held    []*job // admitted before but preempted or not yet fitting; retried first
-	logits  []float32
 	// stalled is set by a preemption and cleared when a job leaves: until
 	// then nothing new is admitted, or the victim would come straight back.
 	stalled bool
@@ -76,7 +81,9 @@ type Scheduler struct {
 	closed  atomic.Bool
 	mu      sync.Mutex // guards stats
 	stats   Stats
-	version uint64
+	version uint64 // current version, as last seen
+	// group buffers, one per weight set in a step, reused
+	groupLogits [][]float32
 }
 
 type job struct {
@@ -89,6 +96,8 @@ type job struct {
 	nPrompt int
 	cached  int // prompt tokens that came from the prefix cache
 	started bool
+	ver     *weights.Version // held from admission to release; nil without a store
+	w       *model.Weights
 	version uint64
 }
 
@@ -109,9 +118,6 @@ func New(opts Options) (*Scheduler, error) {
 	if opts.MaxBatch < 1 || opts.QueueSize < 1 || opts.StepTokens < opts.MaxBatch {
 		return nil, fmt.Errorf("rollout: need MaxBatch >= 1, QueueSize >= 1 and StepTokens >= MaxBatch (got %d, %d, %d)",
 			opts.MaxBatch, opts.QueueSize, opts.StepTokens)
-	}
-	if opts.Version == nil {
-		opts.Version = func() uint64 { return 0 }
 	}
 	s := &Scheduler{
 		opts:   opts,
@@ -224,6 +230,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
+// releaseVersion lets go of the weights a job was pinned to.
+func (s *Scheduler) releaseVersion(j *job) {
+	if j.ver != nil {
+		s.opts.Versions.Release(j.ver)
+		j.ver = nil
+	}
+	j.w = nil
+}
+
 // shutdown ends every job still known to the scheduler.
 func (s *Scheduler) shutdown() {
 	s.closed.Store(true)
@@ -250,7 +265,10 @@ func (s *Scheduler) shutdown() {
 // checkVersion drops the prefix cache when the weights changed: its keys
 // and values belong to the old weights.
 func (s *Scheduler) checkVersion() {
-	v := s.opts.Version()
+	if s.opts.Versions == nil {
+		return
+	}
+	v := s.opts.Versions.Current()
 	if v == s.version {
 		return
 	}
@@ -258,6 +276,28 @@ func (s *Scheduler) checkVersion() {
 	if s.prefix != nil {
 		s.prefix.clear()
 	}
+}
+
+// acquire pins the current weights for a job starting now.
+func (s *Scheduler) acquire(j *job) error {
+	if s.opts.Versions == nil {
+		j.w, j.version = s.opts.Model.Weights(), 0
+		return nil
+	}
+	v, err := s.opts.Versions.Acquire()
+	if err != nil {
+		return fmt.Errorf("rollout: weights: %w", err)
+	}
+	j.ver, j.w, j.version = v, v.Weights(), v.Number()
+	if j.version != s.version {
+		// Published since this step began: the prefix cache belongs to
+		// the previous weights.
+		s.version = j.version
+		if s.prefix != nil {
+			s.prefix.clear()
+		}
+	}
+	return nil
 }
 
 // dropCancelled finishes jobs whose caller went away and frees their cache.
@@ -314,8 +354,15 @@ func (s *Scheduler) admit() {
 func (s *Scheduler) start(j *job) bool {
 	kv := s.opts.Cache
 	bs := kv.BlockSize()
+	if !j.started && j.w == nil {
+		if err := s.acquire(j); err != nil {
+			s.opts.Log.Error().Err(err).Msg("no weights to run on")
+			return false
+		}
+	}
 	j.seq = kv.NewSequence()
-	if s.prefix != nil {
+	// Only generations on the current weights share cached prefixes.
+	if s.prefix != nil && j.version == s.version {
 		// Attach first: that takes a reference, so the eviction below
 		// cannot free the blocks this job is about to use.
 		if blocks := s.prefix.lookup(j.tokens); len(blocks) > 0 {
@@ -334,6 +381,10 @@ func (s *Scheduler) start(j *job) bool {
 	if need > avail {
 		j.seq.Free()
 		j.seq = nil
+		if !j.started {
+			// Nothing computed yet: take the newest weights when it fits.
+			s.releaseVersion(j)
+		}
 		return false
 	}
 	if !j.started {
@@ -371,19 +422,47 @@ func (s *Scheduler) step() error {
 		budget -= n
 		prefill += n
 	}
-	logits, err := s.opts.Model.Forward(steps, model.LastLogits, s.logits)
-	if errors.Is(err, model.ErrCacheFull) {
-		// No sequence advanced; free room and let the next step rebuild
-		// the batch.
-		s.makeRoom()
-		return nil
+	// One forward pass per weight set: usually one, two while generations
+	// that started before a publication finish on the old weights.
+	rows := make([][]float32, len(jobs))
+	var sets []*model.Weights
+	for _, j := range jobs {
+		if !slices.Contains(sets, j.w) {
+			sets = append(sets, j.w)
+		}
 	}
-	if err != nil {
-		return err
+	for len(s.groupLogits) < len(sets) {
+		s.groupLogits = append(s.groupLogits, nil)
 	}
-	s.logits = logits
 	vocab := s.opts.Model.Config.VocabSize
-	version := s.version
+	ran := make([]bool, len(jobs))
+	full := false
+	for g, w := range sets {
+		var gsteps []model.Step
+		var idx []int
+		for i, j := range jobs {
+			if j.w == w {
+				gsteps = append(gsteps, steps[i])
+				idx = append(idx, i)
+			}
+		}
+		logits, err := s.opts.Model.Run(w, gsteps, model.LastLogits, s.groupLogits[g])
+		if errors.Is(err, model.ErrCacheFull) {
+			full = true // this group did not advance; the others may have
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		s.groupLogits[g] = logits
+		for k, i := range idx {
+			rows[i] = logits[k*vocab : (k+1)*vocab]
+			ran[i] = true
+		}
+	}
+	if full {
+		defer s.makeRoom()
+	}
 	s.mu.Lock()
 	s.stats.Steps++
 	s.stats.PromptTokens += uint64(prefill)
@@ -394,17 +473,17 @@ func (s *Scheduler) step() error {
 	errs := make([]error, len(jobs))
 	kernels.ParallelFor(len(jobs), 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			if j := jobs[i]; j.seq.Len() == len(j.tokens) {
-				results[i], errs[i] = j.sampler.Sample(logits[i*vocab : (i+1)*vocab])
+			if j := jobs[i]; ran[i] && j.seq.Len() == len(j.tokens) {
+				results[i], errs[i] = j.sampler.Sample(rows[i])
 			}
 		}
 	})
 	done := map[*job]bool{}
 	for i, j := range jobs {
-		if j.seq.Len() < len(j.tokens) {
-			continue // prompt not finished yet
+		if !ran[i] || j.seq.Len() < len(j.tokens) {
+			continue // not run this step, or prompt not finished yet
 		}
-		if j.seq.Len() == j.nPrompt && s.prefix != nil {
+		if j.seq.Len() == j.nPrompt && s.prefix != nil && j.version == s.version {
 			s.prefix.insert(j.tokens, j.seq.Blocks())
 		}
 		r, err := results[i], errs[i]
@@ -413,10 +492,9 @@ func (s *Scheduler) step() error {
 			done[j] = true
 			continue
 		}
-		ev := Event{Token: r.Token, HasToken: true, LogProb: r.LogProb, Top: r.Top, Version: version}
+		ev := Event{Token: r.Token, HasToken: true, LogProb: r.LogProb, Top: r.Top, Version: j.version}
 		if !j.started {
 			j.started = true
-			j.version = version
 			ev.CachedTokens = j.cached
 		}
 		j.tokens = append(j.tokens, r.Token)
@@ -471,7 +549,7 @@ func (s *Scheduler) makeRoom() {
 
 // complete posts a job's last token with its finish reason and frees it.
 func (s *Scheduler) complete(j *job, last Event) {
-	if s.prefix != nil && j.seq != nil {
+	if s.prefix != nil && j.seq != nil && j.version == s.version {
 		// Keep the whole conversation so far: the next turn resends it.
 		s.prefix.insert(j.tokens[:j.seq.Len()], j.seq.Blocks())
 	}
@@ -490,7 +568,7 @@ func (s *Scheduler) finish(j *job, reason FinishReason, err error) {
 		s.stats.Cancelled++
 		s.mu.Unlock()
 	}
-	j.box.post(Event{Finish: reason, Err: err, Version: s.version})
+	j.box.post(Event{Finish: reason, Err: err, Version: j.version})
 }
 
 func (s *Scheduler) release(j *job) {
@@ -499,4 +577,5 @@ func (s *Scheduler) release(j *job) {
 		j.seq.Free()
 		j.seq = nil
 	}
+	s.releaseVersion(j)
 }

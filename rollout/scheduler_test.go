@@ -14,6 +14,7 @@ import (
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/sample"
+	"github.com/clawrl/clawrl/weights"
 )
 
 func tinyModel(t testing.TB) *model.Model {
@@ -417,5 +418,86 @@ func TestManyConcurrentClients(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// greedyRefOn is greedyRef on a chosen weight set.
+func greedyRefOn(t testing.TB, m *model.Model, w *model.Weights, prompt []int32, maxTokens int) []int32 {
+	t.Helper()
+	kv := newCache(t, m, 128)
+	seq := kv.NewSequence()
+	defer seq.Free()
+	next := prompt
+	var out []int32
+	for len(out) < maxTokens {
+		logits, err := m.Run(w, []model.Step{{Seq: seq, Tokens: next}}, model.LastLogits, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best := int32(slices.Index(logits, slices.Max(logits)))
+		out = append(out, best)
+		next = []int32{best}
+	}
+	return out
+}
+
+// TestWeightSwapDuringStream publishes new weights while a generation
+// streams: it completes on the version it started with, and the next
+// request runs on, and reports, the new one.
+func TestWeightSwapDuringStream(t *testing.T) {
+	m := tinyModel(t)
+	// Other weights of the same shapes: another seed's checkpoint.
+	dir := t.TempDir()
+	spec := model.RandomSpec{
+		Arch: model.ArchQwen3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
+		Vocab: 101, MaxPositions: 256, DType: "float32", Seed: 99, InitStd: 0.2,
+	}
+	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := m.LoadWeights(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := weights.NewStore(weights.StoreOptions{})
+	t.Cleanup(store.Close)
+	v1, err := store.Publish(m.Weights(), 0, weights.Meta{Note: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startScheduler(t, Options{Model: m, Cache: newCache(t, m, 256), Versions: store})
+	p := prompt(12, 4)
+	const n = 200
+	long, err := s.Generate(context.Background(), greedyReq(p, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-long // the stream is running on v1
+	v2, err := store.Publish(w2, v1.Number(), weights.Meta{Step: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := s.Generate(context.Background(), greedyReq(p, 6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := collect(t, ch)
+	rest := collect(t, long)
+	got := append([]int32{first.Token}, rest.tokens...)
+	if want := greedyRefOn(t, m, m.Weights(), p, n); !slices.Equal(got, want) {
+		t.Errorf("stream across the swap: got %v, want the v1 generation %v", got, want)
+	}
+	for _, ev := range append([]Event{first}, rest.events...) {
+		if ev.Version != v1.Number() {
+			t.Fatalf("stream event on version %d, want %d", ev.Version, v1.Number())
+		}
+	}
+	if want := greedyRefOn(t, m, w2, p, 6); !slices.Equal(next.tokens, want) {
+		t.Errorf("request after the swap: got %v, want the v2 generation %v", next.tokens, want)
+	}
+	for _, ev := range next.events {
+		if ev.Version != v2.Number() {
+			t.Fatalf("new request on version %d, want %d", ev.Version, v2.Number())
+		}
 	}
 }
