@@ -25,7 +25,9 @@ type benchFlags struct {
 	what          []string
 	decodeTokens  int
 	prefillTokens int
+	prefixTokens  int
 	seconds       float64
+	bandwidthMB   int
 }
 
 func (a *app) benchCmd() *cobra.Command {
@@ -47,10 +49,12 @@ a temporary directory first.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.model, "model", "", "checkpoint directory to benchmark (default: a random --preset)")
 	fl.StringVar(&f.preset, "preset", "20m", "random checkpoint shape when --model is not given: "+presetNames())
-	fl.StringSliceVar(&f.what, "what", []string{"machine", "gemm", "model"}, "sections to run: machine, gemm, model")
+	fl.StringSliceVar(&f.what, "what", []string{"machine", "gemm", "model"}, "sections to run: machine, gemm, model, serve (streaming HTTP clients)")
+	fl.IntVar(&f.prefixTokens, "prefix-tokens", 16000, "serve: length of the shared system prompt for the prefix-cache TTFT test (0 = skip)")
 	fl.IntVar(&f.decodeTokens, "decode-tokens", 64, "tokens to decode per measurement")
 	fl.IntVar(&f.prefillTokens, "prefill-tokens", 512, "prompt length for the prefill measurement")
 	fl.Float64Var(&f.seconds, "seconds", 1, "duration of each machine measurement")
+	fl.IntVar(&f.bandwidthMB, "bandwidth-mb", kernels.DefaultBandwidthBytes>>20, "buffer for the bandwidth measurements (well above the L3 cache)")
 	return cmd
 }
 
@@ -64,9 +68,9 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 	}
 	for _, w := range f.what {
 		switch w {
-		case "machine", "gemm", "model":
+		case "machine", "gemm", "model", "serve":
 		default:
-			return fmt.Errorf("unknown --what section %q (machine, gemm, model)", w)
+			return fmt.Errorf("unknown --what section %q (machine, gemm, model, serve)", w)
 		}
 	}
 	th := kernels.Threads()
@@ -82,8 +86,8 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 	measure := func() ceilings {
 		return ceilings{
 			peak: kernels.PeakGFLOPS(th, d),
-			read: kernels.ReadBandwidthGBs(kernels.DefaultBandwidthBytes, th, d),
-			copy: kernels.CopyBandwidthGBs(kernels.DefaultBandwidthBytes, th, d),
+			read: kernels.ReadBandwidthGBs(f.bandwidthMB<<20, th, d),
+			copy: kernels.CopyBandwidthGBs(f.bandwidthMB<<20, th, d),
 		}
 	}
 	c := measure()
@@ -95,6 +99,9 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 	}
 	if slices.Contains(f.what, "model") {
 		err = a.benchModel(add, f)
+	}
+	if err == nil && slices.Contains(f.what, "serve") {
+		err = a.benchServe(add, f)
 	}
 	c2 := measure()
 	c.peak, c.read, c.copy = max(c.peak, c2.peak), max(c.read, c2.read), max(c.copy, c2.copy)
@@ -236,8 +243,9 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	cfg := m.Config
 	prefillN := min(f.prefillTokens, cfg.MaxPositions-1)
 	decodeN := min(f.decodeTokens, cfg.MaxPositions-17)
-	blocks := 8*(16+decodeN) + prefillN + 64
-	kv, err := m.NewKVCache(model.KVCacheOptions{Budget: cfg.KVBytesPerToken() * int64(blocks)})
+	const bs = 16
+	blocks := 8*((16+decodeN+bs)/bs) + (prefillN+bs-1)/bs + 4
+	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: bs, Budget: cfg.KVBytesPerToken() * bs * int64(blocks)})
 	if err != nil {
 		return err
 	}

@@ -62,39 +62,11 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 	}
 	defer e.stop()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	sink := session.NewChanSink(256)
-	sc := a.cfg.Server
-	vars := map[string]any{}
-	if sc.EnableThinking != "auto" {
-		vars["enable_thinking"] = sc.EnableThinking == "true"
-	}
-	srv, err := server.New(server.Options{
-		Generator:        e.sched,
-		Tokenizer:        e.tok,
-		ModelID:          filepath.Base(filepath.Clean(dir)),
-		ContextLength:    e.model.Config.MaxPositions,
-		Version:          e.store.Current,
-		APIKeys:          sc.APIKeys,
-		MaxBodyBytes:     int64(sc.MaxBodyMB) << 20,
-		MaxN:             sc.MaxN,
-		DefaultMaxTokens: sc.DefaultMaxTokens,
-		StopTokens:       e.stopTokens(),
-		TemplateVars:     vars,
-		ShutdownTimeout:  sc.ShutdownTimeout,
-		Sink:             sink,
-		Sessions: session.Options{
-			MaxSessions:        a.cfg.Sessions.MaxSessions,
-			IdleTimeout:        a.cfg.Sessions.IdleTimeout,
-			MaxTurnsPerSession: a.cfg.Sessions.MaxTurns,
-		},
-		Logger:   a.log,
-		Registry: reg,
-	})
+	srv, sink, vars, reg, err := a.newServer(e)
 	if err != nil {
 		return err
 	}
+	sc := a.cfg.Server
 	ln, err := net.Listen("tcp", net.JoinHostPort(sc.Host, strconv.Itoa(sc.Port)))
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -126,6 +98,43 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 		err = nil
 	}
 	return err
+}
+
+// newServer builds the API server over an engine, with the sink its turn
+// records leave through, the template variables it renders with, and the
+// metrics registry it serves.
+func (a *app) newServer(e *engine) (*server.Server, *session.ChanSink, map[string]any, *prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sink := session.NewChanSink(256)
+	sc := a.cfg.Server
+	vars := map[string]any{}
+	if sc.EnableThinking != "auto" {
+		vars["enable_thinking"] = sc.EnableThinking == "true"
+	}
+	srv, err := server.New(server.Options{
+		Generator:        e.sched,
+		Tokenizer:        e.tok,
+		ModelID:          filepath.Base(filepath.Clean(e.dir)),
+		ContextLength:    e.model.Config.MaxPositions,
+		Version:          e.store.Current,
+		APIKeys:          sc.APIKeys,
+		MaxBodyBytes:     int64(sc.MaxBodyMB) << 20,
+		MaxN:             sc.MaxN,
+		DefaultMaxTokens: sc.DefaultMaxTokens,
+		StopTokens:       e.stopTokens(),
+		TemplateVars:     vars,
+		ShutdownTimeout:  sc.ShutdownTimeout,
+		Sink:             sink,
+		Sessions: session.Options{
+			MaxSessions:        a.cfg.Sessions.MaxSessions,
+			IdleTimeout:        a.cfg.Sessions.IdleTimeout,
+			MaxTurnsPerSession: a.cfg.Sessions.MaxTurns,
+		},
+		Logger:   a.log,
+		Registry: reg,
+	})
+	return srv, sink, vars, reg, err
 }
 
 // newLoop builds the reward stage (judge and teacher) and the trainer

@@ -66,7 +66,7 @@ of the engine is exercised as with a real checkpoint.`,
 			if cmd.Flags().Changed("seed") {
 				spec.Seed = seed
 			}
-			return writeTestModel(args[0], spec, tokDir)
+			return writeTestModel(args[0], spec, tokDir, false)
 		},
 	}
 	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
@@ -77,7 +77,10 @@ of the engine is exercised as with a real checkpoint.`,
 }
 
 // writeTestModel writes a random checkpoint with a tokenizer into dir.
-func writeTestModel(dir string, spec model.RandomSpec, tokDir string) error {
+// With keepVocab the model keeps the preset's vocabulary size even when the
+// tokenizer has fewer tokens (ids past the tokenizer decode to nothing),
+// so that benchmarks measure the preset's real shapes.
+func writeTestModel(dir string, spec model.RandomSpec, tokDir string, keepVocab bool) error {
 	var tok *tokenizer.Tokenizer
 	var err error
 	if tokDir != "" {
@@ -94,7 +97,7 @@ func writeTestModel(dir string, spec model.RandomSpec, tokDir string) error {
 	if err != nil {
 		return err
 	}
-	if tokDir == "" {
+	if tokDir == "" && !keepVocab {
 		spec.Vocab = tok.VocabSize() // every id the model can emit decodes
 	} else {
 		spec.Vocab = max(spec.Vocab, tok.VocabSize())

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// The serving benchmark runs the real daemon path in-process (HTTP server,
+// sessions, scheduler, model) on loopback and drives it with streaming
+// chat clients, as an agent client would.
+
+type serveResult struct {
+	clients  int
+	tokens   int
+	wall     time.Duration
+	ttft     []time.Duration
+	failures int
+}
+
+func (r serveResult) tokS() float64 { return float64(r.tokens) / r.wall.Seconds() }
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// streamChat sends one streaming chat request and returns the time to the
+// first content chunk and the completion tokens the usage chunk reports.
+func streamChat(ctx context.Context, url string, body any) (time.Duration, int, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(b))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("status %s", resp.Status)
+	}
+	var ttft time.Duration
+	tokens := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || line == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
+			return 0, 0, err
+		}
+		if ttft == 0 && len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
+			ttft = time.Since(start)
+		}
+		if chunk.Usage != nil {
+			tokens = chunk.Usage.CompletionTokens
+			if ttft == 0 { // every token decoded to nothing visible
+				ttft = time.Since(start)
+			}
+		}
+	}
+	return ttft, tokens, sc.Err()
+}
+
+func chatBody(system, user string, maxTokens int) map[string]any {
+	return map[string]any{
+		"model":          "bench",
+		"stream":         true,
+		"stream_options": map[string]any{"include_usage": true},
+		"max_tokens":     maxTokens,
+		"temperature":    0.8,
+		"messages": []map[string]any{
+			{"role": "system", "content": system},
+			{"role": "user", "content": user},
+		},
+	}
+}
+
+// runClients runs n concurrent clients, each sending rounds requests in a
+// row, and measures aggregate throughput and TTFT.
+func runClients(url string, n, rounds, maxTokens int) serveResult {
+	var mu sync.Mutex
+	res := serveResult{clients: n}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range n {
+		wg.Go(func() {
+			for r := range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				body := chatBody("You are a helpful assistant.", fmt.Sprintf("Client %d, question %d: tell me a story.", c, r), maxTokens)
+				ttft, toks, err := streamChat(ctx, url, body)
+				cancel()
+				mu.Lock()
+				if err != nil {
+					res.failures++
+				} else {
+					res.tokens += toks
+					res.ttft = append(res.ttft, ttft)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	res.wall = time.Since(start)
+	return res
+}
+
+// longText makes a system prompt of about n tokens (measured with the
+// served tokenizer) of varied English-like words.
+func longText(e *engine, n int) string {
+	words := strings.Fields("the assistant reads files checks tools answers questions about code dates units lists and formats " +
+		"before replying it should verify paths run tests explain results and keep the user informed of every step taken")
+	var b strings.Builder
+	for i := 0; ; i++ {
+		b.WriteString(words[(i*7+i/len(words))%len(words)])
+		b.WriteByte(' ')
+		if i%200 == 199 && len(e.tok.Encode(b.String())) >= n {
+			return b.String()
+		}
+	}
+}
+
+func (a *app) benchServe(row func(...string), f benchFlags) error {
+	dir := f.model
+	if dir == "" {
+		spec, ok := presets()[f.preset]
+		if !ok {
+			return fmt.Errorf("unknown --preset %q (known: %s)", f.preset, presetNames())
+		}
+		tmp, err := os.MkdirTemp("", "clawrl-bench-serve-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		fmt.Fprintf(a.stderr, "writing a random %s checkpoint with a tokenizer to %s...\n", f.preset, tmp)
+		if err := writeTestModel(tmp, spec, "", true); err != nil {
+			return err
+		}
+		dir = tmp
+	}
+	// Request logs would drown the table.
+	a.log = a.log.Level(zerolog.WarnLevel)
+	// Enough queue and batch for the largest client count.
+	a.cfg.Rollout.MaxBatch = max(a.cfg.Rollout.MaxBatch, 32)
+	a.cfg.Rollout.QueueSize = max(a.cfg.Rollout.QueueSize, 64)
+	a.cfg.Rollout.StepTokens = max(a.cfg.Rollout.StepTokens, a.cfg.Rollout.MaxBatch)
+	e, err := a.openEngine(dir)
+	if err != nil {
+		return err
+	}
+	defer e.stop()
+	srv, _, _, _, err := a.newServer(e)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	url := "http://" + ln.Addr().String()
+	cfg := e.model.Config
+	row(fmt.Sprintf("serving %s %.0fM over HTTP", cfg.Architecture, float64(cfg.NumParams())/1e6), "", "", "")
+
+	var base float64
+	for _, n := range []int{1, 8, 32} {
+		rounds := max(1, 16/n)
+		r := runClients(url, n, rounds, f.decodeTokens)
+		if r.failures > 0 {
+			return fmt.Errorf("%d of %d requests with %d clients failed", r.failures, n*rounds, n)
+		}
+		note := ""
+		if n == 1 {
+			base = r.tokS()
+		} else {
+			note = fmt.Sprintf("%.1f× 1 client", r.tokS()/base)
+		}
+		row(fmt.Sprintf("  %d streaming clients: output", n), fmt.Sprintf("%.1f", r.tokS()), "tok/s", note)
+		row(fmt.Sprintf("  %d clients: TTFT p50 / p99", n),
+			fmt.Sprintf("%.0f / %.0f", ms(percentile(r.ttft, 0.5)), ms(percentile(r.ttft, 0.99))), "ms", "")
+	}
+
+	// A long shared prefix: the second request's prompt starts with the
+	// first's system prompt, so only its own tail is computed.
+	prefixTokens := min(f.prefixTokens, cfg.MaxPositions-256)
+	if prefixTokens > 0 {
+		system := longText(e, prefixTokens)
+		t1, _, err := streamChat(context.Background(), url, chatBody(system, "First question: what is in the files?", 1))
+		if err != nil {
+			return err
+		}
+		t2, _, err := streamChat(context.Background(), url, chatBody(system, "Second question, another session: list the tools.", 1))
+		if err != nil {
+			return err
+		}
+		row(fmt.Sprintf("  TTFT, %dk-token system prompt: first / second", prefixTokens/1000),
+			fmt.Sprintf("%.0f / %.0f", ms(t1), ms(t2)), "ms", fmt.Sprintf("second/first = %.3f", t2.Seconds()/t1.Seconds()))
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
