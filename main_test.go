@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/clawrl/clawrl/weights"
 )
 
 // run executes the CLI with args and returns stdout, stderr and the error.
@@ -31,7 +36,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestNotImplemented(t *testing.T) {
-	for _, c := range []string{"chat", "pretrain", "export"} {
+	for _, c := range []string{"export"} {
 		_, _, err := run(t, "", c, "--anything")
 		if !errors.Is(err, errNotImplemented) || !strings.Contains(err.Error(), "issue #") {
 			t.Errorf("%s: err = %v, want a not-implemented error naming its issue", c, err)
@@ -83,7 +88,6 @@ func TestTestmodelAndGenerate(t *testing.T) {
 		{"generate", "--model", dir, "--prompt", "x", "--temperature", "5"},
 		{"generate", "--model", dir, "--prompt", "x", "--max-tokens", "0"},
 		{"generate", "--model", filepath.Join(dir, "missing"), "--prompt", "x"},
-		{"generate", "--prompt", "x"},
 		{"testmodel", t.TempDir(), "--preset", "huge"},
 	} {
 		if _, _, err := run(t, "", bad...); err == nil {
@@ -154,5 +158,86 @@ func TestBench(t *testing.T) {
 	}
 	if _, _, err := run(t, "", "bench", "--what", "nonsense"); err == nil {
 		t.Error("unknown section accepted")
+	}
+}
+
+// TestWeightSwapOverHTTP publishes a new weight version while a stream is
+// running through the real server and scheduler: the stream completes on
+// its version, and the next request reports the new one.
+func TestWeightSwapOverHTTP(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	other := filepath.Join(t.TempDir(), "m2")
+	spec := presets()["tiny"]
+	if err := writeTestModel(dir, spec, "", false); err != nil {
+		t.Fatal(err)
+	}
+	spec.Seed = 77
+	if err := writeTestModel(other, spec, "", false); err != nil { // the same trained tokenizer, other weights
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	a := &app{stdout: &out, stderr: &errb}
+	root := newRootCmd(&out, &errb)
+	root.SetArgs([]string{"version"})
+	if err := a.load(root); err != nil {
+		t.Fatal(err)
+	}
+	e, err := a.openEngine(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.stop()
+	srv, _, _, _, err := a.newServer(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+	url := "http://" + ln.Addr().String() + "/v1/chat/completions"
+	post := func(body string) *http.Response {
+		resp, err := http.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		return resp
+	}
+
+	resp := post(`{"messages":[{"role":"user","content":"Tell me everything."}],"max_tokens":400,"temperature":0,"stream":true}`)
+	defer resp.Body.Close()
+	if v := resp.Header.Get("X-Weight-Version"); v != "1" {
+		t.Fatalf("stream started on version %q, want 1", v)
+	}
+	rd := bufio.NewReader(resp.Body)
+	if _, err := rd.ReadString('\n'); err != nil { // the first chunk arrived
+		t.Fatal(err)
+	}
+	w2, err := e.model.LoadWeights(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Publish(w2, 1, weights.Meta{Note: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(rd)
+	if err != nil || !strings.Contains(string(rest), "data: [DONE]") {
+		t.Fatalf("stream did not complete after the swap: %v\n%s", err, rest)
+	}
+	if strings.Contains(string(rest), `"system_fingerprint":"clawrl-v2"`) {
+		t.Errorf("a chunk of the running stream reports the new version")
+	}
+	next := post(`{"messages":[{"role":"user","content":"Again."}],"max_tokens":4}`)
+	body, _ := io.ReadAll(next.Body)
+	next.Body.Close()
+	if v := next.Header.Get("X-Weight-Version"); v != "2" || !strings.Contains(string(body), "clawrl-v2") {
+		t.Errorf("next request on version %q (%s), want 2", v, body)
 	}
 }

@@ -358,9 +358,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("reward.judge: %q is not one of local, openai", c.Reward.Judge))
 	}
 	switch c.Reward.Teacher {
-	case "policy", "reference", "none":
+	case "policy", "reference", "judge", "none":
 	default:
-		errs = append(errs, fmt.Errorf("reward.teacher: %q is not one of policy, reference, none", c.Reward.Teacher))
+		errs = append(errs, fmt.Errorf("reward.teacher: %q is not one of policy, reference, judge, none", c.Reward.Teacher))
 	}
 	switch c.Reward.HintRule {
 	case "longest", "shortest":

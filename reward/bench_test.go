@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,8 +86,13 @@ func BenchmarkScoreLocal20M(b *testing.B) {
 	}
 	b.ResetTimer()
 	start := time.Now()
+	submitted := make([]time.Time, b.N)
+	var subMu sync.Mutex
 	go func() {
-		for _, t := range turns {
+		for i, t := range turns {
+			subMu.Lock()
+			submitted[i] = time.Now()
+			subMu.Unlock()
 			for {
 				err := s.Submit(t)
 				if !errors.Is(err, ErrBusy) {
@@ -95,6 +102,9 @@ func BenchmarkScoreLocal20M(b *testing.B) {
 			}
 		}
 	}()
+	var lat []float64
+	votes := map[int]int{}
+	var invalid, ties, hintVotes, hintAccepts int
 	for range b.N {
 		r := <-s.Results()
 		if r.Err != nil {
@@ -103,9 +113,36 @@ func BenchmarkScoreLocal20M(b *testing.B) {
 		if r.Sample.Source != SourceJudge {
 			b.Fatalf("turn %s: %s (%s)", r.TurnID, r.Sample.Source, r.Sample.Note)
 		}
+		var i int
+		fmt.Sscan(r.TurnID, &i)
+		subMu.Lock()
+		lat = append(lat, time.Since(submitted[i]).Seconds())
+		subMu.Unlock()
+		for _, v := range r.Sample.Votes {
+			votes[v]++
+		}
+		invalid += r.Sample.InvalidVotes
+		hintVotes += r.Sample.HintVotes
+		hintAccepts += r.Sample.HintAccepts
+		if r.Sample.Tie {
+			ties++
+		}
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "turns/s")
+	slices.Sort(lat)
+	b.ReportMetric(lat[len(lat)/2], "p50-s")
+	b.ReportMetric(lat[min(len(lat)-1, len(lat)*99/100)], "p99-s")
+	// A random model's votes mostly fail to parse; the counts show the
+	// accounting, not judgement.
+	b.ReportMetric(float64(votes[1]), "votes+1")
+	b.ReportMetric(float64(votes[-1]), "votes-1")
+	b.ReportMetric(float64(votes[0]), "votes0")
+	b.ReportMetric(float64(invalid), "unparsed")
+	b.ReportMetric(float64(ties), "ties")
+	if hintVotes > 0 {
+		b.ReportMetric(float64(hintAccepts)/float64(hintVotes), "hint-accept")
+	}
 	st := sched.Stats()
 	b.ReportMetric(float64(st.CachedTokens)/float64(st.CachedTokens+st.PromptTokens), "prefix-hit")
 	cancel()
