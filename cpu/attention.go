@@ -1,16 +1,62 @@
 package cpu
 
 import (
+	"cmp"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+
 	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu/kernels"
 )
 
-// Attention runs causal grouped-query attention over the paged cache. The
-// work is split over (sequence, query head) pairs; each pair walks its
-// sequence's new tokens, and for each one dots the query against the cached
-// keys up to its position (kernels.Dot), turns the scores into softmax
-// weights (kernels.Max, kernels.ExpSub) and sums the weighted values
-// (kernels.Axpy).
+// Paged attention: flash attention (Dao et al., 2022) over the paged KV
+// cache, in tiles.
+//
+// The work of a call is cut into tasks, one per (sequence, key/value head,
+// tile of the sequence's new tokens). A task stacks the queries of all the
+// heads that share its key/value head, for every token of its tile, into
+// one matrix Q of m = tokens·group rows (row tok·group + j is query head
+// g·group + j of token tok; the heads of a token are adjacent in q, so this
+// is one contiguous copy per token, and so is writing the output back).
+// Each key and value row is then read once per group of heads and tile of
+// tokens, and the products are matrix products, not a dot product per key.
+//
+// A task walks its keys in tiles of tiles.keys positions and keeps, per
+// query row, a running maximum mx, a running denominator l and an
+// unnormalised output O (the online softmax):
+//
+//	S   = Q·Kᵀ·scale                 (scores of the tile)
+//	mx' = max(mx, rowmax S)          (masked entries excluded)
+//	P   = exp(S − mx')               (masked entries 0)
+//	l   = l·exp(mx − mx') + rowsum P
+//	O   = O·exp(mx − mx') + P·V
+//
+// and at the end writes O / l. No score matrix larger than a query tile by
+// a key tile is ever held. The causal mask only touches the key tiles that
+// reach past the task's first token: the query row of token tok sees the
+// keys up to position first + tok.
+//
+// Three implementations of a task share this plan:
+//
+//   - the AVX-512 tile kernels (attention_asm.go, attention_amd64.s): Q, S
+//     and O held transposed, one lane per query row, and the keys and values
+//     read in place through a table of row offsets, never packed;
+//   - the AVX-512 decode kernels (same files), for tasks of at most decRows
+//     query rows (a decode step is one token: m = group): row layout,
+//     vectorised along the head dimension;
+//   - kernels.Sgemm (attention_sgemm.go), on other CPUs and kernel sets.
+//
+// When there are fewer tasks than the threads want (decode of one or a few
+// long sequences), the keys of a task are split into parts of whole key
+// tiles that run on different threads (flash-decoding); each part leaves
+// its output with its maxima and denominators, and a last pass (merge)
+// combines them. Threads claim the pieces of work one at a time, the
+// costliest first.
+
+// Attention runs causal grouped-query attention over the paged cache (see
+// the comment above for the algorithm).
 func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.Attention) {
 	out := must(dst, compute.F32, "Attention dst")
 	qs := must(q, compute.F32, "Attention q")
@@ -47,51 +93,362 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		}
 	}
 
-	group := a.Heads / a.KVHeads
-	scale := a.Scale
-	kernels.ParallelFor(a.Seqs*a.Heads, 1, func(lo, hi int) {
-		var scores *[]float32
-		for it := lo; it < hi; it++ {
-			s, h := it/a.Heads, it%a.Heads
-			r0, r1, ctx := int(qstart[s]), int(qstart[s+1]), int(ctxLen[s])
-			if r0 == r1 {
-				continue
+	f := flashCalls.Get().(*flashCall)
+	claimFn, mergeFn := f.claimFn, f.mergeFn
+	*f = flashCall{
+		claimFn: claimFn, mergeFn: mergeFn,
+		q: qs.f32, out: out.f32, k: kc, v: vc, table: table,
+		hd: hd, bs: bs, group: a.Heads / a.KVHeads, qdim: qdim, kvdim: kvdim,
+		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles,
+		asm: flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512,
+		// Rows whose stride is a multiple of 1 KiB put the same element of
+		// eight or more consecutive rows in one set of the L1 cache (4 KiB
+		// a way), and of the sixteen rows of a block in one set of L2: the
+		// kernels, which read rows a few elements at a time and come back
+		// to them, then lose them between passes (measured: decode at 16K
+		// with 8 key/value heads of 128, twice as slow). Such tiles are
+		// copied to contiguous rows first.
+		gather: kvdim%256 == 0,
+		tasks:  f.tasks[:0], work: f.work[:0],
+	}
+	defer f.release()
+	f.plan(a, qstart, ctxLen)
+	if len(f.work) == 0 {
+		return
+	}
+	if f.partials > 0 {
+		p := b.getScratch(f.partials)
+		defer b.putScratch(p)
+		f.part = *p
+	}
+	f.next.Store(0)
+	kernels.ParallelFor(min(len(f.work), kernels.Threads()), 1, f.claimFn)
+	if f.partials > 0 {
+		kernels.ParallelFor(len(f.tasks), 1, f.mergeFn)
+	}
+}
+
+// flashTiles are the tile sizes of Attention.
+type flashTiles struct {
+	// rows is the most query rows (tokens × heads of a group) in a task: the
+	// m of its products. Its queries, scores and output stay in L2 while
+	// the task walks the keys.
+	rows int
+	// keys is the number of keys per step of the online softmax.
+	keys int
+	// minSplit is the fewest keys a part of a split task covers.
+	minSplit int
+	// pieces is how many pieces of work Attention wants before it stops
+	// splitting tasks; 0 means splitTarget per thread.
+	pieces int
+}
+
+// tiles are the tile sizes in use; a variable so that tests can make them
+// small. A prefill chunk of 512 tokens after 16K cached ones, 6 query heads
+// over 2 key/value heads of 64 (AVX-512 kernels, one thread), measured 65–78%
+// of the FMA peak for rows from 144 to 384 and keys from 128 to 512, the
+// differences within the noise of a shared machine; 384 was best or level
+// in every run.
+var tiles = flashTiles{rows: 384, keys: 256, minSplit: 1024}
+
+// flashAsm turns the AVX-512 kernels on (where the build has them); tests
+// turn it off to run the Sgemm path with the same kernel set.
+var flashAsm = haveFlashAsm
+
+// negInf32 is the running maximum of a row that has seen no key yet (row
+// layout paths).
+var negInf32 = float32(math.Inf(-1))
+
+// splitTarget is how many pieces of work per thread Attention wants before
+// it stops splitting the keys of its tasks: a few, so that a thread that
+// is descheduled (the machine is shared) holds up less.
+const splitTarget = 4
+
+// flashCall holds what the pieces of work of one Attention call share.
+type flashCall struct {
+	q, out, k, v []float32
+	table        []int32
+	hd, bs       int
+	group        int
+	qdim, kvdim  int
+	maxBlocks    int
+	scale        float32
+	tl           flashTiles
+	asm          bool // the AVX-512 kernels (attention_asm.go)
+	gather       bool // they copy key and value tiles to contiguous rows first
+
+	tasks    []flashTask
+	work     []flashWork
+	maxRows  int       // largest m of a task
+	partials int       // floats of partial results of split tasks
+	part     []float32 // partial results: see finish
+
+	next             atomic.Int64 // the next piece of work to claim
+	claimFn, mergeFn func(lo, hi int)
+}
+
+// flashCalls recycles flashCall values with their task and work lists and
+// the functions they give kernels.ParallelFor, so that a decode step does
+// not allocate them per layer.
+var flashCalls = sync.Pool{New: func() any {
+	f := new(flashCall)
+	f.claimFn, f.mergeFn = f.claim, f.merge
+	return f
+}}
+
+// release drops f's references to the call's tensors and returns it to
+// flashCalls.
+func (f *flashCall) release() {
+	*f = flashCall{tasks: f.tasks[:0], work: f.work[:0], claimFn: f.claimFn, mergeFn: f.mergeFn}
+	flashCalls.Put(f)
+}
+
+// claim is the body of each thread: it claims pieces of work, in order
+// (the costliest first), until none are left, so that pieces of unequal
+// cost balance out. [lo, hi) counts the threads this body stands for.
+func (f *flashCall) claim(lo, hi int) {
+	for range hi - lo {
+		var sc *flashScratch
+		for {
+			i := int(f.next.Add(1) - 1)
+			if i >= len(f.work) {
+				break
 			}
-			if scores == nil || cap(*scores) < ctx {
-				if scores != nil {
-					b.putScratch(scores)
-				}
-				scores = b.getScratch(ctx)
+			if sc == nil {
+				sc = f.getScratch()
 			}
-			blocks := table[s*a.MaxBlocks : (s+1)*a.MaxBlocks]
-			kvOff := (h / group) * hd
-			for r := r0; r < r1; r++ {
-				n := ctx - (r1 - r) + 1 // keys visible to this query
-				qv := qs.f32[r*qdim+h*hd : r*qdim+(h+1)*hd]
-				sc := (*scores)[:n]
-				for t := 0; t < n; {
-					base := int(blocks[t/bs]) * bs
-					for j := 0; j < bs && t < n; j, t = j+1, t+1 {
-						o := (base+j)*kvdim + kvOff
-						sc[t] = kernels.Dot(qv, kc[o:o+hd]) * scale
-					}
+			f.run(f.work[i], sc)
+		}
+		if sc != nil {
+			flashScratches.Put(sc)
+		}
+	}
+}
+
+// flashTask is the attention of the new tokens [i0, i1) of sequence s for
+// the query heads of key/value head g.
+type flashTask struct {
+	s, g   int
+	r0     int // row of q (and dst) of token i0
+	first  int // cache position of token i0
+	tokens int // i1 − i0
+	keys   int // keys visible to the last token: positions [0, keys)
+	parts  int // pieces its keys are split into (1: not split)
+	part0  int // offset of its partial results in flashCall.part (parts > 1)
+}
+
+// flashWork is one piece of work: keys [k0, k1) of task, part part of it.
+type flashWork struct {
+	task, part, k0, k1 int
+	cost               int // (query row, key) pairs: for ordering
+}
+
+// plan cuts the call into tasks and pieces of work (see Attention) and
+// sizes the partial results.
+func (f *flashCall) plan(a *compute.Attention, qstart, ctxLen []int32) {
+	tokPerTile := max(1, f.tl.rows/f.group)
+	total := 0
+	for s := range a.Seqs {
+		n, c := int(qstart[s+1]-qstart[s]), int(ctxLen[s])
+		if n == 0 {
+			continue
+		}
+		nt := (n + tokPerTile - 1) / tokPerTile
+		for t := range nt {
+			i0, i1 := t*n/nt, (t+1)*n/nt // tiles of equal size, to a token
+			for g := range a.Heads / f.group {
+				task := flashTask{
+					s: s, g: g, r0: int(qstart[s]) + i0, first: c - n + i0,
+					tokens: i1 - i0, keys: c - n + i1, parts: 1,
 				}
-				m := kernels.Max(sc)
-				sum := kernels.ExpSub(sc, sc, m)
-				ov := out.f32[r*qdim+h*hd : r*qdim+(h+1)*hd]
-				clear(ov)
-				for t := 0; t < n; {
-					base := int(blocks[t/bs]) * bs
-					for j := 0; j < bs && t < n; j, t = j+1, t+1 {
-						o := (base+j)*kvdim + kvOff
-						kernels.Axpy(sc[t], vc[o:o+hd], ov)
-					}
-				}
-				kernels.Scale(1/sum, ov)
+				f.tasks = append(f.tasks, task)
+				f.maxRows = max(f.maxRows, task.tokens*f.group)
+				total += task.cost(0, task.keys, f.group)
 			}
 		}
-		if scores != nil {
-			b.putScratch(scores)
+	}
+	// Split the keys of long tasks while there are fewer tasks than the
+	// threads want, into parts of whole key tiles of about equal cost.
+	want := f.tl.pieces
+	if want == 0 {
+		want = splitTarget * kernels.Threads()
+	}
+	if len(f.tasks) < want && len(f.tasks) > 0 {
+		per := max(1, total/want)
+		for i := range f.tasks {
+			t := &f.tasks[i]
+			tilesIn := (t.keys + f.tl.keys - 1) / f.tl.keys
+			p := min(t.cost(0, t.keys, f.group)/per, t.keys/max(1, f.tl.minSplit), tilesIn)
+			if p > 1 {
+				t.parts = p
+				t.part0 = f.partials
+				f.partials += p * t.tokens * f.group * (f.hd + 2)
+			}
 		}
-	})
+	}
+	for i, t := range f.tasks {
+		tilesIn := (t.keys + f.tl.keys - 1) / f.tl.keys
+		for p := range t.parts {
+			k0 := p * tilesIn / t.parts * f.tl.keys
+			k1 := min(t.keys, (p+1)*tilesIn/t.parts*f.tl.keys)
+			f.work = append(f.work, flashWork{task: i, part: p, k0: k0, k1: k1, cost: t.cost(k0, k1, f.group)})
+		}
+	}
+	slices.SortStableFunc(f.work, func(x, y flashWork) int { return cmp.Compare(y.cost, x.cost) })
+}
+
+// cost returns the number of (query row, key) pairs of t among keys
+// [k0, k1), counting the causal mask.
+func (t *flashTask) cost(k0, k1, group int) int {
+	c := 0
+	for i := range t.tokens {
+		c += max(0, min(k1, t.first+i+1)-k0)
+	}
+	return c * group
+}
+
+// run computes one piece of work, on the path its task takes.
+func (f *flashCall) run(w flashWork, sc *flashScratch) {
+	m := f.tasks[w.task].tokens * f.group
+	switch {
+	case f.asm && m <= decRows && f.hd%64 == 0:
+		f.runDecode(w, sc)
+	case f.asm:
+		f.runTiles(w, sc)
+	default:
+		f.runSgemm(w, sc)
+	}
+}
+
+// flashScratch is one thread's scratch: queries, scores and output of a
+// task, keys and values of a tile (when gathered), running maxima,
+// denominators and rescaling factors, and for the assembly kernels the byte
+// offsets of a tile's cache rows (offs), those of its gathered copy (seq),
+// the maxima of a tile's columns and the mask limits of its keys.
+type flashScratch struct {
+	buf           []float32
+	q, s, o, k, v []float32
+	mx, l, alpha  []float32
+	cmax          []float32
+	offs, seq     []int64
+	lim           []int32
+}
+
+var flashScratches sync.Pool // *flashScratch
+
+// getScratch returns a thread's scratch, laid out for f: room for maxRows
+// query rows, rounded up to 16 (the assembly tile kernels hold them
+// transposed, one lane per row), and for a key tile rounded up to 8 (their
+// register tile is 8 keys), plus 8 rows that they prefetch past its end.
+func (f *flashCall) getScratch() *flashScratch {
+	sc, _ := flashScratches.Get().(*flashScratch)
+	if sc == nil {
+		sc = new(flashScratch)
+	}
+	m, nk, hd := (f.maxRows+15)&^15, (f.tl.keys+7)&^7, f.hd
+	if n := 2*m*hd + m*nk + 2*(nk+8)*hd + 4*m; cap(sc.buf) < n {
+		sc.buf = make([]float32, n)
+	}
+	b := sc.buf
+	take := func(n int) []float32 {
+		s := b[:n:n]
+		b = b[n:]
+		return s
+	}
+	sc.q, sc.o, sc.s = take(m*hd), take(m*hd), take(m*nk)
+	sc.k, sc.v = take((nk+8)*hd), take((nk+8)*hd)
+	sc.mx, sc.l, sc.alpha, sc.cmax = take(m), take(m), take(m), take(m)
+	if cap(sc.offs) < nk+8 {
+		sc.offs, sc.seq, sc.lim = make([]int64, nk+8), make([]int64, nk+8), make([]int32, nk)
+	}
+	sc.offs, sc.seq, sc.lim = sc.offs[:nk+8], sc.seq[:nk+8], sc.lim[:nk]
+	for j := range sc.seq {
+		sc.seq[j] = int64(j * hd * 4)
+	}
+	return sc
+}
+
+// finish writes the output of a piece of work from its unnormalised output
+// rows O (m × hd, row layout), maxima mx (natural log units) and
+// denominators l: into dst when its task is not split, else, as part p of a
+// split task, at part0 + p·m·(hd+2) of f.part: the m output rows normalised
+// by their own denominators, then the m maxima, then the m denominators,
+// for merge.
+func (f *flashCall) finish(t *flashTask, part int, O, mx, l []float32) {
+	hd, group := f.hd, f.group
+	gw, m := group*hd, t.tokens*group
+	if t.parts == 1 {
+		for tok := range t.tokens {
+			dst := f.out[(t.r0+tok)*f.qdim+t.g*gw:][:gw]
+			for j := range group {
+				i := tok*group + j
+				d := dst[j*hd : (j+1)*hd]
+				copy(d, O[i*hd:(i+1)*hd])
+				kernels.Scale(1/l[i], d)
+			}
+		}
+		return
+	}
+	base := f.part[t.part0+part*m*(hd+2):][:m*(hd+2)]
+	po := base[:m*hd]
+	copy(po, O[:m*hd])
+	for i := range m {
+		if l[i] > 0 {
+			kernels.Scale(1/l[i], po[i*hd:(i+1)*hd])
+		}
+	}
+	copy(base[m*hd:m*hd+m], mx)
+	copy(base[m*hd+m:], l)
+}
+
+// merge combines the parts of split tasks. Part p of a row left its output
+// o_p (normalised by its own denominator l_p) and its maximum mx_p; the
+// row's softmax over all its keys weighs them by w_p = l_p·exp(mx_p − max
+// mx):
+//
+//	out = Σ w_p·o_p / Σ w_p
+//
+// A part in which a row sees no key has l_p = 0 and weighs nothing.
+//
+// merge is the body of a ParallelFor over the tasks.
+func (f *flashCall) merge(lo, hi int) {
+	hd, group, gw := f.hd, f.group, f.group*f.hd
+	var w [64]float32
+	for ti := lo; ti < hi; ti++ {
+		t := &f.tasks[ti]
+		if t.parts == 1 {
+			continue
+		}
+		m := t.tokens * group
+		stride := m * (hd + 2)
+		wts := w[:0]
+		if t.parts > len(w) {
+			wts = make([]float32, 0, t.parts)
+		}
+		for i := range m {
+			tok, j := i/group, i%group
+			d := f.out[(t.r0+tok)*f.qdim+t.g*gw+j*hd:][:hd]
+			top := negInf32
+			for p := range t.parts {
+				top = max(top, f.part[t.part0+p*stride+m*hd+i])
+			}
+			wts = wts[:0]
+			sum := float32(0)
+			for p := range t.parts {
+				base := t.part0 + p*stride
+				wp := float32(0)
+				if lp := f.part[base+m*hd+m+i]; lp > 0 {
+					wp = lp * float32(math.Exp(float64(f.part[base+m*hd+i]-top)))
+				}
+				wts = append(wts, wp)
+				sum += wp
+			}
+			clear(d)
+			for p, wp := range wts {
+				if wp != 0 {
+					kernels.Axpy(wp/sum, f.part[t.part0+p*stride+i*hd:][:hd], d)
+				}
+			}
+		}
+	}
 }

@@ -10,7 +10,10 @@
 // over cores with kernels.ParallelFor, and calls the kernels on the right
 // sub-slices. The few loops that cpu/kernels does not have (the RoPE
 // rotation, residual adds, row gathers, cache writes) are plain Go here and
-// can move into kernels when they matter for speed.
+// can move into kernels when they matter for speed. The exception is paged
+// attention, whose AVX-512 kernels (attention_amd64.s) are here because
+// they are made for the layout of the paged KV cache: they read keys and
+// values in place through a table of row offsets (see attention.go).
 //
 // BF16 weights stay BF16 in memory and are widened inside the matrix
 // kernels, halving the bytes read per decoded token. By default WeightF32
@@ -256,6 +259,16 @@ func must(t compute.Tensor, dt compute.DType, op string) *tensor {
 		panic(fmt.Sprintf("cpu: %s: tensor used after Free", op))
 	}
 	return x
+}
+
+// mustArg is must for the operand arg of op, naming it "op arg" in the
+// panic; unlike must(t, dt, op+" "+arg) it builds no string when all is
+// well (ops called hundreds of times per decode step should not allocate).
+func mustArg(t compute.Tensor, dt compute.DType, op, arg string) *tensor {
+	if x, ok := t.(*tensor); ok && x != nil && x.dt == dt && (x.f32 != nil || x.u16 != nil || x.i32 != nil) {
+		return x
+	}
+	return must(t, dt, op+" "+arg)
 }
 
 // weight returns a weight tensor of dtype F32 or BF16.

@@ -1,0 +1,901 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// AVX-512 kernels of paged flash attention (see attention_asm.go). Keys
+// and values are read where they lie, through a table of the byte offsets
+// of their rows.
+//
+// Tile kernels (flashQK512, flashSoftmax512, flashPV512): the queries of a
+// task are held transposed, hd × mp (mp a multiple of 16: one lane per
+// query row), and so are its scores, nk × mp, and its output, hd × mp.
+// Each product is a register tile of 8 rows (keys, or output dimensions) by
+// 48 query columns (three vectors), with tiles of 8 by 16 for the last
+// columns; the cache rows are broadcast one element at a time, so nothing
+// from the cache is packed.
+//
+// Decode kernels (flashDecQK512, flashDecPV512): four query rows in row
+// layout, vectorised along the head dimension.
+//
+// flashGather512 copies rows to contiguous memory, for cache layouts whose
+// row stride would make the kernels' accesses collide in the caches.
+
+// exp2 for x ≤ 0: n = round(x), r = x − n in [−½, ½], 2^r by its Taylor
+// polynomial in r·ln2 of degree 7 (truncation below 1e-8), scaled by 2^n
+// (VSCALEFPS). x is first clamped to −126, so exp2 is never below the
+// smallest normal float32 (1.2e-38, which counts as nothing next to the
+// row maximum's 1).
+DATA flashconst<>+0(SB)/4, $0x3f317218  // ln2
+DATA flashconst<>+4(SB)/4, $0x3e75fdf0  // ln2²/2!
+DATA flashconst<>+8(SB)/4, $0x3d635847  // ln2³/3!
+DATA flashconst<>+12(SB)/4, $0x3c1d955b // ln2⁴/4!
+DATA flashconst<>+16(SB)/4, $0x3aaec3ff // ln2⁵/5!
+DATA flashconst<>+20(SB)/4, $0x39218489 // ln2⁶/6!
+DATA flashconst<>+24(SB)/4, $0x377fe5fe // ln2⁷/7!
+DATA flashconst<>+28(SB)/4, $0x3f800000 // 1
+DATA flashconst<>+32(SB)/4, $0xc2fc0000 // −126
+DATA flashconst<>+36(SB)/4, $0xf149f2ca // −1e30: the maximum of a row that has seen no key
+DATA flashconst<>+40(SB)/4, $0
+DATA flashconst<>+44(SB)/4, $0
+DATA flashconst<>+48(SB)/4, $0
+DATA flashconst<>+52(SB)/4, $0
+DATA flashconst<>+56(SB)/4, $0
+DATA flashconst<>+60(SB)/4, $0
+// 0, 1, ..., 15: lane numbers.
+DATA flashconst<>+64(SB)/8, $0x0000000100000000
+DATA flashconst<>+72(SB)/8, $0x0000000300000002
+DATA flashconst<>+80(SB)/8, $0x0000000500000004
+DATA flashconst<>+88(SB)/8, $0x0000000700000006
+DATA flashconst<>+96(SB)/8, $0x0000000900000008
+DATA flashconst<>+104(SB)/8, $0x0000000b0000000a
+DATA flashconst<>+112(SB)/8, $0x0000000d0000000c
+DATA flashconst<>+120(SB)/8, $0x0000000f0000000e
+GLOBL flashconst<>(SB), RODATA|NOPTR, $128
+
+// EXP2CONSTS loads the constants of EXP2 into Z16..Z24.
+#define EXP2CONSTS \
+	VBROADCASTSS flashconst<>+0(SB), Z16; \
+	VBROADCASTSS flashconst<>+4(SB), Z17; \
+	VBROADCASTSS flashconst<>+8(SB), Z18; \
+	VBROADCASTSS flashconst<>+12(SB), Z19; \
+	VBROADCASTSS flashconst<>+16(SB), Z20; \
+	VBROADCASTSS flashconst<>+20(SB), Z21; \
+	VBROADCASTSS flashconst<>+24(SB), Z22; \
+	VBROADCASTSS flashconst<>+28(SB), Z23; \
+	VBROADCASTSS flashconst<>+32(SB), Z24
+
+// EXP2(x, n, p) leaves 2^x in p for x ≤ 0 (x is clobbered, n is scratch).
+#define EXP2(x, n, p) \
+	VMAXPS       Z24, x, x; \
+	VRNDSCALEPS  $0, x, n; \
+	VSUBPS       n, x, x; \
+	VMOVAPS      Z22, p; \
+	VFMADD213PS  Z21, x, p; \
+	VFMADD213PS  Z20, x, p; \
+	VFMADD213PS  Z19, x, p; \
+	VFMADD213PS  Z18, x, p; \
+	VFMADD213PS  Z17, x, p; \
+	VFMADD213PS  Z16, x, p; \
+	VFMADD213PS  Z23, x, p; \
+	VSCALEFPS    n, p, p
+
+// QKROW(o, ptr, a, b, c) adds the element at byte o + SI of the key row at
+// ptr, times the three query vectors Z24..Z26, into a, b, c.
+#define QKROW(o, ptr, a, b, c) \
+	VBROADCASTSS o(ptr)(SI*1), Z27; \
+	VFMADD231PS  Z24, Z27, a; \
+	VFMADD231PS  Z25, Z27, b; \
+	VFMADD231PS  Z26, Z27, c
+
+// QKSTEP3(o) is one step p of the 8-key × 48-column tile: the next row of
+// the queries (DI, then DI += stride) against element p of each key row.
+#define QKSTEP3(o) \
+	VMOVUPS (DI), Z24; \
+	VMOVUPS 64(DI), Z25; \
+	VMOVUPS 128(DI), Z26; \
+	QKROW(o, AX, Z0, Z1, Z2); \
+	QKROW(o, BX, Z3, Z4, Z5); \
+	QKROW(o, CX, Z6, Z7, Z8); \
+	QKROW(o, DX, Z9, Z10, Z11); \
+	QKROW(o, R8, Z12, Z13, Z14); \
+	QKROW(o, R9, Z15, Z16, Z17); \
+	QKROW(o, R10, Z18, Z19, Z20); \
+	QKROW(o, R11, Z21, Z22, Z23); \
+	ADDQ R13, DI
+
+// QKSTEP1(o) is QKSTEP3 for an 8-key × 16-column tile.
+#define QKSTEP1(o) \
+	VMOVUPS (DI), Z24; \
+	VFMADD231PS.BCST o(AX)(SI*1), Z24, Z0; \
+	VFMADD231PS.BCST o(BX)(SI*1), Z24, Z1; \
+	VFMADD231PS.BCST o(CX)(SI*1), Z24, Z2; \
+	VFMADD231PS.BCST o(DX)(SI*1), Z24, Z3; \
+	VFMADD231PS.BCST o(R8)(SI*1), Z24, Z4; \
+	VFMADD231PS.BCST o(R9)(SI*1), Z24, Z5; \
+	VFMADD231PS.BCST o(R10)(SI*1), Z24, Z6; \
+	VFMADD231PS.BCST o(R11)(SI*1), Z24, Z7; \
+	ADDQ R13, DI
+
+// Prefetches, one per step of a 16-step block, which reads one cache line
+// (at byte SI) of each of its 8 key rows: PFK(o) prefetches that line of
+// key row j+8+o/8 (the next group), PFV(o) that of value row j+o/8 (for
+// flashPV512, into L2). 16(SP) holds &offs[j]. Clobbers R12.
+#define PFK(o) \
+	MOVQ       16(SP), R12; \
+	MOVQ       (64+o)(R12), R12; \
+	ADDQ       k+24(FP), R12; \
+	PREFETCHT0 (R12)(SI*1)
+
+#define PFV(o) \
+	MOVQ       16(SP), R12; \
+	MOVQ       o(R12), R12; \
+	ADDQ       v+32(FP), R12; \
+	PREFETCHT1 (R12)(SI*1)
+
+// QKBLOCK(step) runs 16 steps (one cache line of every key row), with the
+// prefetches of that line of the next group's keys and this group's
+// values.
+#define QKBLOCK(step) \
+	step(0); PFK(0); step(4); PFK(8); step(8); PFK(16); step(12); PFK(24); \
+	step(16); PFK(32); step(20); PFK(40); step(24); PFK(48); step(28); PFK(56); \
+	step(32); PFV(0); step(36); PFV(8); step(40); PFV(16); step(44); PFV(24); \
+	step(48); PFV(32); step(52); PFV(40); step(56); PFV(48); step(60); PFV(56); \
+	ADDQ $64, SI
+
+// QKPTRS loads the eight key row pointers of keys j..j+7 (j in 8(SP)) into
+// AX, BX, CX, DX, R8..R11 and stores &offs[j] in 16(SP). Clobbers SI, DI.
+#define QKPTRS \
+	MOVQ offs+40(FP), DI; \
+	MOVQ 8(SP), SI; \
+	LEAQ (DI)(SI*8), DI; \
+	MOVQ DI, 16(SP); \
+	MOVQ k+24(FP), SI; \
+	MOVQ 0(DI), AX; \
+	ADDQ SI, AX; \
+	MOVQ 8(DI), BX; \
+	ADDQ SI, BX; \
+	MOVQ 16(DI), CX; \
+	ADDQ SI, CX; \
+	MOVQ 24(DI), DX; \
+	ADDQ SI, DX; \
+	MOVQ 32(DI), R8; \
+	ADDQ SI, R8; \
+	MOVQ 40(DI), R9; \
+	ADDQ SI, R9; \
+	MOVQ 48(DI), R10; \
+	ADDQ SI, R10; \
+	MOVQ 56(DI), R11; \
+	ADDQ SI, R11
+
+// QKOUT sets DI to the scores of key j (8(SP)), column c0 (0(SP), bytes).
+#define QKOUT \
+	MOVQ  8(SP), DI; \
+	IMULQ R13, DI; \
+	ADDQ  st+0(FP), DI; \
+	ADDQ  0(SP), DI
+
+// func flashQK512(st, qt *float32, mp int, k, v *float32, offs *int64, nk, hd int, cmax *float32)
+//
+// st[j·mp + c] = Σ_p K_j[p]·qt[p·mp + c] for j < nk (a multiple of 8) and
+// c < mp (a multiple of 16), where K_j is the row at byte offset offs[j]
+// from k; p < hd, a multiple of 16. It also sets cmax[c] to the maximum of
+// cmax[c] and the st[j·mp + c]. offs must have 8 more entries than nk
+// (valid offsets): the kernel prefetches the keys of the next group of 8,
+// and the value rows (at the same offsets from v) for flashPV512.
+//
+// Locals: 0(SP) column c0 (bytes), 8(SP) key j, 16(SP) &offs[j],
+// 24(SP) bytes of a key row.
+TEXT ·flashQK512(SB), NOSPLIT, $32-72
+	MOVQ mp+16(FP), R13
+	SHLQ $2, R13          // row stride of qt and st, bytes
+	MOVQ hd+56(FP), R12
+	SHLQ $2, R12
+	MOVQ R12, 24(SP)
+	MOVQ $0, 0(SP)
+
+qkcols3:
+	MOVQ R13, DI
+	SUBQ 0(SP), DI
+	CMPQ DI, $192
+	JLT  qkcols1
+	MOVQ $0, 8(SP)
+
+qkkeys3:
+	QKPTRS
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	MOVQ   qt+8(FP), DI
+	ADDQ   0(SP), DI
+	XORQ   SI, SI
+
+qkp3:
+	QKBLOCK(QKSTEP3)
+	CMPQ SI, 24(SP)
+	JLT  qkp3
+
+	// Fold the maxima of the 8 keys into cmax.
+	VMAXPS  Z3, Z0, Z24
+	VMAXPS  Z4, Z1, Z25
+	VMAXPS  Z5, Z2, Z26
+	VMAXPS  Z6, Z24, Z24
+	VMAXPS  Z7, Z25, Z25
+	VMAXPS  Z8, Z26, Z26
+	VMAXPS  Z9, Z24, Z24
+	VMAXPS  Z10, Z25, Z25
+	VMAXPS  Z11, Z26, Z26
+	VMAXPS  Z12, Z24, Z24
+	VMAXPS  Z13, Z25, Z25
+	VMAXPS  Z14, Z26, Z26
+	VMAXPS  Z15, Z24, Z24
+	VMAXPS  Z16, Z25, Z25
+	VMAXPS  Z17, Z26, Z26
+	VMAXPS  Z18, Z24, Z24
+	VMAXPS  Z19, Z25, Z25
+	VMAXPS  Z20, Z26, Z26
+	VMAXPS  Z21, Z24, Z24
+	VMAXPS  Z22, Z25, Z25
+	VMAXPS  Z23, Z26, Z26
+	MOVQ    cmax+64(FP), DI
+	ADDQ    0(SP), DI
+	VMAXPS  (DI), Z24, Z24
+	VMAXPS  64(DI), Z25, Z25
+	VMAXPS  128(DI), Z26, Z26
+	VMOVUPS Z24, (DI)
+	VMOVUPS Z25, 64(DI)
+	VMOVUPS Z26, 128(DI)
+
+	QKOUT
+	VMOVUPS Z0, (DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	ADDQ    R13, DI
+	VMOVUPS Z3, (DI)
+	VMOVUPS Z4, 64(DI)
+	VMOVUPS Z5, 128(DI)
+	ADDQ    R13, DI
+	VMOVUPS Z6, (DI)
+	VMOVUPS Z7, 64(DI)
+	VMOVUPS Z8, 128(DI)
+	ADDQ    R13, DI
+	VMOVUPS Z9, (DI)
+	VMOVUPS Z10, 64(DI)
+	VMOVUPS Z11, 128(DI)
+	ADDQ    R13, DI
+	VMOVUPS Z12, (DI)
+	VMOVUPS Z13, 64(DI)
+	VMOVUPS Z14, 128(DI)
+	ADDQ    R13, DI
+	VMOVUPS Z15, (DI)
+	VMOVUPS Z16, 64(DI)
+	VMOVUPS Z17, 128(DI)
+	ADDQ    R13, DI
+	VMOVUPS Z18, (DI)
+	VMOVUPS Z19, 64(DI)
+	VMOVUPS Z20, 128(DI)
+	ADDQ    R13, DI
+	VMOVUPS Z21, (DI)
+	VMOVUPS Z22, 64(DI)
+	VMOVUPS Z23, 128(DI)
+
+	MOVQ 8(SP), DI
+	ADDQ $8, DI
+	MOVQ DI, 8(SP)
+	CMPQ DI, nk+48(FP)
+	JLT  qkkeys3
+	ADDQ $192, 0(SP)
+	JMP  qkcols3
+
+qkcols1:
+	CMPQ DI, $0
+	JEQ  qkdone
+	MOVQ $0, 8(SP)
+
+qkkeys1:
+	QKPTRS
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ   qt+8(FP), DI
+	ADDQ   0(SP), DI
+	XORQ   SI, SI
+
+qkp1:
+	QKBLOCK(QKSTEP1)
+	CMPQ SI, 24(SP)
+	JLT  qkp1
+
+	VMAXPS  Z1, Z0, Z24
+	VMAXPS  Z2, Z24, Z24
+	VMAXPS  Z3, Z24, Z24
+	VMAXPS  Z4, Z24, Z24
+	VMAXPS  Z5, Z24, Z24
+	VMAXPS  Z6, Z24, Z24
+	VMAXPS  Z7, Z24, Z24
+	MOVQ    cmax+64(FP), DI
+	ADDQ    0(SP), DI
+	VMAXPS  (DI), Z24, Z24
+	VMOVUPS Z24, (DI)
+
+	QKOUT
+	VMOVUPS Z0, (DI)
+	ADDQ    R13, DI
+	VMOVUPS Z1, (DI)
+	ADDQ    R13, DI
+	VMOVUPS Z2, (DI)
+	ADDQ    R13, DI
+	VMOVUPS Z3, (DI)
+	ADDQ    R13, DI
+	VMOVUPS Z4, (DI)
+	ADDQ    R13, DI
+	VMOVUPS Z5, (DI)
+	ADDQ    R13, DI
+	VMOVUPS Z6, (DI)
+	ADDQ    R13, DI
+	VMOVUPS Z7, (DI)
+
+	MOVQ 8(SP), DI
+	ADDQ $8, DI
+	MOVQ DI, 8(SP)
+	CMPQ DI, nk+48(FP)
+	JLT  qkkeys1
+	ADDQ $64, 0(SP)
+	MOVQ R13, DI
+	SUBQ 0(SP), DI
+	JMP  qkcols1
+
+qkdone:
+	VZEROUPPER
+	RET
+
+// func flashSoftmax512(st *float32, mp, nk int, lim *int32, mx, l, alpha, cmax *float32)
+//
+// One step of the online softmax over the scores st (nk rows of mp, in
+// log2 units), column by column (one column per query row). Row j counts
+// only in the columns c ≥ lim[j] (the causal mask); its other entries
+// become 0. For each column: m' = max(mx, max over counted scores),
+// alpha = 2^(mx − m'), each counted score s becomes 2^(s − m'),
+// l = l·alpha + Σ of them, mx = m'. When cmax is not nil, no score is
+// masked (lim is not read) and cmax holds the maxima of the columns.
+TEXT ·flashSoftmax512(SB), NOSPLIT, $0-64
+	EXP2CONSTS
+	MOVQ         mp+8(FP), R13
+	SHLQ         $2, R13                    // row stride, bytes
+	MOVQ         nk+16(FP), CX
+	MOVQ         lim+24(FP), R9
+	MOVQ         mx+32(FP), R10
+	MOVQ         l+40(FP), R11
+	MOVQ         alpha+48(FP), R12
+	MOVQ         st+0(FP), R8
+	MOVQ         cmax+56(FP), DI
+	VMOVDQU32    flashconst<>+64(SB), Z30   // lane numbers
+	VBROADCASTSS flashconst<>+36(SB), Z29   // −1e30
+	XORQ         DX, DX                     // column c0
+
+smcols:
+	CMPQ         DX, R13
+	JGE          smdone
+	MOVQ         DX, AX
+	SHRQ         $2, AX
+	VPBROADCASTD AX, Z31
+	VPADDD       Z30, Z31, Z31              // column numbers of the vector
+
+	TESTQ   DI, DI
+	JZ      smmasked
+	VMOVUPS (DI)(DX*1), Z0
+	JMP     smalpha
+
+smmasked:
+	// Pass 1: the maximum of the counted scores.
+	VMOVAPS Z29, Z0
+	MOVQ    R8, SI
+	XORQ    BX, BX
+
+smmax:
+	VPCMPD.BCST $5, (R9)(BX*4), Z31, K1     // c ≥ lim[j]
+	VMAXPS      (SI), Z0, K1, Z0
+	ADDQ        R13, SI
+	INCQ        BX
+	CMPQ        BX, CX
+	JLT         smmax
+
+smalpha:
+	VMOVUPS (R10)(DX*1), Z1                 // mx
+	VMAXPS  Z1, Z0, Z0                      // m'
+	VMOVUPS Z0, (R10)(DX*1)
+	VSUBPS  Z0, Z1, Z1
+	EXP2(Z1, Z2, Z3)
+	VMOVUPS Z3, (R12)(DX*1)                 // alpha
+	VMULPS  (R11)(DX*1), Z3, Z4             // l·alpha
+
+	// Pass 2: exponentials and their sum.
+	VPXORD Z5, Z5, Z5
+	MOVQ   R8, SI
+	XORQ   BX, BX
+	TESTQ  DI, DI
+	JZ     smexp
+
+smexpall:
+	VMOVUPS (SI), Z1
+	VSUBPS  Z0, Z1, Z1
+	EXP2(Z1, Z2, Z3)
+	VMOVUPS Z3, (SI)
+	VADDPS  Z3, Z5, Z5
+	ADDQ    R13, SI
+	INCQ    BX
+	CMPQ    BX, CX
+	JLT     smexpall
+	JMP     smsum
+
+smexp:
+	VPCMPD.BCST $5, (R9)(BX*4), Z31, K1
+	VMOVUPS     (SI), Z1
+	VSUBPS      Z0, Z1, Z1
+	EXP2(Z1, Z2, Z3)
+	VMOVAPS.Z   Z3, K1, Z3
+	VMOVUPS     Z3, (SI)
+	VADDPS      Z3, Z5, Z5
+	ADDQ        R13, SI
+	INCQ        BX
+	CMPQ        BX, CX
+	JLT         smexp
+
+smsum:
+	VADDPS  Z5, Z4, Z4
+	VMOVUPS Z4, (R11)(DX*1)
+	ADDQ    $64, R8
+	ADDQ    $64, DX
+	JMP     smcols
+
+smdone:
+	VZEROUPPER
+	RET
+
+// PVROW(d, a, b, c) adds the element at byte d of the value row at R9 + BX,
+// times the three probability vectors Z24..Z26, into a, b, c.
+#define PVROW(d, a, b, c) \
+	VBROADCASTSS d(R9)(BX*1), Z27; \
+	VFMADD231PS  Z24, Z27, a; \
+	VFMADD231PS  Z25, Z27, b; \
+	VFMADD231PS  Z26, Z27, c
+
+#define PVROW1(d, a) \
+	VFMADD231PS.BCST d(R9)(BX*1), Z24, a
+
+// PVLOAD3(a, b, c) loads 48 columns of the output row at DI times alpha
+// (Z29..Z31) into a, b, c, then DI += stride; PVSTORE3 stores them back.
+// PVLOAD1 and PVSTORE1 do the same for 16 columns.
+#define PVLOAD3(a, b, c) \
+	VMULPS  (DI), Z29, a; \
+	VMULPS  64(DI), Z30, b; \
+	VMULPS  128(DI), Z31, c; \
+	ADDQ    R13, DI
+
+#define PVSTORE3(a, b, c) \
+	VMOVUPS a, (DI); \
+	VMOVUPS b, 64(DI); \
+	VMOVUPS c, 128(DI); \
+	ADDQ    R13, DI
+
+#define PVLOAD1(a) \
+	VMULPS (DI), Z29, a; \
+	ADDQ   R13, DI
+
+#define PVSTORE1(a) \
+	VMOVUPS a, (DI); \
+	ADDQ    R13, DI
+
+// func flashPV512(ot, pt *float32, mp int, v *float32, offs *int64, nk, hd int, alpha *float32)
+//
+// ot[d·mp + c] = alpha[c]·ot[d·mp + c] + Σ_j V_j[d]·pt[j·mp + c] for d < hd
+// (a multiple of 8), c < mp (a multiple of 16) and j < nk, where V_j is the
+// row at byte offset offs[j] from v.
+TEXT ·flashPV512(SB), NOSPLIT, $0-64
+	MOVQ mp+16(FP), R13
+	SHLQ $2, R13          // row stride of ot and pt, bytes
+	MOVQ hd+48(FP), R12
+	SHLQ $2, R12          // bytes of a value row
+	MOVQ nk+40(FP), R11
+	XORQ DX, DX           // column c0, bytes
+
+pvcols3:
+	MOVQ R13, AX
+	SUBQ DX, AX
+	CMPQ AX, $192
+	JLT  pvcols1
+	MOVQ alpha+56(FP), AX
+	VMOVUPS (AX)(DX*1), Z29
+	VMOVUPS 64(AX)(DX*1), Z30
+	VMOVUPS 128(AX)(DX*1), Z31
+	XORQ CX, CX           // output row d0, bytes
+
+pvrows3:
+	// Accumulators: rows d0..d0+7 of ot, columns c0..c0+47, times alpha.
+	MOVQ  CX, DI
+	SHRQ  $2, DI
+	IMULQ R13, DI
+	ADDQ  ot+0(FP), DI
+	ADDQ  DX, DI
+	MOVQ  DI, R10         // the tile, to store it
+	PVLOAD3(Z0, Z1, Z2)
+	PVLOAD3(Z3, Z4, Z5)
+	PVLOAD3(Z6, Z7, Z8)
+	PVLOAD3(Z9, Z10, Z11)
+	PVLOAD3(Z12, Z13, Z14)
+	PVLOAD3(Z15, Z16, Z17)
+	PVLOAD3(Z18, Z19, Z20)
+	PVLOAD3(Z21, Z22, Z23)
+	MOVQ  v+24(FP), R9
+	ADDQ  CX, R9          // element d0 of a value row
+	MOVQ  pt+8(FP), SI
+	ADDQ  DX, SI
+	MOVQ  offs+32(FP), R8
+	MOVQ  R11, AX
+
+pvj3:
+	MOVQ    (R8), BX
+	VMOVUPS (SI), Z24
+	VMOVUPS 64(SI), Z25
+	VMOVUPS 128(SI), Z26
+	PVROW(0, Z0, Z1, Z2)
+	PVROW(4, Z3, Z4, Z5)
+	PVROW(8, Z6, Z7, Z8)
+	PVROW(12, Z9, Z10, Z11)
+	PVROW(16, Z12, Z13, Z14)
+	PVROW(20, Z15, Z16, Z17)
+	PVROW(24, Z18, Z19, Z20)
+	PVROW(28, Z21, Z22, Z23)
+	ADDQ    $8, R8
+	ADDQ    R13, SI
+	DECQ    AX
+	JNZ     pvj3
+
+	MOVQ R10, DI
+	PVSTORE3(Z0, Z1, Z2)
+	PVSTORE3(Z3, Z4, Z5)
+	PVSTORE3(Z6, Z7, Z8)
+	PVSTORE3(Z9, Z10, Z11)
+	PVSTORE3(Z12, Z13, Z14)
+	PVSTORE3(Z15, Z16, Z17)
+	PVSTORE3(Z18, Z19, Z20)
+	PVSTORE3(Z21, Z22, Z23)
+	ADDQ $32, CX
+	CMPQ CX, R12
+	JLT  pvrows3
+	ADDQ $192, DX
+	JMP  pvcols3
+
+pvcols1:
+	CMPQ AX, $0
+	JEQ  pvdone
+	MOVQ alpha+56(FP), AX
+	VMOVUPS (AX)(DX*1), Z29
+	XORQ CX, CX
+
+pvrows1:
+	MOVQ  CX, DI
+	SHRQ  $2, DI
+	IMULQ R13, DI
+	ADDQ  ot+0(FP), DI
+	ADDQ  DX, DI
+	MOVQ  DI, R10
+	PVLOAD1(Z0)
+	PVLOAD1(Z1)
+	PVLOAD1(Z2)
+	PVLOAD1(Z3)
+	PVLOAD1(Z4)
+	PVLOAD1(Z5)
+	PVLOAD1(Z6)
+	PVLOAD1(Z7)
+	MOVQ  v+24(FP), R9
+	ADDQ  CX, R9
+	MOVQ  pt+8(FP), SI
+	ADDQ  DX, SI
+	MOVQ  offs+32(FP), R8
+	MOVQ  R11, AX
+
+pvj1:
+	MOVQ    (R8), BX
+	VMOVUPS (SI), Z24
+	PVROW1(0, Z0)
+	PVROW1(4, Z1)
+	PVROW1(8, Z2)
+	PVROW1(12, Z3)
+	PVROW1(16, Z4)
+	PVROW1(20, Z5)
+	PVROW1(24, Z6)
+	PVROW1(28, Z7)
+	ADDQ    $8, R8
+	ADDQ    R13, SI
+	DECQ    AX
+	JNZ     pvj1
+
+	MOVQ R10, DI
+	PVSTORE1(Z0)
+	PVSTORE1(Z1)
+	PVSTORE1(Z2)
+	PVSTORE1(Z3)
+	PVSTORE1(Z4)
+	PVSTORE1(Z5)
+	PVSTORE1(Z6)
+	PVSTORE1(Z7)
+	ADDQ $32, CX
+	CMPQ CX, R12
+	JLT  pvrows1
+	ADDQ $64, DX
+	MOVQ R13, AX
+	SUBQ DX, AX
+	JMP  pvcols1
+
+pvdone:
+	VZEROUPPER
+	RET
+
+// func flashGather512(dst, src *float32, offs *int64, n, hd int)
+//
+// Copies n rows of hd floats (hd a multiple of 16) from byte offsets
+// offs[j] of src to dst, one after another. offs must have 8 more valid
+// entries than n: each row's lines are prefetched 8 rows ahead.
+TEXT ·flashGather512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ offs+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ hd+32(FP), R9
+	SHLQ $2, R9           // bytes of a row
+
+gtrow:
+	MOVQ (R8), AX
+	ADDQ SI, AX           // this row
+	MOVQ 64(R8), BX
+	ADDQ SI, BX           // the row 8 ahead
+	XORQ DX, DX
+
+gtline:
+	PREFETCHT0 (BX)(DX*1)
+	VMOVUPS    (AX)(DX*1), Z0
+	VMOVUPS    Z0, (DI)(DX*1)
+	ADDQ       $64, DX
+	CMPQ       DX, R9
+	JLT        gtline
+
+	ADDQ R9, DI
+	ADDQ $8, R8
+	DECQ CX
+	JNZ  gtrow
+	VZEROUPPER
+	RET
+
+// Decode kernels: a few query rows (four per call) in row layout,
+// vectorised along the head dimension, so that no lane is idle when a task
+// has only the heads of one group for one token.
+
+// 0, 4, 8, 12: the first lane of each 128-bit lane.
+DATA flashdec<>+0(SB)/4, $0
+DATA flashdec<>+4(SB)/4, $4
+DATA flashdec<>+8(SB)/4, $8
+DATA flashdec<>+12(SB)/4, $12
+GLOBL flashdec<>(SB), RODATA|NOPTR, $16
+
+// HSUM4(a, b, c, d, t, u) leaves in lanes 0, 4, 8 and 12 of a the sums of
+// the lanes of a, b, c and d. Clobbers b, t, u.
+#define HSUM4(a, b, c, d, t, u) \
+	VSHUFF64X2 $0x44, b, a, t; \
+	VSHUFF64X2 $0xee, b, a, u; \
+	VADDPS     u, t, a; \
+	VSHUFF64X2 $0x44, d, c, t; \
+	VSHUFF64X2 $0xee, d, c, u; \
+	VADDPS     u, t, b; \
+	VSHUFF64X2 $0x88, b, a, t; \
+	VSHUFF64X2 $0xdd, b, a, u; \
+	VADDPS     u, t, a; \
+	VPERMILPS  $0x4e, a, t; \
+	VADDPS     t, a, a; \
+	VPERMILPS  $0xb1, a, t; \
+	VADDPS     t, a, a
+
+// DQROW(q, a, b, c, d): one query row (at q + SI) against the four key
+// chunks Z16..Z19.
+#define DQROW(q, a, b, c, d) \
+	VMOVUPS     (q)(SI*1), Z20; \
+	VFMADD231PS Z16, Z20, a; \
+	VFMADD231PS Z17, Z20, b; \
+	VFMADD231PS Z18, Z20, c; \
+	VFMADD231PS Z19, Z20, d
+
+// DQOUT(a, b, c, d, xa): store the four dot products of one row at DI,
+// then DI += the row stride of s. xa is the low quarter of a.
+#define DQOUT(a, b, c, d, xa) \
+	HSUM4(a, b, c, d, Z20, Z21); \
+	VPERMPS a, Z22, a; \
+	VMOVUPS xa, (DI); \
+	ADDQ    R13, DI
+
+// func flashDecQK512(s *float32, lds int, q *float32, hd int, k *float32, offs *int64, nk int)
+//
+// s[i·lds + j] = Σ_d q[i·hd + d]·K_j[d] for i < 4, j < nk (a multiple of
+// 4) and d < hd (a multiple of 16), where K_j is the row at byte offset
+// offs[j] from k.
+TEXT ·flashDecQK512(SB), NOSPLIT, $16-56
+	MOVQ      lds+8(FP), R13
+	SHLQ      $2, R13
+	MOVQ      hd+24(FP), R12
+	SHLQ      $2, R12
+	MOVQ      q+16(FP), R8
+	LEAQ      (R8)(R12*1), R9
+	LEAQ      (R9)(R12*1), R10
+	LEAQ      (R10)(R12*1), R11
+	MOVQ      offs+40(FP), AX
+	MOVQ      AX, 0(SP)                // &offs[j]
+	MOVQ      s+0(FP), AX
+	MOVQ      AX, 8(SP)                // &s[j]
+	MOVQ      nk+48(FP), CX
+	VMOVDQU32 flashdec<>+0(SB), X22
+
+dqkeys:
+	MOVQ   0(SP), DI
+	MOVQ   0(DI), AX
+	ADDQ   k+32(FP), AX
+	MOVQ   8(DI), BX
+	ADDQ   k+32(FP), BX
+	MOVQ   16(DI), DX
+	ADDQ   k+32(FP), DX
+	MOVQ   24(DI), DI
+	ADDQ   k+32(FP), DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	XORQ   SI, SI
+
+dqd:
+	VMOVUPS (AX)(SI*1), Z16
+	VMOVUPS (BX)(SI*1), Z17
+	VMOVUPS (DX)(SI*1), Z18
+	VMOVUPS (DI)(SI*1), Z19
+	DQROW(R8, Z0, Z1, Z2, Z3)
+	DQROW(R9, Z4, Z5, Z6, Z7)
+	DQROW(R10, Z8, Z9, Z10, Z11)
+	DQROW(R11, Z12, Z13, Z14, Z15)
+	ADDQ    $64, SI
+	CMPQ    SI, R12
+	JLT     dqd
+
+	MOVQ 8(SP), DI
+	DQOUT(Z0, Z1, Z2, Z3, X0)
+	DQOUT(Z4, Z5, Z6, Z7, X4)
+	DQOUT(Z8, Z9, Z10, Z11, X8)
+	DQOUT(Z12, Z13, Z14, Z15, X12)
+	ADDQ $16, 8(SP)
+	ADDQ $32, 0(SP)
+	SUBQ $4, CX
+	JNZ  dqkeys
+	VZEROUPPER
+	RET
+
+// DVROW(p, a, b, c, d) adds the weight at p + BX·4 (row i's weight of
+// value row j), times the value vectors Z16..Z19, into a, b, c, d.
+#define DVROW(p, a, b, c, d) \
+	VBROADCASTSS (p)(BX*4), Z20; \
+	VFMADD231PS  Z16, Z20, a; \
+	VFMADD231PS  Z17, Z20, b; \
+	VFMADD231PS  Z18, Z20, c; \
+	VFMADD231PS  Z19, Z20, d
+
+// DVLOAD(o, al, a, b, c, d) loads 64 elements of an output row, at byte o
+// of DI, times al (that row's alpha, broadcast) into a, b, c, d; DVSTORE
+// stores them back.
+#define DVLOAD(o, al, a, b, c, d) \
+	VMULPS o(DI), al, a; \
+	VMULPS (o+64)(DI), al, b; \
+	VMULPS (o+128)(DI), al, c; \
+	VMULPS (o+192)(DI), al, d
+
+#define DVSTORE(o, a, b, c, d) \
+	VMOVUPS a, o(DI); \
+	VMOVUPS b, (o+64)(DI); \
+	VMOVUPS c, (o+128)(DI); \
+	VMOVUPS d, (o+192)(DI)
+
+// func flashDecPV512(o *float32, hd int, p *float32, ldp int, v *float32, offs *int64, nk int, alpha *float32)
+//
+// o[i·hd + d] = alpha[i]·o[i·hd + d] + Σ_j p[i·ldp + j]·V_j[d] for i < 4,
+// d < hd (a multiple of 64) and j < nk, where V_j is the row at byte offset
+// offs[j] from v.
+TEXT ·flashDecPV512(SB), NOSPLIT, $8-64
+	MOVQ         hd+8(FP), R12
+	SHLQ         $2, R12
+	MOVQ         ldp+24(FP), R13
+	SHLQ         $2, R13
+	MOVQ         p+16(FP), R8
+	LEAQ         (R8)(R13*1), R9
+	LEAQ         (R9)(R13*1), R10
+	LEAQ         (R10)(R13*1), R11
+	MOVQ         alpha+56(FP), AX
+	VBROADCASTSS 0(AX), Z24
+	VBROADCASTSS 4(AX), Z25
+	VBROADCASTSS 8(AX), Z26
+	VBROADCASTSS 12(AX), Z27
+	XORQ         DX, DX                     // d0, bytes
+
+dvchunks:
+	MOVQ o+0(FP), DI
+	ADDQ DX, DI
+	MOVQ DI, 0(SP)
+	DVLOAD(0, Z24, Z0, Z1, Z2, Z3)
+	ADDQ R12, DI
+	DVLOAD(0, Z25, Z4, Z5, Z6, Z7)
+	ADDQ R12, DI
+	DVLOAD(0, Z26, Z8, Z9, Z10, Z11)
+	ADDQ R12, DI
+	DVLOAD(0, Z27, Z12, Z13, Z14, Z15)
+	MOVQ v+32(FP), SI
+	ADDQ DX, SI
+	MOVQ offs+40(FP), CX
+	XORQ BX, BX
+
+dvkeys:
+	MOVQ    (CX)(BX*8), AX
+	VMOVUPS (SI)(AX*1), Z16
+	VMOVUPS 64(SI)(AX*1), Z17
+	VMOVUPS 128(SI)(AX*1), Z18
+	VMOVUPS 192(SI)(AX*1), Z19
+	DVROW(R8, Z0, Z1, Z2, Z3)
+	DVROW(R9, Z4, Z5, Z6, Z7)
+	DVROW(R10, Z8, Z9, Z10, Z11)
+	DVROW(R11, Z12, Z13, Z14, Z15)
+	INCQ    BX
+	CMPQ    BX, nk+48(FP)
+	JLT     dvkeys
+
+	MOVQ 0(SP), DI
+	DVSTORE(0, Z0, Z1, Z2, Z3)
+	ADDQ R12, DI
+	DVSTORE(0, Z4, Z5, Z6, Z7)
+	ADDQ R12, DI
+	DVSTORE(0, Z8, Z9, Z10, Z11)
+	ADDQ R12, DI
+	DVSTORE(0, Z12, Z13, Z14, Z15)
+	ADDQ $256, DX
+	CMPQ DX, R12
+	JLT  dvchunks
+	VZEROUPPER
+	RET

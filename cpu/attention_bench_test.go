@@ -1,0 +1,81 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/clawrl/clawrl/cpu/kernels"
+)
+
+// peakGFLOPS is the FMA peak on Threads() threads, measured once per
+// process (best of a few short runs, since the machine is shared).
+var peakGFLOPS = sync.OnceValue(func() float64 {
+	g := 0.0
+	for range 10 {
+		g = max(g, kernels.PeakGFLOPS(kernels.Threads(), 40*time.Millisecond))
+	}
+	return g
+})
+
+// BenchmarkPagedAttention measures Attention, on the path it takes on this
+// machine, over a paged cache whose blocks are scattered (a random
+// permutation, as after a cache has served a while): full prefill of L
+// tokens, one prefill chunk of 512 tokens after 16K cached ones (the shape
+// of a serving step on a long prompt), and decode of one token per
+// sequence. GFLOP/s counts 4·head dim·heads FLOPs per visible key of every
+// query (two products) and %peak compares it with kernels.PeakGFLOPS
+// measured in the same process. Decode is bound by reading the cache:
+// kv-GB/s is the keys and values of every sequence's context (one read)
+// per second.
+//
+//	go test -run '^$' -bench PagedAttention ./cpu/
+func BenchmarkPagedAttention(b *testing.B) {
+	type bench struct {
+		name string
+		sh   pagedShape
+	}
+	var cases []bench
+	for _, hd := range []struct{ heads, kv, hd int }{{6, 2, 64}, {16, 8, 128}} {
+		for _, L := range []int{4096, 16384} {
+			cases = append(cases, bench{fmt.Sprintf("prefill-%d-h%d-kv%d-d%d", L, hd.heads, hd.kv, hd.hd),
+				pagedShape{hd.heads, hd.kv, hd.hd, 16, []pagedSeq{{ctx: L, nNew: L}}, "scattered"}})
+		}
+	}
+	cases = append(cases,
+		bench{"chunk512-at-16384-h6-kv2-d64", pagedShape{6, 2, 64, 16, []pagedSeq{{ctx: 16384, nNew: 512}}, "scattered"}},
+		bench{"chunk512-at-16384-h6-kv2-d64-contiguous", pagedShape{6, 2, 64, 16, []pagedSeq{{ctx: 16384, nNew: 512}}, "contiguous"}},
+		bench{"decode-at-1024-h6-kv2-d64", pagedShape{6, 2, 64, 16, []pagedSeq{{ctx: 1024, nNew: 1}}, "scattered"}},
+		bench{"decode-at-16384-h6-kv2-d64", pagedShape{6, 2, 64, 16, []pagedSeq{{ctx: 16384, nNew: 1}}, "scattered"}},
+		bench{"decode-at-16384-h16-kv8-d128", pagedShape{16, 8, 128, 16, []pagedSeq{{ctx: 16384, nNew: 1}}, "scattered"}},
+		bench{"decode-8x4096-h6-kv2-d64", pagedShape{6, 2, 64, 16, []pagedSeq{{4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}}, "scattered"}},
+	)
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			be := New()
+			p := newPagedProblem(b, be, rand.New(rand.NewPCG(1, 2)), c.sh)
+			p.keys, p.vals = nil, nil // the reference is not run; free its copy
+			flops, kvBytes := 0.0, 0.0
+			for _, s := range c.sh.seqs {
+				kvBytes += 2 * 4 * float64(s.ctx*c.sh.kvHeads*c.sh.hd)
+				for i := range s.nNew {
+					pos := s.ctx - s.nNew + i
+					flops += 4 * float64(c.sh.hd*c.sh.heads) * float64(pos+1)
+				}
+			}
+			be.Attention(p.dst, p.q, p.kc, p.vc, &p.attn) // warm up
+			b.ResetTimer()
+			for range b.N {
+				be.Attention(p.dst, p.q, p.kc, p.vc, &p.attn)
+			}
+			sec := b.Elapsed().Seconds() / float64(b.N)
+			b.StopTimer()
+			g := flops / sec / 1e9
+			b.ReportMetric(g, "GFLOP/s")
+			b.ReportMetric(100*g/peakGFLOPS(), "%peak")
+			b.ReportMetric(kvBytes/sec/1e9, "kv-GB/s")
+		})
+	}
+}

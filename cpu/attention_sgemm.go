@@ -1,0 +1,99 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/clawrl/clawrl/cpu/kernels"
+)
+
+// runSgemm computes one piece of work with kernels.Sgemm, on any CPU: the
+// online softmax of attention.go in row layout, with the queries of the
+// task pre-multiplied by the scale. Per key tile, S = Q·Kᵀ (Sgemm, m × nk);
+// then, row by row, the rows of O whose maximum grew are rescaled and S
+// becomes P (kernels.Max, kernels.ExpSub); then O += P·V (Sgemm). Sgemm takes
+// its blocked path for prefill tiles (m of a few hundred) and its
+// matrix-vector path for decode (m = group), which streams each key row
+// once against all the heads of the group. Keys and values are read in
+// place when the tile's positions lie in consecutive cache blocks, and
+// gathered into contiguous rows otherwise (rows).
+func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
+	t := &f.tasks[w.task]
+	hd, group := f.hd, f.group
+	m := t.tokens * group
+	gw := group * hd // one token's queries of the group
+	Q, O := sc.q[:m*hd], sc.o[:m*hd]
+	mx, l := sc.mx[:m], sc.l[:m]
+	for tok := range t.tokens {
+		src := f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw]
+		dst := Q[tok*gw : (tok+1)*gw]
+		copy(dst, src)
+		kernels.Scale(f.scale, dst)
+	}
+	clear(O)
+	clear(l)
+	for i := range mx {
+		mx[i] = negInf32
+	}
+	blocks := f.table[t.s*f.maxBlocks : (t.s+1)*f.maxBlocks]
+	for k0 := w.k0; k0 < w.k1; k0 += f.tl.keys {
+		nk := min(f.tl.keys, w.k1-k0)
+		S := sc.s[:m*nk]
+		K, ldk := f.rows(sc.k, f.k, blocks, k0, nk, t.g)
+		kernels.Sgemm(false, true, m, nk, hd, 1, Q, hd, K, ldk, 0, S, nk)
+		masked := k0+nk-1 > t.first // the last key is past the first token
+		for i := range m {
+			row := S[i*nk : (i+1)*nk]
+			valid := nk
+			if masked {
+				valid = min(nk, t.first+i/group-k0+1)
+				if valid <= 0 {
+					clear(row)
+					continue
+				}
+				clear(row[valid:])
+			}
+			row = row[:valid]
+			old := mx[i]
+			cur := max(old, kernels.Max(row))
+			if cur > old && old != negInf32 {
+				alpha := float32(math.Exp(float64(old - cur)))
+				l[i] *= alpha
+				kernels.Scale(alpha, O[i*hd:(i+1)*hd])
+			}
+			mx[i] = cur
+			l[i] += kernels.ExpSub(row, row, cur)
+		}
+		V, ldv := f.rows(sc.v, f.v, blocks, k0, nk, t.g)
+		kernels.Sgemm(false, false, m, hd, nk, 1, S, nk, V, ldv, 1, O, hd)
+	}
+	f.finish(t, w.part, O, mx, l)
+}
+
+// rows returns positions [k0, k0+nk) of key/value head g of cache c (keys
+// or values) as a matrix of nk rows of hd with row stride ld: in place when
+// the positions lie in consecutive blocks, else gathered into buf.
+func (f *flashCall) rows(buf, c []float32, blocks []int32, k0, nk, g int) (x []float32, ld int) {
+	bs, hd, kvdim := f.bs, f.hd, f.kvdim
+	b0, b1 := k0/bs, (k0+nk-1)/bs
+	inPlace := true
+	for b := b0; b < b1; b++ {
+		if blocks[b+1] != blocks[b]+1 {
+			inPlace = false
+			break
+		}
+	}
+	if inPlace {
+		slot := int(blocks[b0])*bs + k0%bs
+		return c[slot*kvdim+g*hd:], kvdim
+	}
+	for p := k0; p < k0+nk; {
+		slot := int(blocks[p/bs])*bs + p%bs
+		run := min(bs-p%bs, k0+nk-p)
+		for j := range run {
+			o := (slot+j)*kvdim + g*hd
+			copy(buf[(p-k0+j)*hd:(p-k0+j+1)*hd], c[o:o+hd])
+		}
+		p += run
+	}
+	return buf[:nk*hd], hd
+}
