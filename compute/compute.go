@@ -170,6 +170,13 @@ type Backend interface {
 	// Linear computes dst[m,n] = x[m,k]·w[n,k]ᵀ + bias[n]. w is F32 or BF16;
 	// bias is F32 or nil.
 	Linear(dst, x, w, bias Tensor)
+	// LinearMulti computes several linear layers over the same input x:
+	// Linear(o.Dst, x, o.W, o.Bias) for every o of outs (the q, k and v
+	// projections of attention, the gate and up projections of an MLP). A
+	// backend may run them as one product: a decode step is bound by
+	// reading weights, and one pass over all of them saves synchronising
+	// its threads (and draining a memory stream) after each matrix.
+	LinearMulti(x Tensor, outs []LinearOut)
 	// RMSNorm normalises every consecutive group of len(w) elements of x:
 	// dst = x / sqrt(mean(x²) + eps) · w. With len(w) equal to the row
 	// length it is the usual layer norm; with len(w) equal to the head size
@@ -200,6 +207,12 @@ type Backend interface {
 	// Gather picks one element per row: dst[i] = x[i, idx[i]], for I32 idx
 	// [rows] and F32 dst [rows].
 	Gather(dst, x, idx Tensor)
+}
+
+// LinearOut is one linear layer of a LinearMulti call: Dst = x·Wᵀ + Bias,
+// with W F32 or BF16 and Bias F32 or nil, as in Linear.
+type LinearOut struct {
+	Dst, W, Bias Tensor
 }
 
 // Attention describes one batched attention call.

@@ -55,33 +55,67 @@ func embedRows(dst []float32, t *tensor, idx []int32, lo, hi int) {
 
 // Linear computes dst = x·wᵀ + bias through kernels.LinearF32/LinearBF16.
 func (b *Backend) Linear(dst, x, w, bias compute.Tensor) {
-	d := must(dst, compute.F32, "Linear dst")
 	a := must(x, compute.F32, "Linear x")
-	wt := weight(w, "Linear w")
+	o := linearOut(a, dst, w, bias, "Linear")
+	if a.shape[0] == 0 {
+		return
+	}
+	m, k := a.shape[0], compute.Cols(a)
+	if o.W32 != nil {
+		kernels.LinearF32(o.C, a.f32, o.W32, m, o.N, k, o.Accumulate)
+	} else {
+		kernels.LinearBF16(o.C, a.f32, o.W16, m, o.N, k, o.Accumulate)
+	}
+}
+
+// maxMulti is the most products a LinearMulti call passes to the kernels
+// at once (a model has at most three over one input).
+const maxMulti = 8
+
+// LinearMulti computes every out's Linear through one kernels.LinearMulti
+// call, so that a decode step reads all their weights in one pass.
+func (b *Backend) LinearMulti(x compute.Tensor, outs []compute.LinearOut) {
+	a := must(x, compute.F32, "LinearMulti x")
+	m, k := a.shape[0], compute.Cols(a)
+	for len(outs) > 0 {
+		var buf [maxMulti]kernels.LinearOut
+		n := min(len(outs), maxMulti)
+		for i, o := range outs[:n] {
+			buf[i] = linearOut(a, o.Dst, o.W, o.Bias, "LinearMulti")
+		}
+		if m > 0 {
+			kernels.LinearMulti(a.f32, m, k, buf[:n])
+		}
+		outs = outs[n:]
+	}
+}
+
+// linearOut checks the shapes of dst = x·wᵀ + bias, writes the bias into
+// every row of dst, and returns the product for the kernels (accumulating
+// onto the bias when there is one).
+func linearOut(a *tensor, dst, w, bias compute.Tensor, op string) kernels.LinearOut {
+	d := mustArg(dst, compute.F32, op, "dst")
+	wt, ok := w.(*tensor)
+	if !ok || wt == nil || wt.dt != compute.F32 && wt.dt != compute.BF16 {
+		wt = weight(w, op+" w")
+	}
 	m, k := a.shape[0], compute.Cols(a)
 	n := wt.shape[0]
 	if compute.Cols(wt) != k || d.shape[0] != m || compute.Cols(d) != n {
-		shapePanic("Linear", "x %s · w %s ᵀ into %s", compute.ShapeString(a.shape), compute.ShapeString(wt.shape), compute.ShapeString(d.shape))
+		shapePanic(op, "x %s · w %s ᵀ into %s", compute.ShapeString(a.shape), compute.ShapeString(wt.shape), compute.ShapeString(d.shape))
 	}
-	if m == 0 {
-		return
-	}
-	acc := false
+	o := kernels.LinearOut{C: d.f32, W32: wt.f32, W16: wt.u16, N: n} // one of W32, W16 is nil
 	if bias != nil {
-		bv := must(bias, compute.F32, "Linear bias").f32
+		bv := mustArg(bias, compute.F32, op, "bias").f32
 		if len(bv) != n {
-			shapePanic("Linear", "bias of %d for %d outputs", len(bv), n)
+			shapePanic(op, "bias of %d for %d outputs", len(bv), n)
 		}
 		for i := 0; i < m; i++ {
 			copy(d.f32[i*n:(i+1)*n], bv)
 		}
-		acc = true
+		o.Accumulate = true
 	}
-	if wt.dt == compute.F32 {
-		kernels.LinearF32(d.f32, a.f32, wt.f32, m, n, k, acc)
-	} else {
-		kernels.LinearBF16(d.f32, a.f32, wt.u16, m, n, k, acc)
-	}
+	return o
 }
 
 // RMSNorm normalises each group of len(w) elements.
@@ -115,10 +149,10 @@ func (b *Backend) RoPE(x, pos, cos, sin compute.Tensor, headDim int) {
 // rope rotates by the angles (sign 1) or by their negation (sign −1, the
 // inverse rotation and RoPE's backward).
 func (b *Backend) rope(x, pos, cos, sin compute.Tensor, headDim int, sign float32, op string) {
-	xs := must(x, compute.F32, op+" x")
-	p := must(pos, compute.I32, op+" pos").i32
-	c := must(cos, compute.F32, op+" cos")
-	s := must(sin, compute.F32, op+" sin")
+	xs := mustArg(x, compute.F32, op, "x")
+	p := mustArg(pos, compute.I32, op, "pos").i32
+	c := mustArg(cos, compute.F32, op, "cos")
+	s := mustArg(sin, compute.F32, op, "sin")
 	half := headDim / 2
 	rows, cols := xs.shape[0], compute.Cols(xs)
 	if headDim <= 0 || headDim%2 != 0 || cols%headDim != 0 || len(p) != rows ||

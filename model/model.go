@@ -293,10 +293,14 @@ func (m *Model) layer(w *layer, l int, kv *KVCache, v *views, attn *compute.Atte
 	// Attention: normalise, project to queries, keys and values, rotate by
 	// position, append keys and values to the cache, attend, project back
 	// and add to the residual stream.
+	// The q, k and v projections (and below, gate and up) go to the
+	// backend as one LinearMulti: at a decode step it reads their weights
+	// in one pass, where three Linear calls would synchronise threads and
+	// restart a memory stream after each matrix.
 	b.RMSNorm(v.h, v.x, w.AttnNorm, eps)
-	b.Linear(v.q, v.h, w.Q, w.QBias)
-	b.Linear(v.k, v.h, w.K, w.KBias)
-	b.Linear(v.v, v.h, w.V, w.VBias)
+	outs := &m.s.outs
+	*outs = [3]compute.LinearOut{{Dst: v.q, W: w.Q, Bias: w.QBias}, {Dst: v.k, W: w.K, Bias: w.KBias}, {Dst: v.v, W: w.V, Bias: w.VBias}}
+	b.LinearMulti(v.h, outs[:])
 	if c.QKNorm {
 		b.RMSNorm(v.q, v.q, w.QNorm, eps)
 		b.RMSNorm(v.k, v.k, w.KNorm, eps)
@@ -310,8 +314,8 @@ func (m *Model) layer(w *layer, l int, kv *KVCache, v *views, attn *compute.Atte
 
 	// MLP: normalise, gate·up with SiLU, project down, add to the residual.
 	b.RMSNorm(v.h, v.x, w.MLPNorm, eps)
-	b.Linear(v.gate, v.h, w.Gate, w.GateBias)
-	b.Linear(v.up, v.h, w.Up, w.UpBias)
+	*outs = [3]compute.LinearOut{{Dst: v.gate, W: w.Gate, Bias: w.GateBias}, {Dst: v.up, W: w.Up, Bias: w.UpBias}}
+	b.LinearMulti(v.h, outs[:2])
 	b.SiLUMul(v.gate, v.gate, v.up)
 	b.Linear(v.out, v.gate, w.Down, w.DownBias)
 	b.Add(v.x, v.x, v.out)

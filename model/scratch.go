@@ -52,6 +52,7 @@ type scratch struct {
 	final, rows, logits, logp, target buffer
 
 	attn compute.Attention
+	outs [3]compute.LinearOut // the products of one LinearMulti call
 
 	hIDs, hPos, hSlots, hQStart, hCtx, hTable, hRows []int32
 	hReserved                                        []int

@@ -69,6 +69,7 @@ type Sampler struct {
 	// scratch, reused across calls
 	probs []float32
 	idx   []int32
+	hist  *histogram
 }
 
 // New returns a sampler for p (which should have been validated).
@@ -82,74 +83,132 @@ func New(p Params) *Sampler {
 	return &Sampler{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 }
 
-// ErrBadLogits reports logits that contain NaN or are all -Inf.
-var ErrBadLogits = errors.New("sample: logits are NaN or all -Inf")
+// ErrBadLogits reports logits that contain NaN or +Inf, or are all -Inf.
+var ErrBadLogits = errors.New("sample: logits are NaN, +Inf or all -Inf")
 
 // Sample chooses the next token from logits (len = vocabulary size). The
 // slice is not modified.
+//
+// It makes one pass over the vocabulary for the model's normaliser (the
+// exponentials, summed; a NaN among the logits shows in the sum), a second
+// one for the sampling distribution when the temperature is not 1, and
+// for top-p a histogram pass and a partial scan (see nucleusDraw): about
+// 0.3 ms for Qwen3's 151936 tokens, where sorting or partitioning the
+// vocabulary took 1.5 ms.
 func (s *Sampler) Sample(logits []float32) (Result, error) {
 	n := len(logits)
 	if n == 0 {
 		return Result{}, ErrBadLogits
 	}
 	maxv := kernels.Max(logits)
-	if math.IsNaN(float64(maxv)) || math.IsInf(float64(maxv), -1) {
+	if math.IsNaN(float64(maxv)) || math.IsInf(float64(maxv), 0) {
 		return Result{}, ErrBadLogits
-	}
-	for _, v := range logits { // Max may skip NaNs depending on position
-		if v != v {
-			return Result{}, ErrBadLogits
-		}
 	}
 	if cap(s.probs) < n {
 		s.probs = make([]float32, n)
-		s.idx = make([]int32, n)
 	}
 	probs := s.probs[:n]
-	// log-softmax normaliser of the model distribution, in float64.
-	kernels.ExpSub(probs, logits, maxv)
-	logZ := float64(maxv) + math.Log(sum64(probs))
+	// log-softmax normaliser of the model distribution, in float64. Max
+	// may have skipped a NaN (which depends on the kernel set), but exp
+	// keeps it, and the sum shows it.
+	sum := expSum(probs, logits, maxv, 1)
+	if math.IsNaN(sum) {
+		return Result{}, ErrBadLogits
+	}
+	logZ := float64(maxv) + math.Log(sum)
 	logp := func(t int32) float32 { return float32(float64(logits[t]) - logZ) }
 
 	var tok int32
 	if s.p.Temperature == 0 {
-		tok = argmax(logits)
+		tok = firstIndex(logits, maxv)
 	} else {
-		tok = s.draw(logits, maxv)
+		tok = s.draw(logits, maxv, sum)
 	}
 	r := Result{Token: tok, LogProb: logp(tok)}
 	if k := s.p.TopLogProbs; k > 0 {
-		for _, t := range topK(logits, min(k, n), s.idx[:0]) {
+		for _, t := range topK(logits, min(k, n), s.indices(n)[:0]) {
 			r.Top = append(r.Top, TokenLogProb{Token: t, LogProb: logp(t)})
 		}
 	}
 	return r, nil
 }
 
-// draw samples from softmax(logits/T) restricted by top-k and top-p.
-func (s *Sampler) draw(logits []float32, maxv float32) int32 {
+// indices returns the index scratch with room for n entries.
+func (s *Sampler) indices(n int) []int32 {
+	if cap(s.idx) < n {
+		s.idx = make([]int32, n)
+	}
+	return s.idx[:n]
+}
+
+// expChunk is how many exponentials expSum adds in float32 before it adds
+// their sum to a float64 total.
+const expChunk = 1024
+
+// expSum sets dst[i] = exp((src[i] − maxv)·invT) and returns Σ dst in
+// float64 (float32 partial sums of expChunk elements): a vocabulary-sized
+// float32 running sum drifts by ~1e-4 relative, which log-probs would show.
+func expSum(dst, src []float32, maxv, invT float32) float64 {
+	shift := maxv
+	if invT != 1 {
+		copy(dst, src)
+		kernels.Scale(invT, dst)
+		src, shift = dst, maxv*invT
+	}
+	var total float64
+	for c := 0; c < len(src); c += expChunk {
+		e := min(c+expChunk, len(src))
+		total += float64(kernels.ExpSub(dst[c:e], src[c:e], shift))
+	}
+	return total
+}
+
+// firstIndex returns the first index of v in x (v is in x).
+func firstIndex(x []float32, v float32) int32 {
+	for i, e := range x {
+		if e == v {
+			return int32(i)
+		}
+	}
+	return int32(len(x) - 1)
+}
+
+// draw samples from softmax(logits/T) restricted by top-k and top-p. On
+// entry s.probs holds exp(logits − maxv), whose sum is sum.
+func (s *Sampler) draw(logits []float32, maxv float32, sum float64) int32 {
 	n := len(logits)
 	probs := s.probs[:n]
-	invT := 1 / s.p.Temperature
-	for i, v := range logits {
-		probs[i] = (v - maxv) * invT
+	total := float32(sum)
+	if t := s.p.Temperature; t != 1 {
+		total = float32(expSum(probs, logits, maxv, 1/t))
 	}
-	total := kernels.ExpSub(probs, probs, 0)
-	cand := s.idx[:n]
+	k, p := s.p.TopK, s.p.TopP
+	topK := k > 0 && k < n
+	if !topK && (p <= 0 || p >= 1) {
+		return s.scanDraw(probs, total)
+	}
+	if !topK && n >= histMinVocab {
+		return s.nucleusDraw(probs, total, p)
+	}
+	cand := s.indices(n)
 	for i := range cand {
 		cand[i] = int32(i)
 	}
-	if k := s.p.TopK; k > 0 && k < n {
+	if topK {
 		cand = selectTop(cand, probs, k)
 		total = 0
 		for _, t := range cand {
 			total += probs[t]
 		}
 	}
-	if p := s.p.TopP; p > 0 && p < 1 {
-		cand, total = nucleus(cand, probs, total, p)
+	if p > 0 && p < 1 {
+		cand, total = nucleus(cand, probs, p*total)
 	}
-	u := s.rng.Float32() * total
+	return s.pick(cand, probs, s.rng.Float32()*total)
+}
+
+// pick returns the candidate at which the running sum of probs passes u.
+func (s *Sampler) pick(cand []int32, probs []float32, u float32) int32 {
 	var acc float32
 	for _, t := range cand {
 		acc += probs[t]
@@ -166,14 +225,140 @@ func (s *Sampler) draw(logits []float32, maxv float32) int32 {
 	return cand[len(cand)-1]
 }
 
-func argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
+// scanDraw samples from all of probs (unnormalised, total their sum),
+// scanning in index order.
+func (s *Sampler) scanDraw(probs []float32, total float32) int32 {
+	u := s.rng.Float32() * total
+	var acc float32
+	last := int32(-1)
+	for i, v := range probs {
+		acc += v
+		if u < acc {
+			return int32(i)
+		}
+		if v > 0 {
+			last = int32(i)
 		}
 	}
-	return int32(best)
+	if last < 0 { // all-zero mass cannot happen (the maximum has exp(0) = 1)
+		return 0
+	}
+	return last
+}
+
+// histogram holds the mass of probabilities by magnitude: bucket b holds
+// the values whose float32 bits, shifted right by histShift, are b (the
+// exponent and top three mantissa bits: each bucket spans a factor of at
+// most 9/8, and a larger bucket holds only larger values). Values in [0, 1]
+// fall in buckets below histBuckets. The ways are interleaved partial
+// histograms: consecutive values landing in the same bucket would
+// otherwise wait on each other's sums.
+type histogram [histWays][histBuckets]float64
+
+// histMinVocab is the smallest vocabulary for which top-p goes through the
+// histogram (nucleusDraw): below it, partitioning the candidates costs less
+// than clearing and adding up the histogram. A variable so that tests can
+// lower it.
+var histMinVocab = 4096
+
+const (
+	histShift   = 20
+	histBuckets = 1024 // 1.0 is bucket 0x3f8
+	histWays    = 4
+)
+
+func bucketOf(v float32) int { return int(math.Float32bits(v)>>histShift) & (histBuckets - 1) }
+
+// nucleusDraw samples from the smallest set of the largest probs (values
+// in [0, 1], unnormalised, total their sum) whose mass reaches p·total,
+// without sorting or partitioning the vocabulary:
+//
+//  1. one pass adds every value to the histogram of its magnitude;
+//  2. from the largest bucket down, the buckets are added up until the
+//     mass reaches the target: the buckets above the last one are in the
+//     nucleus whole, and of the last one only its largest values, found
+//     by partitioning that bucket's values alone;
+//  3. a random point of the nucleus' mass picks a bucket from the
+//     histogram, and a scan of the vocabulary for that bucket's values
+//     picks the token.
+//
+// The nucleus is the one the partition of the whole vocabulary found; the
+// draw goes through the nucleus in another order, which is as random.
+func (s *Sampler) nucleusDraw(probs []float32, total, p float32) int32 {
+	if s.hist == nil {
+		s.hist = new(histogram)
+	}
+	h := s.hist
+	*h = histogram{}
+	i := 0
+	for ; i+histWays <= len(probs); i += histWays {
+		v0, v1, v2, v3 := probs[i], probs[i+1], probs[i+2], probs[i+3]
+		h[0][bucketOf(v0)] += float64(v0)
+		h[1][bucketOf(v1)] += float64(v1)
+		h[2][bucketOf(v2)] += float64(v2)
+		h[3][bucketOf(v3)] += float64(v3)
+	}
+	for ; i < len(probs); i++ {
+		h[0][bucketOf(probs[i])] += float64(probs[i])
+	}
+	mass := &h[0] // the ways added up, for the buckets the walk below visits
+	target := float64(p) * float64(total)
+	last, above := -1, 0.0 // the bucket that reaches the target; the mass of those above it
+	for b := histBuckets - 1; b >= 0; b-- {
+		mass[b] += h[1][b] + h[2][b] + h[3][b]
+		if above+mass[b] >= target {
+			last = b
+			break
+		}
+		above += mass[b]
+	}
+	if last < 0 { // rounding: the buckets add up to less than p·total
+		return s.scanDraw(probs, total)
+	}
+	// The last bucket's values, and of them the largest that complete the
+	// nucleus.
+	cand := s.indices(len(probs))
+	j := 0
+	for i, v := range probs {
+		cand[j] = int32(i) // kept when in the bucket: no branch to mispredict
+		if bucketOf(v) == last {
+			j++
+		}
+	}
+	cand, kept := nucleus(cand[:j], probs, float32(target-above))
+	u := s.rng.Float64() * (above + float64(kept))
+	if u >= above {
+		return s.pick(cand, probs, float32(u-above))
+	}
+	// A bucket above the last one: the one where the running mass, from
+	// the top, passes u; then the value of that bucket where the running
+	// sum passes what is left of u.
+	b, lowest := -1, -1
+	for c := histBuckets - 1; c > last; c-- {
+		if mass[c] == 0 {
+			continue
+		}
+		lowest = c
+		if u < mass[c] {
+			b = c
+			break
+		}
+		u -= mass[c]
+	}
+	if b < 0 { // rounding took u past the buckets: the lowest one with mass
+		b, u = lowest, mass[lowest]
+	}
+	var acc float64
+	picked := int32(-1)
+	for i, v := range probs {
+		if bucketOf(v) == b {
+			picked = int32(i)
+			if acc += float64(v); u < acc {
+				break
+			}
+		}
+	}
+	return picked
 }
 
 // topK returns the k indices of the largest x, best first (ties: lower id first).
@@ -225,10 +410,9 @@ func selectTop(idx []int32, w []float32, k int) []int32 {
 }
 
 // nucleus keeps the smallest prefix of cand, by descending probability,
-// whose mass reaches p·total. It partitions around pivots instead of sorting
-// the whole vocabulary, so it costs about linear time.
-func nucleus(cand []int32, probs []float32, total, p float32) ([]int32, float32) {
-	target := p * total
+// whose mass reaches target, and returns it with its mass. It partitions
+// around pivots instead of sorting, so it costs about linear time.
+func nucleus(cand []int32, probs []float32, target float32) ([]int32, float32) {
 	lo, hi := 0, len(cand)
 	var kept float32 // mass of cand[:lo], all of which is kept
 	for hi-lo > 1 {
@@ -291,20 +475,4 @@ func sortDesc(idx []int32, w []float32) {
 			idx[j-1], idx[j] = b, a
 		}
 	}
-}
-
-// sum64 adds x in float32 blocks accumulated in float64: a vocabulary-sized
-// float32 running sum drifts by ~1e-4 relative, which log-probs would show.
-func sum64(x []float32) float64 {
-	var total float64
-	for len(x) > 0 {
-		n := min(len(x), 256)
-		var s float32
-		for _, v := range x[:n] {
-			s += v
-		}
-		total += float64(s)
-		x = x[n:]
-	}
-	return total
 }

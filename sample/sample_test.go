@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -263,5 +264,147 @@ func BenchmarkSampleTopP(b *testing.B) {
 		if _, err := s.Sample(logits); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestTopPDistribution checks that top-p sampling without top-k follows
+// the renormalised nucleus: empirical frequencies of 200000 draws within a
+// few standard errors of the exact restricted distribution, for
+// temperatures 1 and 0.7 and cut-offs that split the nucleus' last
+// histogram bucket, fall on a bucket edge, or keep one token.
+func TestTopPDistribution(t *testing.T) {
+	for _, hist := range []bool{true, false} {
+		t.Run(fmt.Sprintf("histogram=%v", hist), func(t *testing.T) { testTopPDistribution(t, hist) })
+	}
+}
+
+func testTopPDistribution(t *testing.T, hist bool) {
+	if hist {
+		defer func(v int) { histMinVocab = v }(histMinVocab)
+		histMinVocab = 1
+	}
+	// Probabilities chosen so that 0.165 and 0.16 share a histogram bucket,
+	// which top_p 0.55 splits (at temperature 1; 0.7 at 0.62).
+	base := []float64{0.3, 0.17, 0.165, 0.16, 0.1, 0.05, 0.03, 0.015, 0.01}
+	logits := make([]float32, len(base))
+	for i, p := range base {
+		logits[i] = float32(math.Log(p))
+	}
+	for _, temp := range []float32{1, 0.7} {
+		for _, topP := range []float32{0.55, 0.62, 0.9, 0.2} {
+			scaled := make([]float32, len(logits))
+			for i, v := range logits {
+				scaled[i] = v / temp
+			}
+			lp := logSoftmax64(scaled)
+			order := make([]int, len(lp))
+			for i := range order {
+				order[i] = i
+			}
+			slices.SortFunc(order, func(a, b int) int { return -cmp(lp[a], lp[b]) })
+			var acc float64
+			cut := 0
+			for cut < len(order) && acc < float64(topP)*(1-1e-6) {
+				acc += math.Exp(lp[order[cut]])
+				cut++
+			}
+			want := make([]float64, len(lp))
+			for _, i := range order[:cut] {
+				want[i] = math.Exp(lp[i]) / acc
+			}
+			s := New(Params{Temperature: temp, TopP: topP, Seed: seed(9)})
+			const draws = 100000
+			counts := make([]int, len(lp))
+			for range draws {
+				res, err := s.Sample(logits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				counts[res.Token]++
+			}
+			for i, c := range counts {
+				p := want[i]
+				se := math.Sqrt(p * (1 - p) / draws)
+				if got := float64(c) / draws; math.Abs(got-p) > 5*se+1e-4 {
+					t.Errorf("T=%v top_p=%v token %d: freq %.4f, want %.4f", temp, topP, i, got, p)
+				}
+			}
+		}
+	}
+}
+
+func cmp(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// TestTopPLargeVocabulary: with a vocabulary-sized, flat distribution (the
+// nucleus holds thousands of tokens across many histogram buckets), every
+// sampled token is in the nucleus, and tokens from both the buckets kept
+// whole and the split one are drawn.
+func TestTopPLargeVocabulary(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	logits := randLogits(r, 151936, 2)
+	lp := logSoftmax64(logits)
+	order := make([]int, len(lp))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return -cmp(lp[a], lp[b]) })
+	const topP = 0.9
+	var acc float64
+	cut := 0
+	for cut < len(order) && acc < topP*(1-1e-5) {
+		acc += math.Exp(lp[order[cut]])
+		cut++
+	}
+	floor := lp[order[cut-1]]
+	s := New(Params{Temperature: 1, TopP: topP, Seed: seed(3)})
+	var top, low int
+	for range 300 {
+		res, err := s.Sample(logits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lp[res.Token] < floor-1e-6 {
+			t.Fatalf("sampled token %d with logprob %v below the nucleus floor %v", res.Token, lp[res.Token], floor)
+		}
+		if lp[res.Token] > lp[order[cut/2]] {
+			top++
+		} else {
+			low++
+		}
+	}
+	if top == 0 || low == 0 {
+		t.Errorf("draws from the upper half of the nucleus %d, lower half %d", top, low)
+	}
+}
+
+// BenchmarkSample covers the other common settings at Qwen3's vocabulary:
+// greedy, and plain sampling at temperature 1 (the API's defaults).
+func BenchmarkSample(b *testing.B) {
+	logits := randLogits(rand.New(rand.NewPCG(1, 1)), 151936, 2)
+	for _, c := range []struct {
+		name string
+		p    Params
+	}{
+		{"greedy", Params{Temperature: 0}},
+		{"temperature1", Params{Temperature: 1, TopP: 1}},
+		{"temperature1-topp0.9", Params{Temperature: 1, TopP: 0.9}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			c.p.Seed = seed(1)
+			s := New(c.p)
+			for b.Loop() {
+				if _, err := s.Sample(logits); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

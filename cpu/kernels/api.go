@@ -20,7 +20,8 @@
 //   - few rows of A against a transposed B (a linear layer at decode, or a
 //     query against cached keys): a streaming matrix-vector kernel that reads
 //     each weight once, widening BF16 in registers, bound by memory
-//     bandwidth (gemv.go);
+//     bandwidth (gemv.go); LinearMulti runs several such products over the
+//     same A as one pass;
 //   - few rows of A against B not transposed (attention weights times cached
 //     values): a kernel that reads B in place, with no packing (kernn_amd64.s);
 //   - everything else: a blocked matrix multiply in the GotoBLAS/BLIS style,

@@ -446,3 +446,57 @@ func LinearBF16(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
 	}
 	im.gemm.run(m, n, k, 1, matA{a, k, false}, matB{h: w, ld: k, trans: true}, beta, c, n)
 }
+
+// LinearOut is one product of LinearMulti: C[m,N] = A·Wᵀ, or C += A·Wᵀ with
+// Accumulate, for W [N, k] in float32 (W32) or BF16 (W16); exactly one of
+// W32 and W16 is set.
+type LinearOut struct {
+	C          []float32
+	W32        []float32
+	W16        []uint16
+	N          int
+	Accumulate bool
+}
+
+// LinearMulti computes the products of several linear layers over the same
+// input A [m, k]: the q, k and v projections of attention, or the gate and
+// up projections of an MLP. It equals LinearF32 or LinearBF16 for each out
+// in turn; at small m (a decode step) it is one matrix-vector pass over all
+// the weights, with one fork-join for all of them and each thread reading
+// one contiguous range of the weight rows, which may run from one matrix
+// into the next (see gemvArch.runParts).
+func LinearMulti(a []float32, m, k int, outs []LinearOut) {
+	im := active.Load()
+	checkMat("A", len(a), m, k, k)
+	for i := range outs {
+		o := &outs[i]
+		if o.N > 0 && k > 0 && (o.W32 == nil) == (o.W16 == nil) {
+			panic(fmt.Sprintf("kernels: LinearMulti out %d needs exactly one of W32 and W16", i))
+		}
+		checkMat("W", max(len(o.W32), len(o.W16)), o.N, k, k)
+		checkMat("C", len(o.C), m, o.N, o.N)
+	}
+	if im.gemv == nil || m > im.gemv.maxM || k == 0 || m == 0 {
+		for _, o := range outs {
+			if o.W16 != nil {
+				LinearBF16(o.C, a, o.W16, m, o.N, k, o.Accumulate)
+			} else {
+				LinearF32(o.C, a, o.W32, m, o.N, k, o.Accumulate)
+			}
+		}
+		return
+	}
+	var buf [4]gemvPart
+	parts := buf[:0]
+	for _, o := range outs {
+		if o.N == 0 {
+			continue
+		}
+		beta := float32(0)
+		if o.Accumulate {
+			beta = 1
+		}
+		parts = append(parts, gemvPart{wf: o.W32, wh: o.W16, ldw: k, n: o.N, c: o.C, ldc: o.N, beta: beta})
+	}
+	im.gemv.runParts(m, k, 1, a, k, parts)
+}

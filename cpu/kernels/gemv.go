@@ -5,7 +5,21 @@ import "sync"
 // The matrix-vector path: C = alpha·A·Wᵀ + beta·C for a few rows of A (a
 // decode step). It is bound by reading W, so each weight row is streamed
 // once, widened in registers when it is BF16, and multiplied against every
-// row of A, which stays in L1. The weight rows are split over threads.
+// row of A, which stays in L1. The weight rows are split over threads, one
+// contiguous range each, with blocks taken from a late thread's range by
+// the others (forStealing); several products over the same A (q, k and v;
+// gate and up) run as one such pass (runParts, behind LinearMulti).
+//
+// A decode step of Qwen3-0.6B is about 200 of these products, 2 to 6 MB
+// each (the LM head aside), one after another. What each one costs beyond
+// streaming its weights decides how close the step comes to the memory's
+// bandwidth; measured on the development machines (2 threads), reading the
+// weights of all the layers with one synchronisation per matrix instead of
+// none cost a fifth of the bandwidth, and the ways this file and
+// pool.go keep that cost down are: fewer synchronisations (runParts),
+// less waiting at each (forStealing, and forChunks spinning rather than
+// parking while the last chunk finishes), and a BF16 kernel that reads one
+// sequential stream at m = 1 (gemvbf_amd64.h).
 
 // gemvArch is one architecture's matrix-vector kernels.
 type gemvArch struct {
@@ -19,7 +33,9 @@ type gemvArch struct {
 	// ones (see deinterleave).
 	//
 	// pf is the distance in bytes, from the weights being read, of those to
-	// prefetch (gemvPrefetch).
+	// prefetch (gemvPrefetch). The BF16 kernels do not use it at m = 1,
+	// where they read the weights as one sequential stream, which the
+	// hardware prefetchers follow better without software prefetches.
 	vlF32, vlBF16 int
 	f32           func(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, n, k, m int, alpha, beta float32, pf int)
 	bf16          func(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
@@ -56,91 +72,171 @@ func deinterleave(dst, a []float32, m, lda, kv, vl int) {
 	}
 }
 
-// minGemvWork is the number of weights each thread must have before the
-// product is split: below ~256 KiB of BF16 a second thread costs more in
-// fork-join and in restarting a memory stream than it brings (measured on
-// the development machines).
-const minGemvWork = 1 << 17
+// minGemvBytes is the weight memory each thread must have before the
+// product is split: below ~256 KiB a second thread costs more in fork-join
+// and in restarting a memory stream than it brings (measured on the
+// development machines).
+const minGemvBytes = 256 << 10
+
+// gemvStealBytes is the weight memory of the blocks that threads take from
+// each other's ranges (see forStealing): about 10 µs of one thread's
+// reading, which bounds how long one thread waits for another at the end
+// of a product.
+const gemvStealBytes = 256 << 10
 
 // gemvBlockBytes bounds the weight rows one pass covers when A has more rows
 // than a kernel call takes: the block is then re-read from L2, not memory.
 const gemvBlockBytes = 128 << 10
 
+// gemvPart is one product of a matrix-vector pass: C = alpha·A·Wᵀ + beta·C
+// with W (n×k, row stride ldw) in wf or, when wh is not nil, in wh as BF16,
+// and C of row stride ldc.
+type gemvPart struct {
+	wf   []float32
+	wh   []uint16
+	ldw  int
+	n    int
+	c    []float32
+	ldc  int
+	beta float32
+}
+
+// esize is the bytes of one weight of p.
+func (p *gemvPart) esize() int {
+	if p.wh != nil {
+		return 2
+	}
+	return 4
+}
+
 // run computes C = alpha·A·Wᵀ + beta·C with W (n×k, row stride ldw) in wf
 // or, when wh is not nil, in wh as BF16. Shapes are checked by the caller.
 func (g *gemvArch) run(m, n, k int, alpha float32, a []float32, lda int, wf []float32, wh []uint16, ldw int, beta float32, c []float32, ldc int) {
-	vl := g.vlF32
-	if wh != nil {
-		vl = g.vlBF16
+	g.runParts(m, k, alpha, a, lda, []gemvPart{{wf: wf, wh: wh, ldw: ldw, n: n, c: c, ldc: ldc, beta: beta}})
+}
+
+// runParts computes every part's product with the same A (m×k, row stride
+// lda) in one pass: the weight rows of all the parts, in order, are split
+// into one contiguous range per thread, balanced by bytes, so that a
+// thread's range may run from the end of one matrix into the next and the
+// whole pass costs one fork-join. (The q, k and v projections of
+// Qwen3-0.6B are 4, 2 and 2 MB of BF16; run one at a time, each paid a
+// fork-join and a wait at its end for the slower thread.) Shapes are
+// checked by the caller.
+func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts []gemvPart) {
+	kvh := k &^ (g.vlBF16 - 1) // columns the BF16 kernel covers
+	kvf := k &^ (g.vlF32 - 1)  // and the F32 kernel
+	kvOf := func(p *gemvPart) int {
+		if p.wh != nil {
+			return kvh
+		}
+		return kvf
 	}
-	kv := k &^ (vl - 1)
-	n4 := n &^ 3
-	if kv == 0 {
-		n4 = 0
+	units := 0 // the kernels' work: groups of four rows × bytes per weight
+	bf16 := false
+	for i := range parts {
+		p := &parts[i]
+		if kvOf(p) == 0 || p.n < 4 {
+			continue
+		}
+		units += p.n / 4 * p.esize()
+		bf16 = bf16 || p.wh != nil
 	}
-	ak, lak := a, lda // A as the kernel takes it
-	if n4 > 0 && wh != nil {
+	ak, lak := a, lda // A de-interleaved, for the BF16 kernel
+	if bf16 {
 		buf := gemvScratch.Get().(*[]float32)
 		defer gemvScratch.Put(buf)
-		if cap(*buf) < m*kv {
-			*buf = make([]float32, m*kv)
+		if cap(*buf) < m*kvh {
+			*buf = make([]float32, m*kvh)
 		}
-		ak, lak = (*buf)[:m*kv], kv
-		deinterleave(ak, a, m, lda, kv, vl)
+		ak, lak = (*buf)[:m*kvh], kvh
+		deinterleave(ak, a, m, lda, kvh, g.vlBF16)
 	}
-	if n4 > 0 {
-		esize := 4
-		if wh != nil {
-			esize = 2
-		}
-		pf0 := gemvPrefetch(k, ldw, esize)
-		block := n4
-		if m > g.mp {
-			block = max(4, gemvBlockBytes/(k*esize)&^3)
-		}
+	if units > 0 {
+		// body runs the kernels over units [lo, hi): the groups of four rows
+		// of each part whose first unit falls in the range.
 		body := func(lo, hi int) {
-			for r0 := lo; r0 < hi; r0 += block {
-				r1 := min(hi, r0+block)
-				pf := pf0
-				for i0 := 0; i0 < m; i0 += g.mp {
-					mp := min(g.mp, m-i0)
-					if i0 > 0 {
-						pf = 0 // the block is in cache now
-					}
-					cp, ap := &c[i0*ldc+r0], &ak[i0*lak]
-					if wh != nil {
-						g.bf16(cp, ldc, ap, lak, &wh[r0*ldw], ldw, r1-r0, kv, mp, alpha, beta, pf)
-					} else {
-						g.f32(cp, ldc, ap, lda, &wf[r0*ldw], ldw, r1-r0, kv, mp, alpha, beta, pf)
-					}
+			off := 0
+			for i := range parts {
+				p := &parts[i]
+				kv := kvOf(p)
+				if kv == 0 || p.n < 4 {
+					continue
 				}
-			}
-			if kv < k { // the last k mod vl columns
-				for i := 0; i < m; i++ {
-					for j := lo; j < hi; j++ {
-						c[i*ldc+j] += alpha * gemvDotGo(a[i*lda:], wf, wh, j*ldw, kv, k)
-					}
+				es, groups := p.esize(), p.n/4
+				g0 := min(groups, max(0, (lo-off+es-1)/es))
+				g1 := min(groups, max(0, (hi-off+es-1)/es))
+				off += groups * es
+				if g0 >= g1 {
+					continue
 				}
+				pa, la := a, lda
+				if p.wh != nil {
+					pa, la = ak, lak
+				}
+				g.partRows(p, m, k, kv, alpha, a, lda, pa, la, 4*g0, 4*g1)
 			}
 		}
-		groups := n4 / 4
-		t := min(Threads(), max(1, n4*k/minGemvWork), groups)
+		t := min(Threads(), max(1, units*4*k/minGemvBytes), units)
 		if t <= 1 {
-			body(0, n4)
+			body(0, units)
 		} else {
-			// One contiguous chunk per thread: each then streams through its
-			// part of W from start to end, which the prefetchers follow
-			// best.
-			forChunks(t, func(i int) { body(groups*i/t*4, groups*(i+1)/t*4) })
+			// One contiguous range per thread, which it streams through
+			// from start to end (what the prefetchers follow best), in
+			// blocks that a thread done with its own range takes from the
+			// end of another's.
+			forStealing(t, units, max(1, gemvStealBytes/(4*k)), body)
 		}
 	}
-	for j := n4; j < n; j++ { // rows left over by the kernel
-		for i := 0; i < m; i++ {
-			s := alpha * gemvDotGo(a[i*lda:], wf, wh, j*ldw, 0, k)
-			if beta != 0 {
-				s += beta * c[i*ldc+j]
+	for i := range parts { // rows left over by the kernels
+		p := &parts[i]
+		j0 := p.n &^ 3
+		if kvOf(p) == 0 {
+			j0 = 0
+		}
+		for j := j0; j < p.n; j++ {
+			for r := 0; r < m; r++ {
+				s := alpha * gemvDotGo(a[r*lda:], p.wf, p.wh, j*p.ldw, 0, k)
+				if p.beta != 0 {
+					s += p.beta * p.c[r*p.ldc+j]
+				}
+				p.c[r*p.ldc+j] = s
 			}
-			c[i*ldc+j] = s
+		}
+	}
+}
+
+// partRows runs the kernel of part p over its weight rows [lo, hi) (a
+// multiple of 4, within p.n), the first kv columns of A from ak (row stride
+// lak: de-interleaved for BF16), and adds the last k − kv columns from a.
+func (g *gemvArch) partRows(p *gemvPart, m, k, kv int, alpha float32, a []float32, lda int, ak []float32, lak, lo, hi int) {
+	es := p.esize()
+	pf0 := gemvPrefetch(k, p.ldw, es)
+	block := hi - lo
+	if m > g.mp {
+		block = max(4, gemvBlockBytes/(k*es)&^3)
+	}
+	for r0 := lo; r0 < hi; r0 += block {
+		r1 := min(hi, r0+block)
+		pf := pf0
+		for i0 := 0; i0 < m; i0 += g.mp {
+			mp := min(g.mp, m-i0)
+			if i0 > 0 {
+				pf = 0 // the block is in cache now
+			}
+			cp, ap := &p.c[i0*p.ldc+r0], &ak[i0*lak]
+			if p.wh != nil {
+				g.bf16(cp, p.ldc, ap, lak, &p.wh[r0*p.ldw], p.ldw, r1-r0, kv, mp, alpha, p.beta, pf)
+			} else {
+				g.f32(cp, p.ldc, ap, lak, &p.wf[r0*p.ldw], p.ldw, r1-r0, kv, mp, alpha, p.beta, pf)
+			}
+		}
+	}
+	if kv < k { // the last k mod vl columns
+		for i := 0; i < m; i++ {
+			for j := lo; j < hi; j++ {
+				p.c[i*p.ldc+j] += alpha * gemvDotGo(a[i*lda:], p.wf, p.wh, j*p.ldw, kv, k)
+			}
 		}
 	}
 }

@@ -8,7 +8,8 @@
 // is read exactly once, four rows at a time, widened in registers when it is
 // BF16, and multiplied against every row of A, which stays in L1; the sums
 // are reduced horizontally once per group of four rows. C is not read when
-// beta == 0.
+// beta == 0. (The BF16 kernels at m = 1, a batch-1 decode step, read one
+// row at a time instead: see gemvbf_amd64.h.)
 
 #define ZERO4(a, b, c, d) \
 	VPXORD a, a, a; \
@@ -58,13 +59,17 @@
 // The loops prefetch pf bytes ahead of what they read; this fetches the
 // first pf bytes of the weights (with contiguous rows, the groups the loops
 // will not have prefetched) before they start, so that a short product
-// does not run at the latency of memory. Clobbers CX, R15.
+// does not run at the latency of memory. It fetches into L2 (PREFETCHT1):
+// a burst of hundreds of fetches into L1 stalls on L1's few outstanding
+// misses and evicts A, which made products of 0.3-2 MB (a small model's
+// layers, read mostly from L3) 25% slower on the development machines.
+// Clobbers CX, R15.
 #define PREFETCHHEAD \
 	MOVQ       DI, R15; \
 	MOVQ       pf+80(FP), CX; \
 	SHRQ       $6, CX; \
 	JZ         5(PC); \
-	PREFETCHT0 (R15); \
+	PREFETCHT1 (R15); \
 	ADDQ       $64, R15; \
 	DECQ       CX; \
 	JNZ        -3(PC)

@@ -145,3 +145,36 @@ func TestConcurrentCallers(t *testing.T) {
 		})
 	})
 }
+
+// TestForStealingCoverage: every item is run exactly once, in blocks of at
+// most blk that do not straddle block boundaries, whatever the slots and
+// threads; a slot that sleeps leaves its blocks to the others.
+func TestForStealingCoverage(t *testing.T) {
+	for _, threads := range []int{1, 2, 3, 8} {
+		withThreads(threads, func() {
+			for _, n := range []int{1, 2, 5, 16, 17, 100, 1000} {
+				for _, blk := range []int{1, 3, 64} {
+					for _, slots := range []int{2, 3, 5} {
+						visits := make([]int32, n)
+						forStealing(slots, n, blk, func(lo, hi int) {
+							if lo%blk != 0 || hi-lo > blk || hi > n || lo >= hi {
+								t.Errorf("threads=%d n=%d blk=%d slots=%d: block [%d,%d)", threads, n, blk, slots, lo, hi)
+							}
+							if lo == 0 {
+								time.Sleep(time.Millisecond) // the others take this slot's blocks
+							}
+							for i := lo; i < hi; i++ {
+								atomic.AddInt32(&visits[i], 1)
+							}
+						})
+						for i, v := range visits {
+							if v != 1 {
+								t.Fatalf("threads=%d n=%d blk=%d slots=%d: index %d visited %d times", threads, n, blk, slots, i, v)
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
