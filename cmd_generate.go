@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/clawrl/clawrl/bundled"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/cpu/kernels"
 	"github.com/clawrl/clawrl/model"
@@ -34,14 +35,21 @@ type engine struct {
 	stop  func()
 }
 
-// modelDir resolves the checkpoint directory from a flag or the config.
+// modelDir resolves the checkpoint directory from a flag or the config;
+// with neither, it is the bundled model, extracted once into the user's
+// cache.
 func (a *app) modelDir(flag string) (string, error) {
 	dir := flag
 	if dir == "" {
 		dir = a.cfg.Model.Path
 	}
 	if dir == "" {
-		return "", fmt.Errorf("no model: the bundled model is %w (issue #6); pass --model DIR or set model.path to a Hugging Face checkpoint directory", errNotImplemented)
+		d, err := bundled.Dir()
+		if err != nil {
+			return "", fmt.Errorf("%w; pass --model DIR or set model.path to a Hugging Face checkpoint directory", err)
+		}
+		a.log.Info().Str("dir", d).Msg("no model configured: using the bundled model")
+		return d, nil
 	}
 	return dir, nil
 }

@@ -76,8 +76,8 @@ it with a judge, and trains the served model in the background.`,
 		a.testmodelCmd(),
 		a.benchCmd(),
 		a.serveCmd(),
-		notYet("chat", "Chat with a clawrl (or any OpenAI-compatible) server from the terminal", "issue #6 (first run)"),
-		notYet("pretrain", "Train the small bundled model from scratch on the CPU", "issue #6 (first run)"),
+		a.chatCmd(),
+		a.pretrainCmd(),
 		notYet("export", "Export a trained weight version as a Hugging Face checkpoint", "issue #3 (training engine)"),
 	)
 	return root

@@ -1,0 +1,377 @@
+package pretrain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/reward"
+	"github.com/clawrl/clawrl/rollout"
+	"github.com/clawrl/clawrl/sample"
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// Evaluation of a checkpoint through the serving engine (model, KV cache,
+// continuous-batching scheduler), with greedy decoding, on held-out
+// questions of the corpus.
+
+// Score counts right answers.
+type Score struct {
+	N       int     `json:"n"`
+	Correct int     `json:"correct"`
+	Rate    float64 `json:"rate"`
+}
+
+func (s *Score) add(ok bool) {
+	s.N++
+	if ok {
+		s.Correct++
+	}
+	s.Rate = float64(s.Correct) / float64(s.N)
+}
+
+// ToolScore grades tool-use prompts: the generated call parses (a
+// <tool_call> block holding a JSON object with a name and an object of
+// arguments), names the right function, and has exactly the expected
+// arguments.
+type ToolScore struct {
+	N         int     `json:"n"`
+	Parsed    int     `json:"parsed"`
+	RightName int     `json:"right_name"`
+	RightArgs int     `json:"right_args"`
+	ParseRate float64 `json:"parse_rate"`
+	NameRate  float64 `json:"name_rate"`
+	ArgsRate  float64 `json:"args_rate"`
+}
+
+// Eval is the result of Evaluate.
+type Eval struct {
+	Arithmetic   Score            `json:"arithmetic"`
+	ArithmeticBy map[string]Score `json:"arithmetic_by_op"`
+	Tools        ToolScore        `json:"tools"`
+	// Judge: held-out judge prompts whose \boxed{} vote (or hint
+	// decision) matches the reference.
+	Judge   Score    `json:"judge"`
+	Samples []Sample `json:"samples"`
+}
+
+// Sample is a conversation and the model's greedy reply.
+type Sample struct {
+	Messages []tokenizer.Message `json:"messages"`
+	Tools    []string            `json:"tools,omitempty"` // names of the tools offered
+	Reply    string              `json:"reply"`
+}
+
+// EvalOptions say how much to evaluate.
+type EvalOptions struct {
+	Seed                     uint64
+	Arithmetic, Tools, Judge int
+	Texts                    *Texts // for the generator's text category (may be nil)
+}
+
+// engine generates with a loaded checkpoint.
+type engine struct {
+	m     *model.Model
+	tok   *tokenizer.Tokenizer
+	cache *model.KVCache
+	sched *rollout.Scheduler
+	stops []int32
+	stop  func()
+}
+
+func openEngine(dir string) (*engine, error) {
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Load(cpu.New(), dir)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := m.NewKVCache(model.KVCacheOptions{Budget: 256 << 20})
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	sched, err := rollout.New(rollout.Options{Model: m, Cache: cache, Log: zerolog.Nop(), MaxBatch: 16, QueueSize: 64})
+	if err != nil {
+		cache.Close()
+		m.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = sched.Run(ctx)
+	}()
+	var stops []int32
+	if id, ok := tok.EOS(); ok {
+		stops = append(stops, id)
+	}
+	for _, id := range m.Config.EOSTokenIDs {
+		stops = append(stops, int32(id))
+	}
+	return &engine{m: m, tok: tok, cache: cache, sched: sched, stops: stops, stop: func() {
+		cancel()
+		<-done
+		cache.Close()
+		m.Close()
+	}}, nil
+}
+
+// reply generates greedily after the conversation ex (up to maxTokens).
+func (e *engine) reply(ctx context.Context, ex Example, maxTokens int) (string, error) {
+	text, err := Render(e.tok, ex, true)
+	if err != nil {
+		return "", err
+	}
+	ids := e.tok.Encode(text)
+	maxTokens = min(maxTokens, e.m.Config.MaxPositions-len(ids))
+	if maxTokens < 1 {
+		return "", fmt.Errorf("prompt of %d tokens leaves no room to generate", len(ids))
+	}
+	events, err := e.sched.Generate(ctx, rollout.Request{Prompt: ids, Sampling: sample.Params{Temperature: 0}, MaxTokens: maxTokens, StopTokens: e.stops})
+	if err != nil {
+		return "", err
+	}
+	var out []int32
+	for ev := range events {
+		if ev.HasToken && ev.Finish != rollout.FinishStop {
+			out = append(out, ev.Token)
+		}
+		if ev.Err != nil {
+			return "", ev.Err
+		}
+	}
+	return e.tok.Decode(out), nil
+}
+
+// replies generates for every conversation, several at once.
+func (e *engine) replies(ctx context.Context, exs []Example, maxTokens int) ([]string, error) {
+	out := make([]string, len(exs))
+	errs := make([]error, len(exs))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := range exs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i], errs[i] = e.reply(ctx, exs[i], maxTokens)
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+var lastInt = regexp.MustCompile(`[-−]?\d+`)
+
+// LastInteger is the last integer written in s ("" if none).
+func LastInteger(s string) string {
+	all := lastInt.FindAllString(s, -1)
+	if len(all) == 0 {
+		return ""
+	}
+	return strings.Replace(all[len(all)-1], "−", "-", 1)
+}
+
+// ParsedCall is a tool call read from generated text.
+type ParsedCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// ParseToolCall reads the first <tool_call>...</tool_call> block of s; ok
+// means it is a JSON object with a name and an object of arguments.
+func ParseToolCall(s string) (ParsedCall, bool) {
+	i := strings.Index(s, "<tool_call>")
+	if i < 0 {
+		return ParsedCall{}, false
+	}
+	rest := s[i+len("<tool_call>"):]
+	j := strings.Index(rest, "</tool_call>")
+	if j < 0 {
+		return ParsedCall{}, false
+	}
+	var c ParsedCall
+	if err := json.Unmarshal([]byte(rest[:j]), &c); err != nil || c.Name == "" {
+		return ParsedCall{}, false
+	}
+	var args map[string]any
+	if err := json.Unmarshal(c.Arguments, &args); err != nil || args == nil {
+		return c, false
+	}
+	return c, true
+}
+
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+// Evaluate measures the checkpoint in dir on held-out questions: the
+// accuracy of arithmetic answers, the share of tool-use prompts answered
+// with a well-formed call of the right function, and the judge's votes;
+// plus a few sample replies.
+func Evaluate(ctx context.Context, dir string, o EvalOptions) (*Eval, error) {
+	e, err := openEngine(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer e.stop()
+	g := NewGenerator(o.Texts)
+	rng := rand.New(rand.NewPCG(o.Seed, 0xe7a1))
+	res := &Eval{ArithmeticBy: map[string]Score{}}
+
+	var arith []Example
+	for range o.Arithmetic {
+		ex := g.HeldOutExample(rng, CatArithmetic)
+		arith = append(arith, Prompt(ex))
+	}
+	out, err := e.replies(ctx, arith, 40)
+	if err != nil {
+		return nil, err
+	}
+	for i, ex := range arith {
+		ok := LastInteger(out[i]) == ex.Want
+		res.Arithmetic.add(ok)
+		op := opOf(ex.Key)
+		s := res.ArithmeticBy[op]
+		s.add(ok)
+		res.ArithmeticBy[op] = s
+	}
+
+	var tools []Example
+	var want []tokenizer.ToolCall
+	for len(tools) < o.Tools {
+		ex := g.HeldOutExample(rng, CatTools)
+		m, _ := FirstReply(ex)
+		if ex.Want == "" || len(m.ToolCalls) == 0 {
+			continue
+		}
+		tools = append(tools, Prompt(ex))
+		want = append(want, m.ToolCalls[0])
+	}
+	out, err = e.replies(ctx, tools, 160)
+	if err != nil {
+		return nil, err
+	}
+	ts := &res.Tools
+	for i, ex := range tools {
+		ts.N++
+		c, ok := ParseToolCall(out[i])
+		if !ok {
+			continue
+		}
+		ts.Parsed++
+		if c.Name == ex.Want {
+			ts.RightName++
+			if jsonEqual(c.Arguments, want[i].Function.Arguments) {
+				ts.RightArgs++
+			}
+		}
+	}
+	if ts.N > 0 {
+		ts.ParseRate, ts.NameRate, ts.ArgsRate = float64(ts.Parsed)/float64(ts.N), float64(ts.RightName)/float64(ts.N), float64(ts.RightArgs)/float64(ts.N)
+	}
+
+	var judge []Example
+	var votes []int
+	for range o.Judge {
+		ex := g.HeldOutExample(rng, CatJudge)
+		m, _ := FirstReply(ex)
+		v, _ := reward.ParseVote(m.Content)
+		judge = append(judge, Prompt(ex))
+		votes = append(votes, v)
+	}
+	out, err = e.replies(ctx, judge, 120)
+	if err != nil {
+		return nil, err
+	}
+	for i := range judge {
+		v, ok := reward.ParseVote(out[i])
+		res.Judge.add(ok && v == votes[i])
+	}
+
+	samples := SampleConversations()
+	out, err = e.replies(ctx, samples, 160)
+	if err != nil {
+		return nil, err
+	}
+	for i, ex := range samples {
+		s := Sample{Messages: ex.Messages, Reply: out[i]}
+		for _, raw := range ex.Tools {
+			var d struct {
+				Function struct{ Name string } `json:"function"`
+			}
+			if json.Unmarshal(raw, &d) == nil {
+				s.Tools = append(s.Tools, d.Function.Name)
+			}
+		}
+		res.Samples = append(res.Samples, s)
+	}
+	return res, nil
+}
+
+// opOf is the operation of an arithmetic key ("arith:7+5").
+func opOf(key string) string {
+	for _, op := range []string{"+", "-", "*"} {
+		if strings.Contains(strings.TrimPrefix(key, "arith:"), op) {
+			return map[string]string{"+": "add", "-": "sub", "*": "mul"}[op]
+		}
+	}
+	return "?"
+}
+
+func toolByName(name string) *toolDef {
+	for _, t := range toolDefs {
+		if t.name == name {
+			return t
+		}
+	}
+	panic("pretrain: no tool " + name)
+}
+
+// SampleConversations are the fixed prompts whose replies the report shows.
+func SampleConversations() []Example {
+	weather := toolByName("get_weather").definition()
+	read := toolByName("read_file").definition()
+	calc := toolByName("calculator").definition()
+	judge := reward.JudgeMessages(&reward.Turn{
+		Messages:  []tokenizer.Message{user("What is 8 + 5?")},
+		Response:  assistant("8 + 5 = 12."),
+		NextState: []tokenizer.Message{user("That's wrong, 8 + 5 is 13.")},
+	}, "", reward.DefaultLimits())
+	return []Example{
+		{Messages: []tokenizer.Message{user("Hi!")}},
+		{Messages: []tokenizer.Message{user("Who are you?")}},
+		{Messages: []tokenizer.Message{user("What is 7 + 5?")}},
+		{Messages: []tokenizer.Message{user("What is 23 + 48?")}},
+		{Messages: []tokenizer.Message{user("What is 9 × 8?")}},
+		{Messages: []tokenizer.Message{user("How many minutes are in 3 hours?")}},
+		{Messages: []tokenizer.Message{user("What day comes after Friday?")}},
+		{Messages: []tokenizer.Message{user("Spell cat backwards.")}},
+		{Messages: []tokenizer.Message{user("List 3 fruits as bullet points.")}},
+		{Messages: []tokenizer.Message{user("Give me a JSON object with name Ada, age 36 and city London.")}},
+		{Messages: []tokenizer.Message{user("What is the capital of France?")}},
+		{Messages: []tokenizer.Message{user("What is 8 + 5?"), assistant("8 + 5 = 12."), user("That's wrong.")}},
+		{Messages: []tokenizer.Message{user("What's the weather in Lisbon?")}, Tools: []json.RawMessage{weather, read}},
+		{Messages: []tokenizer.Message{user("Show me the contents of notes.txt.")}, Tools: []json.RawMessage{weather, read, calc}},
+		{Messages: []tokenizer.Message{user("What's the weather in Oslo?"),
+			{Role: "assistant", ToolCalls: []tokenizer.ToolCall{toolCall("get_weather", obj{{"location", "Oslo"}})}},
+			{Role: "tool", Content: `{"location": "Oslo", "temperature": 4, "unit": "celsius", "condition": "snowy"}`}}, Tools: []json.RawMessage{weather}},
+		{Messages: judge},
+	}
+}

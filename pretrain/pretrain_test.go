@@ -1,0 +1,330 @@
+package pretrain
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/clawrl/clawrl/reward"
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+func renderer(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := NewRenderer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// testTexts stands in for the Debian packages' text.
+func testTexts() *Texts {
+	return &Texts{
+		Fortunes: []string{"A journey of a thousand miles begins with a single step.", "Never trust a computer you can't throw out a window."},
+		Jargon:   [][2]string{{"foo", "A sample name for absolutely anything."}, {"kludge", "A clever programming trick intended to solve a problem quickly."}},
+		Verses:   [][2]string{{"Genesis 1:3", "And God said, Let there be light: and there was light."}},
+	}
+}
+
+func TestCorpusDeterministic(t *testing.T) {
+	tok := renderer(t)
+	gen := func(seed uint64) []string {
+		g := NewGenerator(testTexts())
+		r := rand.New(rand.NewPCG(seed, 1))
+		var out []string
+		for range 300 {
+			s, err := Render(tok, g.Next(r), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	a, b, c := gen(1), gen(1), gen(2)
+	if !slices.Equal(a, b) {
+		t.Fatal("the same seed gave different corpora")
+	}
+	if slices.Equal(a, c) {
+		t.Fatal("different seeds gave the same corpus")
+	}
+}
+
+func TestCorpusCategories(t *testing.T) {
+	tok := renderer(t)
+	g := NewGenerator(testTexts())
+	if got := g.Categories(); !slices.Equal(got, Categories) {
+		t.Fatalf("categories %v, want %v", got, Categories)
+	}
+	if NewGenerator(nil).Categories()[len(Categories)-2] != CatJudge {
+		t.Error("without text, the text category should be left out")
+	}
+	check := map[string]func(t *testing.T, ex Example){
+		CatArithmetic: func(t *testing.T, ex Example) {
+			m, _ := FirstReply(ex)
+			if ex.Want == "" || LastInteger(m.Content) != ex.Want {
+				t.Errorf("answer %q does not end with %s", m.Content, ex.Want)
+			}
+		},
+		CatTools: func(t *testing.T, ex Example) {
+			if len(ex.Tools) == 0 {
+				t.Fatal("no tools offered")
+			}
+			m, _ := FirstReply(ex)
+			if ex.Want == "" {
+				return // a request that needs no tool
+			}
+			if len(m.ToolCalls) == 0 || m.ToolCalls[0].Function.Name != ex.Want {
+				t.Fatalf("first reply %+v does not call %s", m, ex.Want)
+			}
+			offered := false
+			for _, d := range ex.Tools {
+				offered = offered || strings.Contains(string(d), `"name":"`+ex.Want+`"`)
+			}
+			if !offered {
+				t.Errorf("%s is called but not offered", ex.Want)
+			}
+			// The rendered reply is a call the parser reads back.
+			full, err := Render(tok, Example{Messages: ex.Messages[:slices.IndexFunc(ex.Messages, func(m tokenizer.Message) bool { return m.Role == "assistant" })+1], Tools: ex.Tools}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, ok := ParseToolCall(full[strings.LastIndex(full, "<|im_start|>assistant"):])
+			if !ok || c.Name != ex.Want || !jsonEqual(c.Arguments, m.ToolCalls[0].Function.Arguments) {
+				t.Errorf("rendered call does not parse back: %+v %v", c, ok)
+			}
+		},
+		CatCorrection: func(t *testing.T, ex Example) {
+			for _, i := range ex.Untrained {
+				if ex.Messages[i].Role != "assistant" {
+					t.Errorf("untrained message %d is a %s message", i, ex.Messages[i].Role)
+				}
+			}
+		},
+		CatJudge: func(t *testing.T, ex Example) {
+			m, _ := FirstReply(ex)
+			if _, ok := reward.ParseVote(m.Content); !ok {
+				t.Errorf("verdict %q does not parse", m.Content)
+			}
+			if !strings.Contains(ex.Messages[0].Content, "boxed") {
+				t.Error("not the judge's system prompt")
+			}
+		},
+	}
+	for _, cat := range Categories {
+		t.Run(cat, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(7, 7))
+			sawUntrained := false
+			for range 60 {
+				ex := g.Train(r, cat)
+				if ex.Category != cat || ex.Key == "" || HeldOut(ex.Key) {
+					t.Fatalf("example %+v: wrong category, no key, or held out", ex)
+				}
+				e, err := Encode(tok, ex)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e.Targets() == 0 || len(e.IDs) != len(e.Train) {
+					t.Fatalf("no targets in %+v", ex)
+				}
+				sawUntrained = sawUntrained || len(ex.Untrained) > 0
+				if f := check[cat]; f != nil {
+					f(t, ex)
+				}
+			}
+			if cat == CatCorrection && !sawUntrained {
+				t.Error("no correction of a wrong answer in 60 examples")
+			}
+		})
+	}
+}
+
+func TestHeldOutSplit(t *testing.T) {
+	g := NewGenerator(nil)
+	r := rand.New(rand.NewPCG(3, 3))
+	for range 200 {
+		ex := g.Next(r)
+		if HeldOut(ex.Key) {
+			t.Fatalf("training example with a held-out key: %s", ex.Key)
+		}
+		h := g.HeldOutExample(r, CatArithmetic)
+		if !HeldOut(h.Key) || !strings.HasPrefix(h.Key, "arith:") || h.Want == "" {
+			t.Fatalf("held-out arithmetic example %+v", h)
+		}
+	}
+	for range 2000 {
+		if x := randArith(r); HeldOut(x.key()) {
+			t.Fatalf("randArith drew held-out %s", x.key())
+		}
+	}
+}
+
+// TestEncode checks that the tokens are the rendered text (less the
+// newline after the last reply) and that the targets are exactly the
+// assistant replies.
+func TestEncode(t *testing.T) {
+	tok := renderer(t)
+	ex := Example{Messages: []tokenizer.Message{user("What is 2 + 2?"), assistant("2 + 2 = 5."), user("Wrong."), assistant("Sorry: 2 + 2 = 4.")}, Untrained: []int{1}}
+	e, err := Encode(tok, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, _ := Render(tok, ex, false)
+	if got := tok.Decode(e.IDs); got != strings.TrimSuffix(full, "\n") {
+		t.Fatalf("tokens decode to %q, want %q", got, full)
+	}
+	var trained []int32
+	for i, id := range e.IDs {
+		if e.Train[i] {
+			trained = append(trained, id)
+		}
+	}
+	if got := tok.Decode(trained); got != "Sorry: 2 + 2 = 4.<|im_end|>" {
+		t.Fatalf("targets %q", got)
+	}
+}
+
+func TestLearningRate(t *testing.T) {
+	o := DefaultOptions()
+	o.Steps, o.Warmup, o.LR, o.MinLR = 100, 10, 1, 0.1
+	for _, c := range []struct {
+		step int
+		want float64
+	}{{1, 0.1}, {10, 1}, {55, 0.55}, {100, 0.1}} {
+		if got := o.LearningRate(c.step); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("step %d: lr %g, want %g", c.step, got, c.want)
+		}
+	}
+}
+
+func TestParsers(t *testing.T) {
+	for s, want := range map[string]string{"7 + 5 = 12.": "12", "3 - 9 = −6": "-6", "no number": "", "a 1 b 22": "22"} {
+		if got := LastInteger(s); got != want {
+			t.Errorf("LastInteger(%q) = %q, want %q", s, got, want)
+		}
+	}
+	for s, ok := range map[string]bool{
+		"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>": true,
+		"<tool_call>{\"name\": \"f\", \"arguments\": \"x\"}</tool_call>":          false,
+		"<tool_call>{\"name\": \"f\", \"arguments\": {}</tool_call>":              false,
+		"<tool_call>{\"name\": \"f\", \"arguments\": {}}":                         false,
+		"no call": false,
+	} {
+		if _, got := ParseToolCall(s); got != ok {
+			t.Errorf("ParseToolCall(%q) = %v, want %v", s, got, ok)
+		}
+	}
+}
+
+func tinyOptions(dir string) Options {
+	o := DefaultOptions()
+	o.Shape = Presets["tiny"]
+	o.Out, o.Work = filepath.Join(dir, "out"), filepath.Join(dir, "work")
+	o.Steps, o.SeqLen, o.Batch, o.LR, o.Warmup = 40, 384, 2, 3e-3, 4
+	o.EvalEvery, o.CheckpointEvery, o.HeldOutBatches = 10, 5, 1
+	o.TokenizerDocs, o.NoTexts = 200, true
+	o.EvalArithmetic, o.EvalTools, o.EvalJudge = 4, 2, 2
+	return o
+}
+
+func TestPretrainLowersLoss(t *testing.T) {
+	o := tinyOptions(t.TempDir())
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := rep.Train[0].Loss, rep.TrainLoss
+	if !(last < first-0.5) || !(rep.HeldOut[len(rep.HeldOut)-1].Loss < rep.HeldOut[0].Loss) {
+		t.Errorf("loss %.3f → %.3f, held-out %+v: no progress", first, last, rep.HeldOut)
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json", "report.json", "TRAINING.md", "loss.png"} {
+		if _, err := os.Stat(filepath.Join(o.Out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if rep.Eval == nil || rep.Eval.Arithmetic.N != 4 || rep.Eval.Tools.N != 2 || len(rep.Eval.Samples) != len(SampleConversations()) {
+		t.Errorf("evaluation %+v", rep.Eval)
+	}
+	tok, err := tokenizer.Load(o.Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := tok.ChatTemplate(""); s != ChatTemplate {
+		t.Error("the saved tokenizer lost the chat template")
+	}
+	var cfg map[string]any
+	b, _ := os.ReadFile(filepath.Join(o.Out, "config.json"))
+	if err := json.Unmarshal(b, &cfg); err != nil || cfg["torch_dtype"] != "bfloat16" || cfg["architectures"].([]any)[0] != "LlamaForCausalLM" {
+		t.Errorf("config.json: %v %v", cfg, err)
+	}
+	// A finished run is not started over by accident.
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "--resume") {
+		t.Errorf("second run: %v, want a --resume/--restart error", err)
+	}
+}
+
+// TestResumeBitIdentical interrupts a run and resumes it: the parameters,
+// optimizer state and loss curve equal those of a run never interrupted.
+func TestResumeBitIdentical(t *testing.T) {
+	dir := t.TempDir()
+	a := tinyOptions(filepath.Join(dir, "a"))
+	a.Steps, a.EvalArithmetic, a.EvalTools, a.EvalJudge = 12, 1, 1, 1
+	if _, err := Run(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	b := a
+	b.Out, b.Work = filepath.Join(dir, "b", "out"), filepath.Join(dir, "b", "work")
+	b.StopAfter = 7
+	if _, err := Run(context.Background(), b); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	b.StopAfter, b.Resume = 0, true
+	if _, err := Run(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join("work", ckptDir, stateST), filepath.Join("out", "model.safetensors")} {
+		x, err1 := os.ReadFile(filepath.Join(dir, "a", f))
+		y, err2 := os.ReadFile(filepath.Join(dir, "b", f))
+		if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s differs after resuming (%v, %v)", f, err1, err2)
+		}
+	}
+	sa, sb := loadState(a.Work), loadState(b.Work)
+	if sa == nil || sb == nil || len(sa.Train) != len(sb.Train) {
+		t.Fatal("states missing")
+	}
+	for i := range sa.Train {
+		if sa.Train[i].Loss != sb.Train[i].Loss {
+			t.Fatalf("step %d: loss %v vs %v", i+1, sa.Train[i].Loss, sb.Train[i].Loss)
+		}
+	}
+	// Other options do not resume the run.
+	c := b
+	c.LR *= 2
+	if _, err := Run(context.Background(), c); err == nil || !strings.Contains(err.Error(), "other options") {
+		t.Errorf("resume with another lr: %v", err)
+	}
+}
+
+func TestLossPlot(t *testing.T) {
+	var train, held []Point
+	for i := 1; i <= 100; i++ {
+		train = append(train, Point{Step: i, Loss: 5 / math.Sqrt(float64(i))})
+		if i%20 == 0 {
+			held = append(held, Point{Step: i, Loss: 5.2 / math.Sqrt(float64(i))})
+		}
+	}
+	png, err := LossPlot(train, held)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("LossPlot: %v", err)
+	}
+}
