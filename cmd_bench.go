@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -28,6 +29,8 @@ type benchFlags struct {
 	prefixTokens  int
 	seconds       float64
 	bandwidthMB   int
+	cpuProfile    string
+	serveSeconds  float64
 }
 
 func (a *app) benchCmd() *cobra.Command {
@@ -54,6 +57,8 @@ a temporary directory first.`,
 	fl.IntVar(&f.decodeTokens, "decode-tokens", 64, "tokens to decode per measurement")
 	fl.IntVar(&f.prefillTokens, "prefill-tokens", 512, "prompt length for the prefill measurement")
 	fl.Float64Var(&f.seconds, "seconds", 1, "duration of each machine measurement")
+	fl.Float64Var(&f.serveSeconds, "serve-seconds", 10, "serve: how long each client count keeps sending requests")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the engine sections (gemm, model, serve) to this file")
 	fl.IntVar(&f.bandwidthMB, "bandwidth-mb", kernels.DefaultBandwidthBytes>>20, "buffer for the bandwidth measurements (well above the L3 cache)")
 	return cmd
 }
@@ -91,6 +96,16 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 		}
 	}
 	c := measure()
+	if f.cpuProfile != "" {
+		pf, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return err
+		}
+	}
 	var rows [][]string
 	add := func(cells ...string) { rows = append(rows, cells) }
 	var err error
@@ -102,6 +117,9 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 	}
 	if err == nil && slices.Contains(f.what, "serve") {
 		err = a.benchServe(add, f)
+	}
+	if f.cpuProfile != "" {
+		pprof.StopCPUProfile()
 	}
 	c2 := measure()
 	c.peak, c.read, c.copy = max(c.peak, c2.peak), max(c.read, c2.read), max(c.copy, c2.copy)

@@ -110,16 +110,20 @@ func chatBody(system, user string, maxTokens int) map[string]any {
 	}
 }
 
-// runClients runs n concurrent clients, each sending rounds requests in a
-// row, and measures aggregate throughput and TTFT.
-func runClients(url string, n, rounds, maxTokens int) serveResult {
+// runClients runs n concurrent clients, each sending requests back to back
+// until the window closes, and measures aggregate output throughput over
+// the whole run (the last requests finish after the window) and TTFT. A
+// window of several seconds keeps the start-up burst of prefills from
+// dominating.
+func runClients(url string, n int, window time.Duration, maxTokens int) serveResult {
 	var mu sync.Mutex
 	res := serveResult{clients: n}
 	var wg sync.WaitGroup
 	start := time.Now()
+	deadline := start.Add(window)
 	for c := range n {
 		wg.Go(func() {
-			for r := range rounds {
+			for r := 0; r == 0 || time.Now().Before(deadline); r++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 				body := chatBody("You are a helpful assistant.", fmt.Sprintf("Client %d, question %d: tell me a story.", c, r), maxTokens)
 				ttft, toks, err := streamChat(ctx, url, body)
@@ -204,11 +208,11 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 	row(fmt.Sprintf("serving %s %.0fM over HTTP", cfg.Architecture, float64(cfg.NumParams())/1e6), "", "", "")
 
 	var base float64
+	window := time.Duration(f.serveSeconds * float64(time.Second))
 	for _, n := range []int{1, 8, 32} {
-		rounds := max(1, 16/n)
-		r := runClients(url, n, rounds, f.decodeTokens)
+		r := runClients(url, n, window, f.decodeTokens)
 		if r.failures > 0 {
-			return fmt.Errorf("%d of %d requests with %d clients failed", r.failures, n*rounds, n)
+			return fmt.Errorf("%d of %d requests with %d clients failed", r.failures, r.failures+len(r.ttft), n)
 		}
 		note := ""
 		if n == 1 {

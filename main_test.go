@@ -147,7 +147,7 @@ func TestServe(t *testing.T) {
 // nothing, the plumbing does.
 func TestBench(t *testing.T) {
 	out, _, err := run(t, "", "bench", "--what", "machine,gemm,model,serve", "--preset", "tiny", "--seconds", "0.02",
-		"--bandwidth-mb", "16", "--decode-tokens", "4", "--prefill-tokens", "16", "--prefix-tokens", "300")
+		"--bandwidth-mb", "16", "--decode-tokens", "4", "--prefill-tokens", "16", "--prefix-tokens", "300", "--serve-seconds", "0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
