@@ -205,16 +205,7 @@ func (w *Weights) Free() {
 	if w == nil || w.base {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.freed {
-		return
-	}
-	w.freed = true
-	for _, r := range w.refs {
-		r.release(w.m.b)
-	}
-	w.refs = nil
+	w.release()
 }
 
 // release drops the checkpoint's set (Model.Close).

@@ -151,7 +151,7 @@ func loadWeights(b compute.Backend, c *Config, ck *safetensors.Checkpoint, copyH
 		if err != nil {
 			return err
 		}
-		if !equalShape(info.Shape, shape) {
+		if !slices.Equal(info.Shape, shape) {
 			return fmt.Errorf("%s: tensor %q has shape %s, config.json implies %s", f.Path(), name, compute.ShapeString(info.Shape), compute.ShapeString(shape))
 		}
 		var t compute.Tensor
@@ -195,16 +195,4 @@ func loadWeights(b compute.Backend, c *Config, ck *safetensors.Checkpoint, copyH
 		w.Output = w.Embed
 	}
 	return w, made, nil
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

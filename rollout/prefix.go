@@ -122,17 +122,6 @@ func (p *prefixCache) evict(n int) int {
 	return freed
 }
 
-// evictable counts blocks that evict could free now.
-func (p *prefixCache) evictable() int {
-	n := 0
-	for _, e := range p.entries {
-		if p.kv.RefCount(e.block) == 1 {
-			n++
-		}
-	}
-	return n
-}
-
 func (p *prefixCache) remove(e *prefixEntry) {
 	p.lru.Remove(e.elem)
 	delete(p.entries, e.key)

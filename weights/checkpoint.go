@@ -471,23 +471,11 @@ func verifyModel(dir string) error {
 		if !ok {
 			return fmt.Errorf("%s: tensor %q missing (config.json needs it)", path, spec.Name)
 		}
-		if !equalShape(info.Shape, spec.Shape) {
+		if !slices.Equal(info.Shape, spec.Shape) {
 			return fmt.Errorf("%s: tensor %q has shape %v, config.json implies %v", path, spec.Name, info.Shape, spec.Shape)
 		}
 	}
 	return nil
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // OpenLatest returns the newest checkpoint under root that Open accepts,
