@@ -31,6 +31,7 @@ type benchFlags struct {
 	bandwidthMB   int
 	cpuProfile    string
 	serveSeconds  float64
+	rounds        int
 }
 
 func (a *app) benchCmd() *cobra.Command {
@@ -43,6 +44,12 @@ and memory bandwidth; matrix multiply GFLOP/s at 512, 1024 and 2048 and a
 BF16 matrix-vector product's GB/s; and decode (batch 1 and 8) and prefill
 tokens/s of a model, against the limit that memory bandwidth sets for decode
 (bytes of weights read per token / copy bandwidth).
+
+The memory bandwidth of a shared machine changes from one second to the
+next, so the measurements that are compared with each other alternate in
+--rounds rounds and each ratio is taken within a round, reported as the
+median over the rounds with its range: the copy bandwidth and the batch-1
+decode; with --what serve, 1, 8 and 32 streaming clients.
 
 The model is --model DIR, or a random-weight checkpoint of --preset written to
 a temporary directory first.`,
@@ -57,6 +64,7 @@ a temporary directory first.`,
 	fl.IntVar(&f.decodeTokens, "decode-tokens", 64, "tokens to decode per measurement")
 	fl.IntVar(&f.prefillTokens, "prefill-tokens", 512, "prompt length for the prefill measurement")
 	fl.Float64Var(&f.seconds, "seconds", 1, "duration of each machine measurement")
+	fl.IntVar(&f.rounds, "rounds", 5, "model, serve: alternating rounds of the measurements compared with each other (see above)")
 	fl.Float64Var(&f.serveSeconds, "serve-seconds", 10, "serve: how long each client count keeps sending requests")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the engine sections (gemm, model, serve) to this file")
 	fl.IntVar(&f.bandwidthMB, "bandwidth-mb", kernels.DefaultBandwidthBytes>>20, "buffer for the bandwidth measurements (well above the L3 cache)")
@@ -157,6 +165,20 @@ func ratio(r []string, c ceilings) string {
 		return pct(v*flops/1e9, c.peak) + " of FMA peak"
 	}
 	return r[3]
+}
+
+// median returns the median of v (the mean of the middle two for an even
+// length); v is sorted in place.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 func randVec(n int, r *rand.Rand) []float32 {
@@ -279,36 +301,78 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 		}
 		return t
 	}
-	decode := func(batch int) (float64, error) {
+	// decode runs batch sequences of a 16-token prompt for decodeN greedy
+	// tokens at a time, at least minTime in all, each chunk starting again
+	// from the prompt (so that the context stays short), and returns the
+	// tokens per second of the decode steps.
+	decode := func(batch int, minTime time.Duration) (float64, error) {
 		seqs := make([]*model.Sequence, batch)
 		steps := make([]model.Step, batch)
+		prompts := make([][]int32, batch)
 		for i := range seqs {
 			seqs[i] = kv.NewSequence()
 			defer seqs[i].Free()
-			steps[i] = model.Step{Seq: seqs[i], Tokens: tokens(16)}
+			prompts[i] = tokens(16)
 		}
-		logits, err := m.Forward(steps, model.LastLogits, nil)
-		if err != nil {
-			return 0, err
-		}
-		start := time.Now()
-		for range decodeN {
+		var el time.Duration
+		n := 0
+		for n == 0 || el < minTime {
 			for i := range steps {
-				row := logits[i*cfg.VocabSize : (i+1)*cfg.VocabSize]
-				steps[i].Tokens = []int32{int32(slices.Index(row, slices.Max(row)))}
+				if err := seqs[i].Truncate(0); err != nil {
+					return 0, err
+				}
+				steps[i] = model.Step{Seq: seqs[i], Tokens: prompts[i]}
 			}
-			if logits, err = m.Forward(steps, model.LastLogits, logits); err != nil {
+			logits, err := m.Forward(steps, model.LastLogits, nil)
+			if err != nil {
 				return 0, err
 			}
+			start := time.Now()
+			for range decodeN {
+				for i := range steps {
+					row := logits[i*cfg.VocabSize : (i+1)*cfg.VocabSize]
+					steps[i].Tokens = []int32{int32(slices.Index(row, slices.Max(row)))}
+				}
+				if logits, err = m.Forward(steps, model.LastLogits, logits); err != nil {
+					return 0, err
+				}
+			}
+			el += time.Since(start)
+			n += decodeN * batch
 		}
-		return float64(decodeN*batch) / time.Since(start).Seconds(), nil
+		return float64(n) / el.Seconds(), nil
 	}
-	tps, err := decode(1)
-	if err != nil {
+
+	// Batch 1 against the memory: the copy bandwidth and the decode speed
+	// are measured in alternating rounds and compared within each round,
+	// because the bandwidth of the shared machines this runs on changes
+	// from one second to the next (by up to 2× here, as neighbours come
+	// and go); a ceiling measured before or after the decode may belong to
+	// another regime. The decode of each round lasts as long as the copy
+	// measurement (--seconds) or decodes --decode-tokens, whichever is
+	// longer.
+	if _, err := decode(1, 0); err != nil { // warm-up
 		return err
 	}
-	row("  decode, batch 1", fmt.Sprintf("%.1f", tps), "tok/s", fmt.Sprintf("limit:%.0f", weightBytesPerToken(cfg)))
-	if tps8, err := decode(8); err == nil {
+	th := kernels.Threads()
+	meter := kernels.NewBandwidthMeter(f.bandwidthMB<<20, th)
+	defer meter.Free()
+	d := time.Duration(f.seconds * float64(time.Second))
+	wbytes := weightBytesPerToken(cfg)
+	var tpsR, bwR, ratioR []float64
+	for range max(1, f.rounds) {
+		bw := meter.Copy(th, d)
+		tps, err := decode(1, d)
+		if err != nil {
+			return err
+		}
+		tpsR, bwR, ratioR = append(tpsR, tps), append(bwR, bw), append(ratioR, tps*wbytes/(bw*1e9))
+	}
+	tps, bw, rat := median(tpsR), median(bwR), median(ratioR)
+	row("  decode, batch 1", fmt.Sprintf("%.1f", tps), "tok/s",
+		fmt.Sprintf("%.0f%% of limit (median of %d rounds: %.0f–%.0f%%; limit %.0f tok/s = copy BW %.1f GB/s / %.1f MB of weights)",
+			100*rat, len(ratioR), 100*slices.Min(ratioR), 100*slices.Max(ratioR), bw*1e9/wbytes, bw, wbytes/1e6))
+	if tps8, err := decode(8, d); err == nil {
 		row("  decode, batch 8", fmt.Sprintf("%.1f", tps8), "tok/s", fmt.Sprintf("%.1f× batch 1", tps8/tps))
 	} else {
 		return err

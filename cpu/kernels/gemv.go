@@ -73,15 +73,20 @@ func deinterleave(dst, a []float32, m, lda, kv, vl int) {
 }
 
 // minGemvBytes is the weight memory each thread must have before the
-// product is split: below ~256 KiB a second thread costs more in fork-join
-// and in restarting a memory stream than it brings (measured on the
-// development machines).
-const minGemvBytes = 256 << 10
+// product is split: below ~64 KiB a second thread costs more in fork-join
+// and in restarting a memory stream than it brings. (Measured on the
+// development machines, decode of the ~20M model in alternating rounds:
+// 256 KiB, which left its q/k/v and o projections of 300-500 KB to one
+// thread, ran 15% slower than 64 KiB; 16 KiB was no faster.)
+const minGemvBytes = 64 << 10
 
-// gemvStealBytes is the weight memory of the blocks that threads take from
-// each other's ranges (see forStealing): about 10 µs of one thread's
-// reading, which bounds how long one thread waits for another at the end
-// of a product.
+// gemvStealBytes is the most weight memory in one of the blocks that
+// threads take from each other's ranges (see forStealing): about 10 µs of
+// one thread's reading, which bounds how long one thread waits for another
+// at the end of a product. A product is cut into at least four blocks per
+// thread, so that a small one can be balanced too (measured: 9% faster
+// decode of the ~20M model than with blocks of 256 KiB only, which left
+// its 0.5 MB q/k/v pass in two blocks, one per thread).
 const gemvStealBytes = 256 << 10
 
 // gemvBlockBytes bounds the weight rows one pass covers when A has more rows
@@ -185,7 +190,8 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 			// from start to end (what the prefetchers follow best), in
 			// blocks that a thread done with its own range takes from the
 			// end of another's.
-			forStealing(t, units, max(1, gemvStealBytes/(4*k)), body)
+			blk := min(gemvStealBytes/(4*k), units/(4*t))
+			forStealing(t, units, max(1, blk), body)
 		}
 	}
 	for i := range parts { // rows left over by the kernels

@@ -52,8 +52,51 @@ func PeakGFLOPS(threads int, d time.Duration) float64 {
 // share of a buffer of the given size (DefaultBandwidthBytes when bytes ≤ 0)
 // as float32, over and over. The rate counts the bytes read.
 func ReadBandwidthGBs(bytes, threads int, d time.Duration) float64 {
+	m := NewBandwidthMeter(bytes, threads)
+	defer m.Free()
+	return m.Read(threads, d)
+}
+
+// CopyBandwidthGBs measures memory copy bandwidth: each goroutine copies its
+// share of the first half of a buffer of the given size
+// (DefaultBandwidthBytes when bytes ≤ 0) to the second half with the Go
+// runtime's memmove (which streams large copies past the cache). The rate
+// counts both the bytes read and the bytes written: a copy of N bytes is 2N
+// (as STREAM's Copy does).
+func CopyBandwidthGBs(bytes, threads int, d time.Duration) float64 {
+	m := NewBandwidthMeter(bytes, threads)
+	defer m.Free()
+	return m.Copy(threads, d)
+}
+
+// BandwidthMeter holds the buffer of the bandwidth measurements, so that a
+// benchmark can measure the bandwidth many times, between rounds of the
+// work it compares with it, without mapping and touching the buffer each
+// time. It is not safe for concurrent use.
+type BandwidthMeter struct {
+	buf  []byte
+	free func()
+}
+
+// NewBandwidthMeter allocates and touches (from threads goroutines) a
+// measurement buffer of the given size (DefaultBandwidthBytes when
+// bytes ≤ 0). Free releases it.
+func NewBandwidthMeter(bytes, threads int) *BandwidthMeter {
 	buf, free := bandwidthBuffer(bytes, threads)
-	defer free()
+	return &BandwidthMeter{buf: buf, free: free}
+}
+
+// Free unmaps the buffer; the meter must not be used after.
+func (m *BandwidthMeter) Free() {
+	if m.free != nil {
+		m.free()
+		m.free, m.buf = nil, nil
+	}
+}
+
+// Read is ReadBandwidthGBs over the meter's buffer.
+func (m *BandwidthMeter) Read(threads int, d time.Duration) float64 {
+	buf := m.buf
 	share := len(buf) / max(1, threads) &^ 255
 	var total float64
 	var mu sync.Mutex
@@ -78,14 +121,9 @@ func ReadBandwidthGBs(bytes, threads int, d time.Duration) float64 {
 	return total / secs / 1e9
 }
 
-// CopyBandwidthGBs measures memory copy bandwidth: each goroutine copies its
-// share of the first half of a buffer of the given size
-// (DefaultBandwidthBytes when bytes ≤ 0) to the second half with the Go
-// runtime's memmove (which streams large copies past the cache). The rate
-// counts both the bytes read and the bytes written: a copy of N bytes is 2N.
-func CopyBandwidthGBs(bytes, threads int, d time.Duration) float64 {
-	buf, free := bandwidthBuffer(bytes, threads)
-	defer free()
+// Copy is CopyBandwidthGBs over the meter's buffer.
+func (m *BandwidthMeter) Copy(threads int, d time.Duration) float64 {
+	buf := m.buf
 	half := len(buf) / 2
 	share := half / max(1, threads) &^ 255
 	var total float64
