@@ -135,7 +135,7 @@ func loadBench(b *testing.B, name string, spec RandomSpec, zeroCopy bool) *Model
 
 func BenchmarkDecode(b *testing.B) {
 	for _, bm := range benchModels {
-		for _, batch := range []int{1, 8} {
+		for _, batch := range []int{1, 8, 32} {
 			if bm.zeroCopy && batch > 1 {
 				continue
 			}

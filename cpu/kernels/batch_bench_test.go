@@ -21,7 +21,7 @@ func BenchmarkLinearBatch(b *testing.B) {
 		}
 		wh := AllocBF16(s.n * s.k)
 		fillBF16(wh)
-		for _, m := range []int{1, 8, 16, 32, 64} {
+		for _, m := range []int{1, 8, 16, 24, 32, 48, 64} {
 			a, c := randF32(r, m*s.k), make([]float32, m*s.n)
 			for _, path := range []string{"auto", "gemv", "gemm"} {
 				b.Run(fmt.Sprintf("%s/m%d/%s", s.name, m, path), func(b *testing.B) {

@@ -61,7 +61,7 @@ var avx512Impls = impls{
 		kernN:     kernN512,
 		kernNMaxM: 8,
 	},
-	gemv: &gemvArch{maxM: 64, mp: 4, vlF32: 16, vlBF16: 32, f32: gemvF32AVX512, bf16: gemvBF16AVX512},
+	gemv: &gemvArch{maxM: 64, mp: 4, vlF32: 16, vlBF16: 32, f32: gemvF32AVX512, bf16: gemvBF16AVX512, deint: deinterleave512},
 }
 
 //go:noescape
@@ -81,6 +81,9 @@ func packT(dst, src *float32, ld, rows, cols int)
 
 //go:noescape
 func packTBF16(dst *float32, src *uint16, ld, rows, cols int)
+
+//go:noescape
+func deinterleave512(dst, src *float32, blocks int)
 
 //go:noescape
 func gemvBF16AVX512(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)

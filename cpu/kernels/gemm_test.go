@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -244,4 +245,23 @@ func TestLinearMulti(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestDeinterleaveAsm checks the assembly deinterleave of the active
+// matrix-vector kernels against the Go loop.
+func TestDeinterleaveAsm(t *testing.T) {
+	g := active.Load().gemv
+	if g == nil || g.deint == nil {
+		t.Skip("no assembly deinterleave in this kernel set")
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, n := range []int{g.vlBF16, 3 * g.vlBF16, 384, 1024} {
+		src := randF32(r, n)
+		want, got := make([]float32, n), make([]float32, n)
+		deinterleave(want, src, 1, n, n, g.vlBF16)
+		g.deint(&got[0], &src[0], n/g.vlBF16)
+		if !slices.Equal(got, want) {
+			t.Fatalf("n=%d: assembly deinterleave differs from the Go loop", n)
+		}
+	}
 }

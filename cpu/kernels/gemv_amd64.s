@@ -142,3 +142,53 @@ TEXT ·gemvF32AVX2(SB), NOSPLIT, $0-88
 #undef PREFETCHW4
 
 #include "gemvbf_amd64.h"
+
+// Indices for VPERMT2PS: the even and the odd elements of two vectors.
+DATA deintEven<>+0(SB)/8, $0x0000000200000000
+DATA deintEven<>+8(SB)/8, $0x0000000600000004
+DATA deintEven<>+16(SB)/8, $0x0000000a00000008
+DATA deintEven<>+24(SB)/8, $0x0000000e0000000c
+DATA deintEven<>+32(SB)/8, $0x0000001200000010
+DATA deintEven<>+40(SB)/8, $0x0000001600000014
+DATA deintEven<>+48(SB)/8, $0x0000001a00000018
+DATA deintEven<>+56(SB)/8, $0x0000001e0000001c
+GLOBL deintEven<>(SB), RODATA|NOPTR, $64
+
+DATA deintOdd<>+0(SB)/8, $0x0000000300000001
+DATA deintOdd<>+8(SB)/8, $0x0000000700000005
+DATA deintOdd<>+16(SB)/8, $0x0000000b00000009
+DATA deintOdd<>+24(SB)/8, $0x0000000f0000000d
+DATA deintOdd<>+32(SB)/8, $0x0000001300000011
+DATA deintOdd<>+40(SB)/8, $0x0000001700000015
+DATA deintOdd<>+48(SB)/8, $0x0000001b00000019
+DATA deintOdd<>+56(SB)/8, $0x0000001f0000001d
+GLOBL deintOdd<>(SB), RODATA|NOPTR, $64
+
+// func deinterleave512(dst, src *float32, blocks int)
+// For each of blocks blocks of 32 floats: dst gets the 16 even elements of
+// src, then the 16 odd ones (see deinterleave).
+TEXT ·deinterleave512(SB), NOSPLIT, $0-24
+	MOVQ      dst+0(FP), DI
+	MOVQ      src+8(FP), SI
+	MOVQ      blocks+16(FP), CX
+	TESTQ     CX, CX
+	JZ        deintdone
+	VMOVDQU64 deintEven<>(SB), Z30
+	VMOVDQU64 deintOdd<>(SB), Z31
+
+deintloop:
+	VMOVUPS   (SI), Z0
+	VMOVUPS   64(SI), Z1
+	VMOVAPS   Z0, Z2
+	VPERMT2PS Z1, Z30, Z2
+	VPERMT2PS Z1, Z31, Z0
+	VMOVUPS   Z2, (DI)
+	VMOVUPS   Z0, 64(DI)
+	ADDQ      $128, SI
+	ADDQ      $128, DI
+	DECQ      CX
+	JNZ       deintloop
+
+deintdone:
+	VZEROUPPER
+	RET
