@@ -65,7 +65,7 @@ a temporary directory first.`,
 	fl.IntVar(&f.prefillTokens, "prefill-tokens", 512, "prompt length for the prefill measurement")
 	fl.Float64Var(&f.seconds, "seconds", 1, "duration of each machine measurement")
 	fl.IntVar(&f.rounds, "rounds", 5, "model, serve: alternating rounds of the measurements compared with each other (see above)")
-	fl.Float64Var(&f.serveSeconds, "serve-seconds", 10, "serve: how long each client count keeps sending requests")
+	fl.Float64Var(&f.serveSeconds, "serve-seconds", 15, "serve: how long each client count keeps sending requests, over all rounds")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the engine sections (gemm, model, serve) to this file")
 	fl.IntVar(&f.bandwidthMB, "bandwidth-mb", kernels.DefaultBandwidthBytes>>20, "buffer for the bandwidth measurements (well above the L3 cache)")
 	return cmd

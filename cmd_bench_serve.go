@@ -111,11 +111,13 @@ func chatBody(system, user string, maxTokens int) map[string]any {
 }
 
 // runClients runs n concurrent clients, each sending requests back to back
-// until the window closes, and measures aggregate output throughput over
-// the whole run (the last requests finish after the window) and TTFT. A
-// window of several seconds keeps the start-up burst of prefills from
-// dominating.
-func runClients(url string, n int, window time.Duration, maxTokens int) serveResult {
+// until the window closes, and measures TTFT and the aggregate output
+// throughput: the tokens the server generated (counted by generated, the
+// scheduler's counter) from the end of the ramp-up, the first tenth of the
+// window, to its end, when every client is still sending. The requests
+// that finish after the window, while fewer and fewer clients remain, are
+// not counted.
+func runClients(url string, n int, window time.Duration, maxTokens int, generated func() uint64) serveResult {
 	var mu sync.Mutex
 	res := serveResult{clients: n}
 	var wg sync.WaitGroup
@@ -126,26 +128,26 @@ func runClients(url string, n int, window time.Duration, maxTokens int) serveRes
 			for r := 0; r == 0 || time.Now().Before(deadline); r++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 				body := chatBody("You are a helpful assistant.", fmt.Sprintf("Client %d, question %d: tell me a story.", c, r), maxTokens)
-				ttft, toks, err := streamChat(ctx, url, body)
+				ttft, _, err := streamChat(ctx, url, body)
 				cancel()
 				mu.Lock()
 				if err != nil {
 					res.failures++
 				} else {
-					res.tokens += toks
 					res.ttft = append(res.ttft, ttft)
 				}
 				mu.Unlock()
 			}
 		})
 	}
+	time.Sleep(window / 10)
+	g0, t0 := generated(), time.Now()
+	time.Sleep(time.Until(deadline))
+	res.tokens, res.wall = int(generated()-g0), time.Since(t0)
 	wg.Wait()
-	res.wall = time.Since(start)
 	return res
 }
 
-// longText makes a system prompt of about n tokens (measured with the
-// served tokenizer) of varied English-like words.
 func longText(e *engine, n int) string {
 	words := strings.Fields("the assistant reads files checks tools answers questions about code dates units lists and formats " +
 		"before replying it should verify paths run tests explain results and keep the user informed of every step taken")
@@ -207,26 +209,42 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 	cfg := e.model.Config
 	row(fmt.Sprintf("serving %s %.0fM over HTTP", cfg.Architecture, float64(cfg.NumParams())/1e6), "", "", "")
 
-	var base float64
-	window := time.Duration(f.serveSeconds * float64(time.Second))
-	for _, n := range []int{1, 8, 32} {
-		r := runClients(url, n, window, f.decodeTokens)
-		if r.failures > 0 {
-			return fmt.Errorf("%d of %d requests with %d clients failed", r.failures, r.failures+len(r.ttft), n)
+	// The client counts run in turn, in --rounds rounds of
+	// --serve-seconds/--rounds each, and the batching gain is the median
+	// of the rounds' ratios: the machine's speed changes from one second
+	// to the next, and a ratio of rates measured minutes apart would
+	// measure that too.
+	counts := []int{1, 8, 32}
+	rounds := max(1, f.rounds)
+	window := time.Duration(f.serveSeconds * float64(time.Second) / float64(rounds))
+	generated := func() uint64 { return e.sched.Stats().GeneratedTokens }
+	rates := make([][]float64, len(counts))       // per count, per round
+	ttfts := make([][]time.Duration, len(counts)) // pooled
+	for range rounds {
+		for i, n := range counts {
+			r := runClients(url, n, window, f.decodeTokens, generated)
+			if r.failures > 0 {
+				return fmt.Errorf("%d of %d requests with %d clients failed", r.failures, r.failures+len(r.ttft), n)
+			}
+			rates[i] = append(rates[i], r.tokS())
+			ttfts[i] = append(ttfts[i], r.ttft...)
 		}
-		note := ""
-		if n == 1 {
-			base = r.tokS()
-		} else {
-			note = fmt.Sprintf("%.1f× 1 client", r.tokS()/base)
+	}
+	for i, n := range counts {
+		note := fmt.Sprintf("median of %d rounds", rounds)
+		if i > 0 {
+			gains := make([]float64, rounds)
+			for r := range rounds {
+				gains[r] = rates[i][r] / rates[0][r]
+			}
+			g := median(gains)
+			note = fmt.Sprintf("%.1f× 1 client (median of %d rounds' ratios: %.1f–%.1f×)", g, rounds, slices.Min(gains), slices.Max(gains))
 		}
-		row(fmt.Sprintf("  %d streaming clients: output", n), fmt.Sprintf("%.1f", r.tokS()), "tok/s", note)
+		row(fmt.Sprintf("  %d streaming clients: output", n), fmt.Sprintf("%.1f", median(slices.Clone(rates[i]))), "tok/s", note)
 		row(fmt.Sprintf("  %d clients: TTFT p50 / p99", n),
-			fmt.Sprintf("%.0f / %.0f", ms(percentile(r.ttft, 0.5)), ms(percentile(r.ttft, 0.99))), "ms", "")
+			fmt.Sprintf("%.0f / %.0f", ms(percentile(ttfts[i], 0.5)), ms(percentile(ttfts[i], 0.99))), "ms", "")
 	}
 
-	// A long shared prefix: the second request's prompt starts with the
-	// first's system prompt, so only its own tail is computed.
 	prefixTokens := min(f.prefixTokens, cfg.MaxPositions-256)
 	if prefixTokens > 0 {
 		system := longText(e, prefixTokens)

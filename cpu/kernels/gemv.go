@@ -94,6 +94,15 @@ const minGemvBytes = 64 << 10
 // its 0.5 MB q/k/v pass in two blocks, one per thread).
 const gemvStealBytes = 256 << 10
 
+// gemvStealFlops bounds the work of a block that threads take from each
+// other when A has many rows (a batched decode step), where a product is
+// bound by arithmetic, not by reading the weights: a unit (two weight rows
+// of BF16, one of float32) is 4·m·k flops, and 1.6 Mflop is about 15 µs of
+// one thread. (At m = 32 on the ~20M model's shapes, blocks of 256 KiB of
+// weights are up to 60 µs of work; measured in alternating rounds, this
+// bound was level with none or up to 5% faster, and 0.4 Mflop no better.)
+const gemvStealFlops = 1_600_000
+
 // gemvBlockBytes bounds the weight rows one pass covers when A has more rows
 // than a kernel call takes: the block is then re-read from L2, not memory.
 const gemvBlockBytes = 128 << 10
@@ -203,7 +212,7 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 			// from start to end (what the prefetchers follow best), in
 			// blocks that a thread done with its own range takes from the
 			// end of another's.
-			blk := min(gemvStealBytes/(4*k), units/(4*t))
+			blk := min(gemvStealBytes/(4*k), units/(4*t), gemvStealFlops/(4*m*k))
 			forStealing(t, units, max(1, blk), body)
 		}
 	}
