@@ -257,6 +257,19 @@ func weightBytesPerToken(c *model.Config) float64 {
 	return params * size
 }
 
+// prefillFlops counts the floating-point operations of a prefill of n
+// tokens: the layers' matrix products for every token (2 per weight), the
+// attention's two products under the causal mask (each token sees its
+// position + 1 keys: 2·2·qdim per key), and the output projection for the
+// last token only (LastLogits). Norms, rotations and the softmax are left
+// out; the input embedding is a lookup.
+func prefillFlops(c *model.Config, n int) float64 {
+	h, q, kv, in := float64(c.HiddenSize), float64(c.QDim()), float64(c.KVDim()), float64(c.IntermediateSize)
+	layer := h*q + 2*h*kv + q*h + 3*h*in
+	keys := float64(n) * float64(n+1) / 2
+	return float64(c.NumLayers)*(2*layer*float64(n)+4*q*keys) + 2*float64(c.VocabSize)*h
+}
+
 func (a *app) benchModel(row func(...string), f benchFlags) error {
 	dir := f.model
 	if dir == "" {
@@ -386,7 +399,7 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	el := time.Since(start)
 	seq.Free()
 	ptps := float64(prefillN) / el.Seconds()
-	flops := 2 * float64(cfg.NumParams()) * float64(prefillN)
+	flops := prefillFlops(cfg, prefillN)
 	row(fmt.Sprintf("  prefill, %d tokens", prefillN), fmt.Sprintf("%.1f", ptps), "tok/s",
 		fmt.Sprintf("flops:%.0f", flops/float64(prefillN)))
 	return nil
