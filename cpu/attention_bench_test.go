@@ -52,6 +52,12 @@ func BenchmarkPagedAttention(b *testing.B) {
 		bench{"decode-at-16384-h16-kv8-d128", pagedShape{16, 8, 128, 16, []pagedSeq{{ctx: 16384, nNew: 1}}, "scattered"}},
 		bench{"decode-8x4096-h6-kv2-d64", pagedShape{6, 2, 64, 16, []pagedSeq{{4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}, {4096, 1}}, "scattered"}},
 	)
+	// A batched decode step of a server: 32 sequences of short contexts.
+	var batch []pagedSeq
+	for i := range 32 {
+		batch = append(batch, pagedSeq{ctx: 40 + 3*i, nNew: 1})
+	}
+	cases = append(cases, bench{"decode-32x40-133-h6-kv2-d64", pagedShape{6, 2, 64, 16, batch, "scattered"}})
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			be := New()
