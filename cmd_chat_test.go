@@ -196,7 +196,7 @@ func TestChatWithClawrlServer(t *testing.T) {
 // the bundled model).
 func startServe(t *testing.T, dir string) (string, func()) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	var out, errb lockedBuffer // the server's goroutines log to them
 	a := &app{stdout: &out, stderr: &errb}
 	root := newRootCmd(&out, &errb)
 	root.SetArgs([]string{"version"})
@@ -255,4 +255,22 @@ func TestChatInterrupt(t *testing.T) {
 	if !strings.Contains(out.String(), "(interrupted") || len(c.messages) != 0 {
 		t.Errorf("output %q, messages %+v", out.String(), c.messages)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

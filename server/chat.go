@@ -202,7 +202,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	binding := s.begin(w, meta, conv)
 	id := newID("chatcmpl-", 29)
-	c := chatCall{s: s, id: id, created: received.Unix(), logprobs: smp.logprobs}
+	recorded := false
+	c := chatCall{s: s, id: id, created: received.Unix(), logprobs: smp.logprobs, complete: func(outs []*output) {
+		recorded = true
+		s.record(binding, meta, "chat.completions", id, conv, p, outs, received)
+	}}
 	var outs []*output
 	if req.Stream {
 		outs = c.stream(ctx, cancel, w, gens, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, len(p.prompt))
@@ -210,7 +214,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		outs = c.collect(ctx, w, gens, len(p.prompt))
 	}
 	s.observe("chat.completions", received, outs)
-	s.record(binding, meta, "chat.completions", id, conv, p, outs, received)
+	if !recorded { // an error or a client gone: record keeps only complete turns
+		s.record(binding, meta, "chat.completions", id, conv, p, outs, received)
+	}
 }
 
 // chatCall writes one chat completion.
@@ -219,6 +225,11 @@ type chatCall struct {
 	id       string
 	created  int64
 	logprobs bool
+	// complete, if set, gets the outputs once every choice has finished
+	// without error, before the response's last bytes are written: the
+	// turn is recorded then, so that feedback a client sends as soon as
+	// it has read the answer finds it.
+	complete func(outs []*output)
 }
 
 type chatCompletion struct {
@@ -294,6 +305,9 @@ func (c *chatCall) collect(ctx context.Context, w http.ResponseWriter, gens []*g
 			ch.Logprobs = &choiceLogprobs{Content: orEmpty(o.lp)}
 		}
 		resp.Choices = append(resp.Choices, ch)
+	}
+	if c.complete != nil {
+		c.complete(outs)
 	}
 	w.Header().Set("X-Weight-Version", strconv.FormatUint(version, 10))
 	writeJSON(w, resp)
@@ -389,6 +403,9 @@ func (c *chatCall) stream(ctx context.Context, cancel context.CancelFunc, w http
 	}
 	if cancelled(outs) {
 		return outs
+	}
+	if c.complete != nil {
+		c.complete(outs)
 	}
 	if includeUsage {
 		u := makeUsage(promptLen, outs)

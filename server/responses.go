@@ -355,6 +355,11 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		Text: map[string]any{"format": map[string]string{"type": "text"}}, Metadata: map[string]string{},
 		User: req.User,
 	}}
+	recorded := false
+	rc.complete = func(outs []*output) {
+		recorded = true
+		s.record(binding, meta, "responses", rc.base.ID, conv, p, outs, received)
+	}
 	var outs []*output
 	if req.Stream {
 		outs = rc.stream(ctx, cancel, w, gens)
@@ -362,7 +367,9 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		outs = rc.collect(ctx, w, gens)
 	}
 	s.observe("responses", received, outs)
-	s.record(binding, meta, "responses", rc.base.ID, conv, p, outs, received)
+	if !recorded { // an error or a client gone: record keeps only complete turns
+		s.record(binding, meta, "responses", rc.base.ID, conv, p, outs, received)
+	}
 }
 
 func toolChoiceValue(c toolChoice) any {
@@ -378,6 +385,8 @@ type responseCall struct {
 	req  *responsesRequest
 	p    *prepared
 	base responseObject
+	// complete is chatCall.complete for the Responses API.
+	complete func(outs []*output)
 }
 
 // finished fills in the final status, output and usage.
@@ -421,6 +430,9 @@ func (rc *responseCall) collect(ctx context.Context, w http.ResponseWriter, gens
 	for _, c := range o.calls {
 		items = append(items, functionCallItem{Type: "function_call", ID: newID("fc_", 32), CallID: c.id,
 			Name: c.name, Arguments: c.args, Status: "completed"})
+	}
+	if rc.complete != nil {
+		rc.complete(outs)
 	}
 	w.Header().Set("X-Weight-Version", strconv.FormatUint(o.version(rc.s.opts.Version()), 10))
 	writeJSON(w, rc.finished(o, items))
@@ -580,6 +592,9 @@ func (rc *responseCall) stream(ctx context.Context, cancel context.CancelFunc, w
 		st.open("message", nil) // an empty reply is still a message
 	}
 	st.close()
+	if rc.complete != nil {
+		rc.complete(outs)
+	}
 	resp := rc.finished(o, st.items)
 	if resp.Status == "incomplete" {
 		st.send("response.incomplete", map[string]any{"response": resp})

@@ -431,3 +431,20 @@ func TestResponsesTurnsRecorded(t *testing.T) {
 		t.Fatalf("recorded tools %s", got[0].Tools[0])
 	}
 }
+
+// TestFeedbackRightAfterAnswer: the turn is recorded before the answer's
+// last bytes go out, so feedback sent the moment the client has read the
+// answer finds it (it used to be recorded after, and lost that race).
+func TestFeedbackRightAfterAnswer(t *testing.T) {
+	e := newEnv(t)
+	for i := range 20 {
+		body := map[string]any{"messages": []map[string]any{msg("user", fmt.Sprintf("question %d", i))}}
+		if i%2 == 1 {
+			body["stream"] = true
+		}
+		r := e.chat(body, "X-Session-Id", fmt.Sprintf("fast-%d", i))
+		if resp, b := e.post("/v1/feedback", `{"response_id":"`+r.id+`","thumb":"up"}`); resp.StatusCode != 200 {
+			t.Fatalf("request %d (stream %v): feedback right after the answer = %d %s", i, body["stream"], resp.StatusCode, b)
+		}
+	}
+}

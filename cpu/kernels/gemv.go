@@ -143,83 +143,58 @@ func (g *gemvArch) run(m, n, k int, alpha float32, a []float32, lda int, wf []fl
 // fork-join and a wait at its end for the slower thread.) Shapes are
 // checked by the caller.
 func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts []gemvPart) {
-	kvh := k &^ (g.vlBF16 - 1) // columns the BF16 kernel covers
-	kvf := k &^ (g.vlF32 - 1)  // and the F32 kernel
-	kvOf := func(p *gemvPart) int {
-		if p.wh != nil {
-			return kvh
-		}
-		return kvf
-	}
+	ps := gemvPass{g: g, m: m, k: k, alpha: alpha, a: a, lda: lda,
+		kvh: k &^ (g.vlBF16 - 1), kvf: k &^ (g.vlF32 - 1)}
 	units := 0 // the kernels' work: groups of four rows × bytes per weight
 	bf16 := false
 	for i := range parts {
 		p := &parts[i]
-		if kvOf(p) == 0 || p.n < 4 {
+		if ps.kvOf(p) == 0 || p.n < 4 {
 			continue
 		}
 		units += p.n / 4 * p.esize()
 		bf16 = bf16 || p.wh != nil
 	}
-	ak, lak := a, lda // A de-interleaved, for the BF16 kernel
+	ps.ak, ps.lak = a, lda
 	if bf16 {
 		buf := gemvScratch.Get().(*[]float32)
 		defer gemvScratch.Put(buf)
+		kvh := ps.kvh
 		if cap(*buf) < m*kvh {
 			*buf = make([]float32, m*kvh)
 		}
-		ak, lak = (*buf)[:m*kvh], kvh
+		ps.ak, ps.lak = (*buf)[:m*kvh], kvh
 		switch {
 		case kvh == 0:
 		case g.deint != nil:
 			for i := range m {
-				g.deint(&ak[i*kvh], &a[i*lda], kvh/g.vlBF16)
+				g.deint(&ps.ak[i*kvh], &a[i*lda], kvh/g.vlBF16)
 			}
 		default:
-			deinterleave(ak, a, m, lda, kvh, g.vlBF16)
+			deinterleave(ps.ak, a, m, lda, kvh, g.vlBF16)
 		}
 	}
 	if units > 0 {
-		// body runs the kernels over units [lo, hi): the groups of four rows
-		// of each part whose first unit falls in the range.
-		body := func(lo, hi int) {
-			off := 0
-			for i := range parts {
-				p := &parts[i]
-				kv := kvOf(p)
-				if kv == 0 || p.n < 4 {
-					continue
-				}
-				es, groups := p.esize(), p.n/4
-				g0 := min(groups, max(0, (lo-off+es-1)/es))
-				g1 := min(groups, max(0, (hi-off+es-1)/es))
-				off += groups * es
-				if g0 >= g1 {
-					continue
-				}
-				pa, la := a, lda
-				if p.wh != nil {
-					pa, la = ak, lak
-				}
-				g.partRows(p, m, k, kv, alpha, a, lda, pa, la, 4*g0, 4*g1)
-			}
-		}
 		t := min(Threads(), max(1, units*4*k/minGemvBytes), units)
 		if t <= 1 {
-			body(0, units)
+			ps.run(parts, 0, units)
 		} else {
 			// One contiguous range per thread, which it streams through
 			// from start to end (what the prefetchers follow best), in
 			// blocks that a thread done with its own range takes from the
-			// end of another's.
+			// end of another's. The pass goes to the heap with its own
+			// copy of parts, so that a product run on one thread (the
+			// small ones, and those inside another ParallelFor) allocates
+			// nothing.
+			shared, cp := ps, append([]gemvPart(nil), parts...)
 			blk := min(gemvStealBytes/(4*k), units/(4*t), gemvStealFlops/(4*m*k))
-			forStealing(t, units, max(1, blk), body)
+			forStealing(t, units, max(1, blk), func(lo, hi int) { shared.run(cp, lo, hi) })
 		}
 	}
 	for i := range parts { // rows left over by the kernels
 		p := &parts[i]
 		j0 := p.n &^ 3
-		if kvOf(p) == 0 {
+		if ps.kvOf(p) == 0 {
 			j0 = 0
 		}
 		for j := j0; j < p.n; j++ {
@@ -231,6 +206,51 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 				p.c[r*p.ldc+j] = s
 			}
 		}
+	}
+}
+
+// gemvPass is one runParts call: products over the same A
+// (m×k, row stride lda; de-interleaved for the BF16 kernel in ak, row
+// stride lak).
+type gemvPass struct {
+	g        *gemvArch
+	m, k     int
+	alpha    float32
+	a, ak    []float32
+	lda, lak int
+	kvh, kvf int // columns the BF16 and the F32 kernels cover
+}
+
+// kvOf is the columns the kernel of part p covers.
+func (ps *gemvPass) kvOf(p *gemvPart) int {
+	if p.wh != nil {
+		return ps.kvh
+	}
+	return ps.kvf
+}
+
+// run runs the kernels over units [lo, hi): the groups of four rows of
+// each of parts whose first unit falls in the range.
+func (ps *gemvPass) run(parts []gemvPart, lo, hi int) {
+	off := 0
+	for i := range parts {
+		p := &parts[i]
+		kv := ps.kvOf(p)
+		if kv == 0 || p.n < 4 {
+			continue
+		}
+		es, groups := p.esize(), p.n/4
+		g0 := min(groups, max(0, (lo-off+es-1)/es))
+		g1 := min(groups, max(0, (hi-off+es-1)/es))
+		off += groups * es
+		if g0 >= g1 {
+			continue
+		}
+		pa, la := ps.a, ps.lda
+		if p.wh != nil {
+			pa, la = ps.ak, ps.lak
+		}
+		ps.g.partRows(p, ps.m, ps.k, kv, ps.alpha, ps.a, ps.lda, pa, la, 4*g0, 4*g1)
 	}
 }
 
