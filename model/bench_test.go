@@ -230,3 +230,42 @@ func BenchmarkPrefill512(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeLongContext decodes one token at a time after a 16K-token
+// prompt on the ~20M model, the shape of an agent's turn (a long system
+// prompt and history): the attention's reads of the cache (134 MB per
+// token) outweigh the weights' (34 MB). kv-GB/s counts the cache's keys
+// and values read per second.
+func BenchmarkDecodeLongContext(b *testing.B) {
+	const prompt = 16384
+	m := loadBench(b, "llama-20M-bf16", SpecLlama20M(), false)
+	kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken() * (prompt + 1024)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer kv.Close()
+	seq := kv.NewSequence()
+	toks := testTokens(prompt, m.Config.VocabSize)
+	for i := 0; i < prompt; i += 512 {
+		if _, err := m.Forward([]Step{{seq, toks[i:min(prompt, i+512)]}}, LastLogits, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	step := []Step{{seq, []int32{1}}}
+	var logits []float32
+	b.ResetTimer()
+	for it := 0; it < b.N; it++ {
+		if seq.Len() >= prompt+512 {
+			b.StopTimer()
+			seq.Truncate(prompt)
+			b.StartTimer()
+		}
+		if logits, err = m.Forward(step, LastLogits, logits); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sec := b.Elapsed().Seconds()
+	b.ReportMetric(float64(b.N)/sec, "tok/s")
+	b.ReportMetric(float64(b.N)*float64(m.Config.KVBytesPerToken())*float64(prompt)/sec/1e9, "kv-GB/s")
+	b.ReportMetric(0, "ns/op")
+}
