@@ -148,6 +148,8 @@ func runClients(url string, n int, window time.Duration, maxTokens int, generate
 	return res
 }
 
+// longText makes a system prompt of about n tokens (measured with the
+// served tokenizer) of varied English-like words.
 func longText(e *engine, n int) string {
 	words := strings.Fields("the assistant reads files checks tools answers questions about code dates units lists and formats " +
 		"before replying it should verify paths run tests explain results and keep the user informed of every step taken")
@@ -245,6 +247,8 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 			fmt.Sprintf("%.0f / %.0f", ms(percentile(ttfts[i], 0.5)), ms(percentile(ttfts[i], 0.99))), "ms", "")
 	}
 
+	// A long shared prefix: the second request's prompt starts with the
+	// first's system prompt, so only its own tail is computed.
 	prefixTokens := min(f.prefixTokens, cfg.MaxPositions-256)
 	if prefixTokens > 0 {
 		system := longText(e, prefixTokens)

@@ -182,10 +182,9 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 			// One contiguous range per thread, which it streams through
 			// from start to end (what the prefetchers follow best), in
 			// blocks that a thread done with its own range takes from the
-			// end of another's. The pass goes to the heap with its own
-			// copy of parts, so that a product run on one thread (the
-			// small ones, and those inside another ParallelFor) allocates
-			// nothing.
+			// end of another's. Only here does the pass go to the heap,
+			// with its own copy of parts, so that a product small enough
+			// for one thread allocates nothing.
 			shared, cp := ps, append([]gemvPart(nil), parts...)
 			blk := min(gemvStealBytes/(4*k), units/(4*t), gemvStealFlops/(4*m*k))
 			forStealing(t, units, max(1, blk), func(lo, hi int) { shared.run(cp, lo, hi) })

@@ -11,18 +11,14 @@
 	VFMADD231PS addr, X29, x; \
 	VMOVUPS     x, addr
 
-// Load 32 BF16 at addr: even elements to ev, odd to raw, as float32.
-#define BFW512(addr, raw, ev) \
-	VMOVDQU32 addr, raw; \
-	VPSLLD    $16, raw, ev; \
-	VPANDD    Z31, raw, raw
-
-// BFW512 with the two halves read by two loads of addr, folded into the
-// shift and the mask: no register holds the raw weights. Streaming weights
-// from memory at m = 1, this form ran 15-40% faster than BFW512's single
-// load on the development machines (2 threads, a 311 MB matrix, rounds
-// alternated within one process); why is not known: the second load hits
-// the line the first one brought, and may keep more misses in flight.
+// Load 32 BF16 at addr: even elements to ev, odd to od, as float32. The
+// line is read by two loads, folded into the shift and the mask, and no
+// register holds the raw weights: streaming weights from memory at m = 1,
+// this ran 15-58% faster (median ~28%) than one VMOVDQU32 followed by the
+// shift and the mask in registers, on the development machines (2
+// threads, a 311 MB matrix, the two forms alternated within one process).
+// Why is not known; the second load hits the line the first one brought,
+// and may keep more misses in flight.
 #define BFW512F(addr, od, ev) \
 	VPSLLD $16, addr, ev; \
 	VPANDD addr, Z31, od
@@ -340,7 +336,8 @@ GLOBL bfmask<>(SB), RODATA|NOPTR, $32
 	VPAND   bfmask<>(SB), raw, raw
 
 // BFW256 with two loads of addr folded into the shift and the mask (see
-// BFW512F); Y13 holds the mask.
+// BFW512F; on the development machines the AVX2 m = 1 loop went from
+// 86-97% to 99-100% of the read loop); Y13 holds the mask.
 #define BFW256F(addr, od, ev) \
 	VPSLLD $16, addr, ev; \
 	VPAND  addr, Y13, od
