@@ -214,31 +214,42 @@ func (g *gemmArch) panel(kb int, bufs *gemmBufs, bp []float32, mb, cols int, alp
 // the passes over four rows of A each.
 func (g *gemmArch) smallM(m, n, k int, alpha float32, a matA, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	const strip = 16
-	block := max(strip, (256<<10)/(4*k)/strip*strip)
 	strips := (n + strip - 1) / strip
 	t := min(Threads(), strips, max(1, m*n*k/minGemmWork))
+	if t <= 1 { // no closure: a small product (attention's, per task) allocates nothing
+		g.smallMCols(0, n, m, k, alpha, a, b, ldb, beta, c, ldc)
+		return
+	}
 	forChunks(t, func(i int) {
 		lo, hi := i*strips/t*strip, min((i+1)*strips/t*strip, n)
-		for j0 := lo; j0 < hi; j0 += block {
-			nb := min(block, hi-j0)
-			for i0 := 0; i0 < m; i0 += 4 {
-				var rows [4]*float32
-				aps := 4
-				for r := range rows {
-					i := i0 + min(r, m-i0-1) // rows past m repeat the last one
-					if a.trans {
-						rows[r] = &a.f[i]
-					} else {
-						rows[r] = &a.f[i*a.ld]
-					}
-				}
-				if a.trans {
-					aps = 4 * a.ld
-				}
-				g.kernN(min(4, m-i0), k, rows[0], rows[1], rows[2], rows[3], aps, &b[j0], 4*ldb, &c[i0*ldc+j0], 4*ldc, nb, alpha, beta)
-			}
-		}
+		g.smallMCols(lo, hi, m, k, alpha, a, b, ldb, beta, c, ldc)
 	})
+}
+
+// smallMCols is smallM over the columns [lo, hi) of C (a multiple of the
+// strip apart from the last).
+func (g *gemmArch) smallMCols(lo, hi, m, k int, alpha float32, a matA, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	const strip = 16
+	block := max(strip, (256<<10)/(4*k)/strip*strip)
+	for j0 := lo; j0 < hi; j0 += block {
+		nb := min(block, hi-j0)
+		for i0 := 0; i0 < m; i0 += 4 {
+			var rows [4]*float32
+			aps := 4
+			for r := range rows {
+				i := i0 + min(r, m-i0-1) // rows past m repeat the last one
+				if a.trans {
+					rows[r] = &a.f[i]
+				} else {
+					rows[r] = &a.f[i*a.ld]
+				}
+			}
+			if a.trans {
+				aps = 4 * a.ld
+			}
+			g.kernN(min(4, m-i0), k, rows[0], rows[1], rows[2], rows[3], aps, &b[j0], 4*ldb, &c[i0*ldc+j0], 4*ldc, nb, alpha, beta)
+		}
+	}
 }
 
 // packA packs rows [i0, i0+mb) × shared indices [p0, p0+kb) of op(A) into
