@@ -145,7 +145,8 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 }
 
 // ratio fills a result row's last column: the row names its ceiling as
-// "peak", "read" or "limit:<weight bytes per token>".
+// "peak", "read" or "flops:<per token>", or gives its own text (the decode
+// rows, whose ceiling is measured in rounds beside them).
 func ratio(r []string, c ceilings) string {
 	var v float64
 	fmt.Sscan(r[1], &v)
@@ -154,11 +155,6 @@ func ratio(r []string, c ceilings) string {
 		return pct(v, c.peak) + " of FMA peak"
 	case r[3] == "read":
 		return pct(v, c.read) + " of read bandwidth"
-	case strings.HasPrefix(r[3], "limit:"):
-		var bytes float64
-		fmt.Sscan(strings.TrimPrefix(r[3], "limit:"), &bytes)
-		limit := c.copy * 1e9 / bytes
-		return fmt.Sprintf("%s of %.0f tok/s limit (copy BW / weight bytes)", pct(v, limit), limit)
 	case strings.HasPrefix(r[3], "flops:"):
 		var flops float64
 		fmt.Sscan(strings.TrimPrefix(r[3], "flops:"), &flops)
