@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/cpu/kernels"
 	"github.com/clawrl/clawrl/model"
 )
@@ -284,7 +283,7 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 		}
 		dir = tmp
 	}
-	m, err := model.Load(cpu.New(), dir)
+	m, err := model.Load(a.backend(), dir)
 	if err != nil {
 		return err
 	}

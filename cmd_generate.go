@@ -54,6 +54,22 @@ func (a *app) modelDir(flag string) (string, error) {
 	return dir, nil
 }
 
+// backend returns the CPU backend for serving and benchmarks, at the
+// precision model.precision names (auto: BF16 products where the CPU
+// multiplies BF16 in hardware).
+func (a *app) backend() *cpu.Backend {
+	p := kernels.PrecisionF32
+	switch a.cfg.Model.Precision {
+	case "bf16":
+		p = kernels.PrecisionBF16
+	case "auto":
+		if kernels.HasBF16Dot() {
+			p = kernels.PrecisionBF16
+		}
+	}
+	return cpu.NewWithOptions(cpu.Options{Precision: p})
+}
+
 // openEngine loads dir and starts a scheduler over it.
 func (a *app) openEngine(dir string) (*engine, error) {
 	if a.cfg.Model.Threads > 0 {
@@ -64,7 +80,7 @@ func (a *app) openEngine(dir string) (*engine, error) {
 		return nil, err
 	}
 	start := time.Now()
-	m, err := model.Load(cpu.New(), dir)
+	m, err := model.Load(a.backend(), dir)
 	if err != nil {
 		return nil, err
 	}

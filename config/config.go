@@ -85,6 +85,9 @@ type Model struct {
 	Path      string `mapstructure:"path"`
 	Threads   int    `mapstructure:"threads"`
 	KVCacheMB int    `mapstructure:"kv_cache_mb"`
+	// Precision of the products with BF16 weights: auto, bf16 or f32 (see
+	// config.yaml).
+	Precision string `mapstructure:"precision"`
 }
 
 // Server configures the OpenAI-compatible API.
@@ -298,6 +301,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Model.KVCacheMB < 1 {
 		errs = append(errs, fmt.Errorf("model.kv_cache_mb: %d must be >= 1", c.Model.KVCacheMB))
+	}
+	switch c.Model.Precision {
+	case "auto", "bf16", "f32":
+	default:
+		errs = append(errs, fmt.Errorf("model.precision: %q is not one of auto, bf16, f32", c.Model.Precision))
 	}
 	if c.Server.Port < 1 || c.Server.Port > 65535 {
 		errs = append(errs, fmt.Errorf("server.port: %d is not a TCP port (1-65535)", c.Server.Port))

@@ -90,6 +90,9 @@ func TestLoad(t *testing.T) {
 		{name: "bad thinking", env: []string{"CLAWRL_SERVER_ENABLE_THINKING=maybe"}, wantErr: "server.enable_thinking"},
 		{name: "bool from env", env: []string{"CLAWRL_ROLLOUT_PREFIX_CACHE=false"},
 			check: func(c *Config) bool { return !c.Rollout.PrefixCache }},
+		{name: "precision from env", env: []string{"CLAWRL_MODEL_PRECISION=f32"},
+			check: func(c *Config) bool { return c.Model.Precision == "f32" }},
+		{name: "bad precision", file: "model:\n  precision: fp8\n", wantErr: "model.precision"},
 		{name: "negative threads", env: []string{"CLAWRL_MODEL_THREADS=-2"}, wantErr: "model.threads"},
 	}
 	for _, tt := range tests {

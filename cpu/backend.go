@@ -60,6 +60,12 @@ type Options struct {
 	// ZeroCopyWeights makes WeightF32 and WeightBF16 use the caller's
 	// slices instead of copying them (see the package doc).
 	ZeroCopyWeights bool
+
+	// Precision is how the forward products with BF16 weights (Linear,
+	// LinearMulti) treat their activations (see kernels.Precision). The
+	// zero value keeps them in float32. The backward ops compute in
+	// float32 either way.
+	Precision kernels.Precision
 }
 
 // New returns a CPU backend with default options. The number of threads
@@ -102,8 +108,14 @@ func (t *tensor) Shape() []int         { return t.shape }
 // (no copy). It lets tests and host-side code read activations directly.
 func Float32s(t compute.Tensor) []float32 { return must(t, compute.F32, "Float32s").f32 }
 
-// Name reports the backend and its thread count.
-func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", kernels.Threads()) }
+// Name reports the backend, its thread count and, when not float32, the
+// precision of its BF16 products.
+func (b *Backend) Name() string {
+	if b.opts.Precision != kernels.PrecisionF32 {
+		return fmt.Sprintf("cpu (%d threads, %v products)", kernels.Threads(), b.opts.Precision)
+	}
+	return fmt.Sprintf("cpu (%d threads)", kernels.Threads())
+}
 
 func checkShape(shape []int) (int, error) {
 	if len(shape) == 0 {

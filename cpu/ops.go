@@ -53,7 +53,8 @@ func embedRows(dst []float32, t *tensor, idx []int32, lo, hi int) {
 	}
 }
 
-// Linear computes dst = x·wᵀ + bias through kernels.LinearF32/LinearBF16.
+// Linear computes dst = x·wᵀ + bias through kernels.LinearF32/LinearBF16
+// (at the backend's Options.Precision).
 func (b *Backend) Linear(dst, x, w, bias compute.Tensor) {
 	a := must(x, compute.F32, "Linear x")
 	o := linearOut(a, dst, w, bias, "Linear")
@@ -64,7 +65,7 @@ func (b *Backend) Linear(dst, x, w, bias compute.Tensor) {
 	if o.W32 != nil {
 		kernels.LinearF32(o.C, a.f32, o.W32, m, o.N, k, o.Accumulate)
 	} else {
-		kernels.LinearBF16(o.C, a.f32, o.W16, m, o.N, k, o.Accumulate)
+		kernels.LinearBF16Prec(o.C, a.f32, o.W16, m, o.N, k, o.Accumulate, b.opts.Precision)
 	}
 }
 
@@ -84,7 +85,7 @@ func (b *Backend) LinearMulti(x compute.Tensor, outs []compute.LinearOut) {
 			buf[i] = linearOut(a, o.Dst, o.W, o.Bias, "LinearMulti")
 		}
 		if m > 0 {
-			kernels.LinearMulti(a.f32, m, k, buf[:n])
+			kernels.LinearMultiPrec(a.f32, m, k, buf[:n], b.opts.Precision)
 		}
 		outs = outs[n:]
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/cpu/kernels"
 )
 
 // tiny returns a small spec of arch with grouped-query attention and
@@ -20,11 +21,17 @@ func tiny(arch string) RandomSpec {
 
 func writeAndLoad(t *testing.T, spec RandomSpec) (*Model, string) {
 	t.Helper()
+	return writeAndLoadOn(t, spec, cpu.New())
+}
+
+// writeAndLoadOn writes a random checkpoint of spec and loads it on b.
+func writeAndLoadOn(t *testing.T, spec RandomSpec, b *cpu.Backend) (*Model, string) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := WriteRandomCheckpoint(dir, spec); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(cpu.New(), dir)
+	m, err := Load(b, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +116,60 @@ func TestForwardMatchesReference(t *testing.T) {
 				t.Fatalf("relative error %.3g against the float64 reference", e)
 			} else {
 				t.Logf("relative error %.2g", e)
+			}
+		})
+	}
+}
+
+// TestBF16PrecisionMatchesReference checks a backend at
+// kernels.PrecisionBF16 against the float64 reference that rounds the
+// inputs of the BF16 products the same way, on every kernel set's path (the
+// dot-product kernel where the CPU has it, rounding then the float32
+// kernels elsewhere), and that incremental decode still equals the full
+// forward. Against the unrounded reference the error is that of BF16
+// activations, about 1e-2, which is logged.
+func TestBF16PrecisionMatchesReference(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*RandomSpec)
+	}{
+		{"llama tied gqa", func(s *RandomSpec) { s.Tied = true }},
+		{"qwen2 untied biases", func(s *RandomSpec) { s.Arch = ArchQwen2 }},
+		{"qwen3 untied sharded, k not a multiple of 32", func(s *RandomSpec) { s.Arch, s.Shards, s.Hidden, s.Intermediate = ArchQwen3, 2, 40, 72 }},
+		{"qwen3 wide", func(s *RandomSpec) { s.Arch, s.Hidden, s.Intermediate, s.HeadDim = ArchQwen3, 64, 160, 16 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := tiny(ArchLlama)
+			spec.DType = "bfloat16"
+			tt.edit(&spec)
+			m, dir := writeAndLoadOn(t, spec, cpu.NewWithOptions(cpu.Options{Precision: kernels.PrecisionBF16}))
+			toks := testTokens(23, spec.Vocab)
+			full := fullLogits(t, m, toks)
+			ref := loadRef(t, dir)
+			exact := ref.forward(toks)
+			ref.roundInputs = true
+			if e := relErr(full, ref.forward(toks)); e >= 1e-3 || math.IsNaN(e) {
+				t.Fatalf("relative error %.3g against the reference with BF16 inputs", e)
+			} else {
+				t.Logf("relative error %.2g against the reference with BF16 inputs, %.2g against float32 inputs", e, relErr(full, exact))
+			}
+			kv := newCache(t, m, 4, 16)
+			seq := kv.NewSequence()
+			defer seq.Free()
+			var logits []float32
+			for pos, n := 0, 5; pos < len(toks); pos, n = pos+n, 1 {
+				var err error
+				if logits, err = m.Forward([]Step{{seq, toks[pos : pos+n]}}, LastLogits, logits); err != nil {
+					t.Fatal(err)
+				}
+				at := pos + n - 1
+				want := full[at*spec.Vocab : (at+1)*spec.Vocab]
+				for i := range want {
+					if d := math.Abs(float64(logits[i] - want[i])); d > 1e-3*(1+math.Abs(float64(want[i]))) {
+						t.Fatalf("decode: position %d logit %d = %v, full forward %v", at, i, logits[i], want[i])
+					}
+				}
 			}
 		})
 	}

@@ -20,6 +20,12 @@ type refModel struct {
 	eps                                              float64
 	invFreq                                          []float64
 	w                                                map[string][]float64
+
+	// roundInputs rounds the input of every product with a BF16 weight
+	// (through float32, to nearest even) to BF16, as the engine does at
+	// kernels.PrecisionBF16.
+	roundInputs bool
+	bf16        map[string]bool // the weights stored as BF16
 }
 
 func loadRef(t *testing.T, dir string) *refModel {
@@ -37,7 +43,7 @@ func loadRef(t *testing.T, dir string) *refModel {
 		hidden: int(num("hidden_size")), inter: int(num("intermediate_size")),
 		layers: int(num("num_hidden_layers")), heads: int(num("num_attention_heads")),
 		kvHeads: int(num("num_key_value_heads")), vocab: int(num("vocab_size")),
-		eps: num("rms_norm_eps"), w: map[string][]float64{},
+		eps: num("rms_norm_eps"), w: map[string][]float64{}, bf16: map[string]bool{},
 	}
 	r.hd = r.hidden / r.heads
 	if v, ok := cfg["head_dim"].(float64); ok {
@@ -77,11 +83,30 @@ func loadRef(t *testing.T, dir string) *refModel {
 			w[i] = float64(x)
 		}
 		r.w[name] = w
+		if _, info, err := ck.Find(name); err == nil && info.DType == safetensors.BF16 {
+			r.bf16[name] = true
+		}
 	}
 	if _, ok := r.w["lm_head.weight"]; !ok {
 		r.w["lm_head.weight"] = r.w["model.embed_tokens.weight"]
+		r.bf16["lm_head.weight"] = r.bf16["model.embed_tokens.weight"]
 	}
 	return r
+}
+
+// linear returns the product of weight name with x (+ b), x rounded to
+// BF16 first when r.roundInputs and the weight is BF16.
+func (r *refModel) linear(name string, x, b []float64) []float64 {
+	if r.roundInputs && r.bf16[name] {
+		xr := make([]float64, len(x))
+		for i, v := range x {
+			bits := math.Float32bits(float32(v))
+			bits += 0x7fff + (bits>>16)&1 // to nearest even (no NaNs here)
+			xr[i] = float64(math.Float32frombits(bits &^ 0xffff))
+		}
+		x = xr
+	}
+	return matvec(r.w[name], x, b)
 }
 
 // matvec returns W x (+ b) for W stored [out, in].
@@ -145,9 +170,9 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 		qs, ks, vs := make([][]float64, n), make([][]float64, n), make([][]float64, n)
 		for i := range n {
 			h := r.rmsnorm(x[i], W("input_layernorm.weight"))
-			qs[i] = matvec(W("self_attn.q_proj.weight"), h, W("self_attn.q_proj.bias"))
-			ks[i] = matvec(W("self_attn.k_proj.weight"), h, W("self_attn.k_proj.bias"))
-			vs[i] = matvec(W("self_attn.v_proj.weight"), h, W("self_attn.v_proj.bias"))
+			qs[i] = r.linear(p+"self_attn.q_proj.weight", h, W("self_attn.q_proj.bias"))
+			ks[i] = r.linear(p+"self_attn.k_proj.weight", h, W("self_attn.k_proj.bias"))
+			vs[i] = r.linear(p+"self_attn.v_proj.weight", h, W("self_attn.v_proj.bias"))
 			if qn := W("self_attn.q_norm.weight"); qn != nil {
 				for hh := 0; hh < len(qs[i]); hh += r.hd {
 					copy(qs[i][hh:], r.rmsnorm(qs[i][hh:hh+r.hd], qn))
@@ -186,17 +211,17 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 					}
 				}
 			}
-			o := matvec(W("self_attn.o_proj.weight"), att, W("self_attn.o_proj.bias"))
+			o := r.linear(p+"self_attn.o_proj.weight", att, W("self_attn.o_proj.bias"))
 			for e := range x[i] {
 				x[i][e] += o[e]
 			}
 			h := r.rmsnorm(x[i], W("post_attention_layernorm.weight"))
-			gate := matvec(W("mlp.gate_proj.weight"), h, W("mlp.gate_proj.bias"))
-			up := matvec(W("mlp.up_proj.weight"), h, W("mlp.up_proj.bias"))
+			gate := r.linear(p+"mlp.gate_proj.weight", h, W("mlp.gate_proj.bias"))
+			up := r.linear(p+"mlp.up_proj.weight", h, W("mlp.up_proj.bias"))
 			for e := range gate {
 				gate[e] = gate[e] / (1 + math.Exp(-gate[e])) * up[e]
 			}
-			d := matvec(W("mlp.down_proj.weight"), gate, W("mlp.down_proj.bias"))
+			d := r.linear(p+"mlp.down_proj.weight", gate, W("mlp.down_proj.bias"))
 			for e := range x[i] {
 				x[i][e] += d[e]
 			}
@@ -204,7 +229,7 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 	}
 	logits := make([][]float64, n)
 	for i := range n {
-		logits[i] = matvec(r.w["lm_head.weight"], r.rmsnorm(x[i], r.w["model.norm.weight"]), nil)
+		logits[i] = r.linear("lm_head.weight", r.rmsnorm(x[i], r.w["model.norm.weight"]), nil)
 	}
 	return logits
 }

@@ -12,7 +12,7 @@ import (
 // weights at the row counts of batched decoding (m = 1 … 64), through the
 // path LinearBF16 picks ("auto") and through each path forced ("gemv",
 // "gemm"), so that the threshold between them (gemvArch.maxM) can be
-// checked against this machine.
+// checked against this machine; "dot" is "auto" at PrecisionBF16.
 func BenchmarkLinearBatch(b *testing.B) {
 	r := rand.New(rand.NewPCG(7, 7))
 	for _, s := range linearShapes {
@@ -21,9 +21,9 @@ func BenchmarkLinearBatch(b *testing.B) {
 		}
 		wh := AllocBF16(s.n * s.k)
 		fillBF16(wh)
-		for _, m := range []int{1, 8, 16, 24, 32, 48, 64} {
+		for _, m := range []int{1, 8, 16, 24, 32, 48, 64, 128, 512} {
 			a, c := randF32(r, m*s.k), make([]float32, m*s.n)
-			for _, path := range []string{"auto", "gemv", "gemm"} {
+			for _, path := range []string{"auto", "gemv", "gemm", "dot"} {
 				b.Run(fmt.Sprintf("%s/m%d/%s", s.name, m, path), func(b *testing.B) {
 					im := active.Load()
 					if im.gemv == nil {
@@ -37,8 +37,13 @@ func BenchmarkLinearBatch(b *testing.B) {
 						im.gemv.maxM = 0
 					}
 					defer func() { im.gemv.maxM = old }()
+					prec := PrecisionF32
+					if path == "dot" {
+						prec = PrecisionBF16
+						im.gemv.maxM = 1 << 20
+					}
 					for i := 0; i < b.N; i++ {
-						LinearBF16(c, a, wh, m, s.n, s.k, false)
+						LinearBF16Prec(c, a, wh, m, s.n, s.k, false, prec)
 					}
 					reportGFLOPS(b, 2*float64(m*s.n*s.k))
 				})

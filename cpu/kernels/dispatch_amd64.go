@@ -13,6 +13,9 @@ func registerArch() {
 	best = KernelsAVX2
 	x := cpu.X86
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL {
+		if x.HasAVX512BF16 {
+			avx512Impls.gemv.dot = gemvDotBF16AVX512
+		}
 		sets[KernelsAVX512] = &avx512Impls
 		best = KernelsAVX512
 	}
@@ -96,3 +99,6 @@ func gemvBF16AVX2(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, 
 
 //go:noescape
 func gemvF32AVX2(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, n, k, m int, alpha, beta float32, pf int)
+
+//go:noescape
+func gemvDotBF16AVX512(c *float32, ldc int, a *uint16, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)

@@ -196,50 +196,71 @@ func TestLinear(t *testing.T) {
 // BF16 and float32 weights mixed, widths that leave rows and columns to
 // the scalar tails, and weights large enough to be split over several
 // threads, a thread's range crossing from one matrix into the next.
+// linearMultiCase is a TestLinearMulti case: the products over one A.
+type linearMultiCase struct {
+	k    int
+	outs []linearOutSpec
+}
+
+type linearOutSpec struct {
+	n    int
+	bf16 bool
+	acc  bool
+}
+
 func TestLinearMulti(t *testing.T) {
 	defer SetThreads(Threads())
 	SetThreads(5)
-	type outSpec struct {
-		n    int
-		bf16 bool
-		acc  bool
+	cases := []linearMultiCase{
+		{16, []linearOutSpec{{4, true, false}, {8, true, true}, {4, false, false}}},
+		{33, []linearOutSpec{{7, true, false}, {0, true, false}, {5, false, true}, {1, true, false}}},
+		{64, []linearOutSpec{{130, false, false}, {66, true, true}}},
+		{1024, []linearOutSpec{{260, true, false}, {68, true, false}, {130, true, true}}},
+		{1000, []linearOutSpec{{300, true, false}, {150, false, false}, {3, true, false}}},
+		{7, []linearOutSpec{{9, true, false}, {4, false, false}}},
 	}
-	cases := []struct {
-		k    int
-		outs []outSpec
-	}{
-		{16, []outSpec{{4, true, false}, {8, true, true}, {4, false, false}}},
-		{33, []outSpec{{7, true, false}, {0, true, false}, {5, false, true}, {1, true, false}}},
-		{64, []outSpec{{130, false, false}, {66, true, true}}},
-		{1024, []outSpec{{260, true, false}, {68, true, false}, {130, true, true}}},
-		{1000, []outSpec{{300, true, false}, {150, false, false}, {3, true, false}}},
-		{7, []outSpec{{9, true, false}, {4, false, false}}},
+	for _, prec := range []Precision{PrecisionF32, PrecisionBF16} {
+		t.Run(prec.String(), func(t *testing.T) { testLinearMulti(t, prec, cases) })
 	}
+}
+
+// testLinearMulti checks LinearMultiPrec at precision prec against a
+// float64 reference that rounds A to BF16 for the BF16 products at
+// PrecisionBF16.
+func testLinearMulti(t *testing.T, prec Precision, cases []linearMultiCase) {
 	eachKernels(t, func(t *testing.T) {
 		forEachLinearPath(t, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(9, 10))
-			for _, m := range []int{1, 2, 3, 4, 5, 9, 33} {
+			for _, m := range []int{1, 2, 3, 4, 5, 9, 33, 64, 65} {
 				for _, tc := range cases {
 					a := randF32(r, m*tc.k)
+					a16 := make([]float32, len(a))
+					for i, v := range a {
+						a16[i] = bf16to32(F32ToBF16One(v))
+					}
 					outs := make([]LinearOut, len(tc.outs))
 					wants := make([][]float64, len(tc.outs))
 					bounds := make([][]float64, len(tc.outs))
 					for i, o := range tc.outs {
 						c := newC(r, m, o.n, o.n, !o.acc)
 						var wf []float32
+						ar := a
 						if o.bf16 {
 							outs[i].W16 = randBF16(r, o.n*tc.k)
 							wf = widenBF16(outs[i].W16)
+							if prec == PrecisionBF16 {
+								ar = a16
+							}
 						} else {
 							wf = randF32(r, o.n*tc.k)
 							outs[i].W32 = wf
 						}
-						wants[i], bounds[i] = refLinear(m, o.n, tc.k, a, wf, c, o.acc)
+						wants[i], bounds[i] = refLinear(m, o.n, tc.k, ar, wf, c, o.acc)
 						outs[i].C, outs[i].N, outs[i].Accumulate = c, o.n, o.acc
 					}
-					LinearMulti(a, m, tc.k, outs)
+					LinearMultiPrec(a, m, tc.k, outs, prec)
 					for i, o := range tc.outs {
-						checkC(t, fmt.Sprintf("LinearMulti m=%d k=%d out %d (n=%d bf16=%v acc=%v)", m, tc.k, i, o.n, o.bf16, o.acc), outs[i].C, m, o.n, o.n, wants[i], bounds[i])
+						checkC(t, fmt.Sprintf("LinearMulti %v m=%d k=%d out %d (n=%d bf16=%v acc=%v)", prec, m, tc.k, i, o.n, o.bf16, o.acc), outs[i].C, m, o.n, o.n, wants[i], bounds[i])
 					}
 				}
 			}

@@ -40,6 +40,12 @@ type gemvArch struct {
 	f32           func(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, n, k, m int, alpha, beta float32, pf int)
 	bf16          func(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
 
+	// dot, if set, is the BF16 kernel with A in BF16 too (row stride lda
+	// in elements), for products at PrecisionBF16: k is taken in steps of
+	// 32, and the products are the widening kernel's with A rounded to
+	// BF16 (gemvdot_amd64.h). Set where the CPU has AVX512_BF16.
+	dot func(c *float32, ldc int, a *uint16, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
+
 	// deint, if set, is deinterleave for one row of blocks·vlBF16 elements,
 	// in assembly: at m = 32 the Go loop took a tenth of a batched decode
 	// step's products, on one thread while the others waited.
@@ -57,8 +63,15 @@ func gemvPrefetch(k, ldw, esize int) int {
 	return groups * 4 * ldw * esize
 }
 
-// gemvScratch holds de-interleaved copies of A for the BF16 kernels.
-var gemvScratch = sync.Pool{New: func() any { return new([]float32) }}
+// gemvScratch holds de-interleaved copies of A for the BF16 kernels;
+// gemvScratch16 copies of A rounded to BF16 for the dot kernel.
+var (
+	gemvScratch   = sync.Pool{New: func() any { return new([]float32) }}
+	gemvScratch16 = sync.Pool{New: func() any { return new([]uint16) }}
+)
+
+// dotStep is the columns the dot kernel takes per step.
+const dotStep = 32
 
 // deinterleave copies the first kv columns of the m rows of a (row stride
 // lda) into dst (row stride kv), each block of vl elements reordered as its
@@ -131,7 +144,7 @@ func (p *gemvPart) esize() int {
 // run computes C = alpha·A·Wᵀ + beta·C with W (n×k, row stride ldw) in wf
 // or, when wh is not nil, in wh as BF16. Shapes are checked by the caller.
 func (g *gemvArch) run(m, n, k int, alpha float32, a []float32, lda int, wf []float32, wh []uint16, ldw int, beta float32, c []float32, ldc int) {
-	g.runParts(m, k, alpha, a, lda, []gemvPart{{wf: wf, wh: wh, ldw: ldw, n: n, c: c, ldc: ldc, beta: beta}})
+	g.runParts(m, k, alpha, a, lda, []gemvPart{{wf: wf, wh: wh, ldw: ldw, n: n, c: c, ldc: ldc, beta: beta}}, false)
 }
 
 // runParts computes every part's product with the same A (m×k, row stride
@@ -140,23 +153,38 @@ func (g *gemvArch) run(m, n, k int, alpha float32, a []float32, lda int, wf []fl
 // thread's range may run from the end of one matrix into the next and the
 // whole pass costs one fork-join. (The q, k and v projections of
 // Qwen3-0.6B are 4, 2 and 2 MB of BF16; run one at a time, each paid a
-// fork-join and a wait at its end for the slower thread.) Shapes are
-// checked by the caller.
-func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts []gemvPart) {
+// fork-join and a wait at its end for the slower thread.) With dot (only
+// when g.dot is set), the BF16 parts take A rounded to BF16 through the dot
+// kernel. Shapes are checked by the caller.
+func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts []gemvPart, dot bool) {
 	ps := gemvPass{g: g, m: m, k: k, alpha: alpha, a: a, lda: lda,
 		kvh: k &^ (g.vlBF16 - 1), kvf: k &^ (g.vlF32 - 1)}
+	if dot {
+		ps.kvh = k &^ (dotStep - 1)
+	}
 	units := 0 // the kernels' work: groups of four rows × bytes per weight
 	bf16 := false
 	for i := range parts {
 		p := &parts[i]
+		bf16 = bf16 || p.wh != nil
 		if ps.kvOf(p) == 0 || p.n < 4 {
 			continue
 		}
 		units += p.n / 4 * p.esize()
-		bf16 = bf16 || p.wh != nil
 	}
 	ps.ak, ps.lak = a, lda
-	if bf16 {
+	switch {
+	case bf16 && dot:
+		buf := gemvScratch16.Get().(*[]uint16)
+		defer gemvScratch16.Put(buf)
+		if cap(*buf) < m*k {
+			*buf = make([]uint16, m*k)
+		}
+		ps.a16 = (*buf)[:m*k]
+		for i := range m {
+			F32ToBF16(ps.a16[i*k:(i+1)*k], a[i*lda:i*lda+k])
+		}
+	case bf16:
 		buf := gemvScratch.Get().(*[]float32)
 		defer gemvScratch.Put(buf)
 		kvh := ps.kvh
@@ -198,7 +226,12 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 		}
 		for j := j0; j < p.n; j++ {
 			for r := 0; r < m; r++ {
-				s := alpha * gemvDotGo(a[r*lda:], p.wf, p.wh, j*p.ldw, 0, k)
+				var s float32
+				if p.wh != nil && ps.a16 != nil {
+					s = alpha * gemvDotGo16(ps.a16[r*k:], p.wh, j*p.ldw, 0, k)
+				} else {
+					s = alpha * gemvDotGo(a[r*lda:], p.wf, p.wh, j*p.ldw, 0, k)
+				}
 				if p.beta != 0 {
 					s += p.beta * p.c[r*p.ldc+j]
 				}
@@ -218,6 +251,10 @@ type gemvPass struct {
 	a, ak    []float32
 	lda, lak int
 	kvh, kvf int // columns the BF16 and the F32 kernels cover
+
+	// a16 is A rounded to BF16 (row stride k) when the BF16 parts take the
+	// dot kernel, else nil.
+	a16 []uint16
 }
 
 // kvOf is the columns the kernel of part p covers.
@@ -248,6 +285,10 @@ func (ps *gemvPass) run(parts []gemvPart, lo, hi int) {
 		pa, la := ps.a, ps.lda
 		if p.wh != nil {
 			pa, la = ps.ak, ps.lak
+		}
+		if p.wh != nil && ps.a16 != nil {
+			ps.g.partRowsDot(p, ps.m, ps.k, kv, ps.alpha, ps.a16, 4*g0, 4*g1)
+			continue
 		}
 		ps.g.partRows(p, ps.m, ps.k, kv, ps.alpha, ps.a, ps.lda, pa, la, 4*g0, 4*g1)
 	}
@@ -286,6 +327,43 @@ func (g *gemvArch) partRows(p *gemvPart, m, k, kv int, alpha float32, a []float3
 			}
 		}
 	}
+}
+
+// partRowsDot is partRows for a BF16 part with A in BF16 (a16, row
+// stride k), through the dot kernel.
+func (g *gemvArch) partRowsDot(p *gemvPart, m, k, kv int, alpha float32, a16 []uint16, lo, hi int) {
+	pf0 := gemvPrefetch(k, p.ldw, 2)
+	block := hi - lo
+	if m > g.mp {
+		block = max(4, gemvBlockBytes/(k*2)&^3)
+	}
+	for r0 := lo; r0 < hi; r0 += block {
+		r1 := min(hi, r0+block)
+		pf := pf0
+		for i0 := 0; i0 < m; i0 += g.mp {
+			if i0 > 0 {
+				pf = 0 // the block is in cache now
+			}
+			g.dot(&p.c[i0*p.ldc+r0], p.ldc, &a16[i0*k], k, &p.wh[r0*p.ldw], p.ldw, r1-r0, kv, min(g.mp, m-i0), alpha, p.beta, pf)
+		}
+	}
+	if kv < k { // the last k mod 32 columns
+		for i := 0; i < m; i++ {
+			for j := lo; j < hi; j++ {
+				p.c[i*p.ldc+j] += alpha * gemvDotGo16(a16[i*k:], p.wh, j*p.ldw, kv, k)
+			}
+		}
+	}
+}
+
+// gemvDotGo16 returns Σ a[p]·w[off+p] over p in [p0, p1), both BF16, with
+// float32 sums.
+func gemvDotGo16(a, wh []uint16, off, p0, p1 int) float32 {
+	var s float32
+	for p := p0; p < p1; p++ {
+		s += bf16to32(a[p]) * bf16to32(wh[off+p])
+	}
+	return s
 }
 
 // gemvDotGo returns Σ a[p]·w[off+p] over p in [p0, p1), W in wf or wh.

@@ -192,3 +192,4 @@ deintloop:
 deintdone:
 	VZEROUPPER
 	RET
+#include "gemvdot_amd64.h"

@@ -1,0 +1,253 @@
+// BF16 dot-product matrix-vector kernel (see gemv_amd64.s): A is BF16
+// too, and VDPBF16PS (AVX512_BF16) multiplies 32 pairs of BF16 per
+// instruction into 16 float32 sums, where the widening kernel
+// (gemvbf_amd64.h) needs a shift, a mask and two FMAs. The products are
+// exact in float32 and the sums are float32; only A's rounding to BF16
+// differs from the widening kernel. Frame as in gemv512_amd64.h, with a
+// and lda in BF16 elements: c+0 ldc+8 a+16 lda+24 w+32 ldw+40 n+48 k+56
+// m+64 alpha+72 beta+76 pf+80. k is taken in steps of 32.
+//
+// Registers: rows i of A in Z16+i, weight rows j in Z24+j, sums of row i
+// and weight row j in Z(4i+j) (so that HSUM4 of Z4i..Z4i+3 gives C's row i
+// for the group); X30 = alpha, X31 = beta.
+
+#include "dpbf16_amd64.h"
+
+#define LOADW4D \
+	VMOVDQU32 (AX), Z24; \
+	VMOVDQU32 (AX)(R8*1), Z25; \
+	VMOVDQU32 (AX)(R8*2), Z26; \
+	VMOVDQU32 (AX)(R9*1), Z27
+
+#define DPROW0 DP_0_24_16; DP_1_25_16; DP_2_26_16; DP_3_27_16
+#define DPROW1 DP_4_24_17; DP_5_25_17; DP_6_26_17; DP_7_27_17
+#define DPROW2 DP_8_24_18; DP_9_25_18; DP_10_26_18; DP_11_27_18
+#define DPROW3 DP_12_24_19; DP_13_25_19; DP_14_26_19; DP_15_27_19
+
+// Store the group's results for row x of C at addr, with or without beta
+// (AX nonzero when beta is).
+#define SAVED(x, addr) \
+	TESTL AX, AX; \
+	JZ    5(PC); \
+	SAVEROWBETA(x, addr); \
+	JMP   3(PC); \
+	SAVEROW(x, addr)
+
+// func gemvDotBF16AVX512(c *float32, ldc int, a *uint16, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
+TEXT ·gemvDotBF16AVX512(SB), NOSPLIT, $0-88
+	MOVQ         c+0(FP), DX
+	MOVQ         ldc+8(FP), R13
+	SHLQ         $2, R13
+	MOVQ         a+16(FP), R14
+	MOVQ         lda+24(FP), R11
+	SHLQ         $1, R11
+	LEAQ         (R11)(R11*2), R12
+	MOVQ         w+32(FP), DI
+	MOVQ         ldw+40(FP), R8
+	SHLQ         $1, R8
+	LEAQ         (R8)(R8*2), R9
+	MOVQ         n+48(FP), BX
+	SHRQ         $2, BX
+	JZ           dotdone
+	MOVQ         k+56(FP), R10
+	SHRQ         $5, R10
+	JZ           dotdone
+	VBROADCASTSS alpha+72(FP), X30
+	VBROADCASTSS beta+76(FP), X31
+	MOVQ         m+64(FP), AX
+	CMPQ         AX, $2
+	JLT          dotg1
+	PREFETCHHEAD
+	MOVQ         m+64(FP), AX
+	CMPQ         AX, $2
+	JEQ          dotg2
+	CMPQ         AX, $3
+	JEQ          dotg3
+	JMP          dotg4
+
+// m = 1: one weight row at a time, read as one sequential stream (see the
+// widening kernel's m = 1 loop), four blocks of 32 per step into four sums.
+dotg1:
+	SHLQ $2, BX
+	MOVL beta+76(FP), R12
+	SHLL $1, R12           // zero for beta = ±0: C is not read
+
+dotr1:
+	MOVQ   DI, AX
+	MOVQ   R14, SI
+	MOVQ   R10, CX
+	ZERO4(Z0, Z1, Z2, Z3)
+	CMPQ   CX, $4
+	JLT    dotr1tail
+
+dotr1loop:
+	VMOVDQU32 (AX), Z24
+	VMOVDQU32 (SI), Z16
+	VMOVDQU32 64(AX), Z25
+	VMOVDQU32 64(SI), Z17
+	VMOVDQU32 128(AX), Z26
+	VMOVDQU32 128(SI), Z18
+	VMOVDQU32 192(AX), Z27
+	VMOVDQU32 192(SI), Z19
+	DP_0_24_16
+	DP_1_25_17
+	DP_2_26_18
+	DP_3_27_19
+	ADDQ      $256, AX
+	ADDQ      $256, SI
+	SUBQ      $4, CX
+	CMPQ      CX, $4
+	JGE       dotr1loop
+
+dotr1tail:
+	TESTQ     CX, CX
+	JZ        dotr1sum
+	VMOVDQU32 (AX), Z24
+	VMOVDQU32 (SI), Z16
+	DP_0_24_16
+	ADDQ      $64, AX
+	ADDQ      $64, SI
+	DECQ      CX
+	JMP       dotr1tail
+
+dotr1sum:
+	VADDPS        Z1, Z0, Z0
+	VADDPS        Z3, Z2, Z2
+	VADDPS        Z2, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VHADDPS       X0, X0, X0
+	VHADDPS       X0, X0, X0
+	VMULSS        X30, X0, X0
+	TESTL         R12, R12
+	JZ            dotr1store
+	VFMADD231SS   (DX), X31, X0
+
+dotr1store:
+	VMOVSS X0, (DX)
+	ADDQ   $4, DX
+	ADDQ   R8, DI
+	DECQ   BX
+	JNZ    dotr1
+	JMP    dotdone
+
+dotg2:
+	MOVQ DI, AX
+	MOVQ pf+80(FP), R15
+	ADDQ AX, R15
+	MOVQ R14, SI
+	MOVQ R10, CX
+	ZERO4(Z0, Z1, Z2, Z3)
+	ZERO4(Z4, Z5, Z6, Z7)
+
+dotl2:
+	PREFETCH4
+	VMOVDQU32 (SI), Z16
+	VMOVDQU32 (SI)(R11*1), Z17
+	LOADW4D
+	DPROW0
+	DPROW1
+	ADDQ      $64, AX
+	ADDQ      $64, R15
+	ADDQ      $64, SI
+	DECQ      CX
+	JNZ       dotl2
+	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
+	HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
+	MOVL      beta+76(FP), AX
+	SHLL      $1, AX
+	SAVED(X0, (DX))
+	SAVED(X4, (DX)(R13*1))
+	ADDQ      $16, DX
+	LEAQ      (DI)(R8*4), DI
+	DECQ      BX
+	JNZ       dotg2
+	JMP       dotdone
+
+dotg3:
+	MOVQ DI, AX
+	MOVQ pf+80(FP), R15
+	ADDQ AX, R15
+	MOVQ R14, SI
+	MOVQ R10, CX
+	ZERO4(Z0, Z1, Z2, Z3)
+	ZERO4(Z4, Z5, Z6, Z7)
+	ZERO4(Z8, Z9, Z10, Z11)
+
+dotl3:
+	PREFETCH4
+	VMOVDQU32 (SI), Z16
+	VMOVDQU32 (SI)(R11*1), Z17
+	VMOVDQU32 (SI)(R11*2), Z18
+	LOADW4D
+	DPROW0
+	DPROW1
+	DPROW2
+	ADDQ      $64, AX
+	ADDQ      $64, R15
+	ADDQ      $64, SI
+	DECQ      CX
+	JNZ       dotl3
+	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
+	HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
+	HSUM4(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8, X9, X10, X11)
+	MOVL      beta+76(FP), AX
+	SHLL      $1, AX
+	SAVED(X0, (DX))
+	SAVED(X4, (DX)(R13*1))
+	SAVED(X8, (DX)(R13*2))
+	ADDQ      $16, DX
+	LEAQ      (DI)(R8*4), DI
+	DECQ      BX
+	JNZ       dotg3
+	JMP       dotdone
+
+dotg4:
+	MOVQ DI, AX
+	MOVQ pf+80(FP), R15
+	ADDQ AX, R15
+	MOVQ R14, SI
+	MOVQ R10, CX
+	ZERO4(Z0, Z1, Z2, Z3)
+	ZERO4(Z4, Z5, Z6, Z7)
+	ZERO4(Z8, Z9, Z10, Z11)
+	ZERO4(Z12, Z13, Z14, Z15)
+
+dotl4:
+	PREFETCH4
+	VMOVDQU32 (SI), Z16
+	VMOVDQU32 (SI)(R11*1), Z17
+	VMOVDQU32 (SI)(R11*2), Z18
+	VMOVDQU32 (SI)(R12*1), Z19
+	LOADW4D
+	DPROW0
+	DPROW1
+	DPROW2
+	DPROW3
+	ADDQ      $64, AX
+	ADDQ      $64, R15
+	ADDQ      $64, SI
+	DECQ      CX
+	JNZ       dotl4
+	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
+	HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
+	HSUM4(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8, X9, X10, X11)
+	HSUM4(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, X12, X13, X14, X15)
+	LEAQ      (DX)(R13*2), SI
+	ADDQ      R13, SI
+	MOVL      beta+76(FP), AX
+	SHLL      $1, AX
+	SAVED(X0, (DX))
+	SAVED(X4, (DX)(R13*1))
+	SAVED(X8, (DX)(R13*2))
+	SAVED(X12, (SI))
+	ADDQ      $16, DX
+	LEAQ      (DI)(R8*4), DI
+	DECQ      BX
+	JNZ       dotg4
+
+dotdone:
+	VZEROUPPER
+	RET
