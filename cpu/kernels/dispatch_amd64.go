@@ -4,6 +4,8 @@ package kernels
 
 import "golang.org/x/sys/cpu"
 
+//go:generate go run gen_dpbf16.go
+
 // registerArch adds the assembly kernel sets this CPU supports.
 func registerArch() {
 	if !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {

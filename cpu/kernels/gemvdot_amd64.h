@@ -24,6 +24,50 @@
 #define DPROW2 DP_8_24_18; DP_9_25_18; DP_10_26_18; DP_11_27_18
 #define DPROW3 DP_12_24_19; DP_13_25_19; DP_14_26_19; DP_15_27_19
 
+// The sums of a 4×4 tile, Z(4i+j) for row i of A and weight row j,
+// reduced to Z0 with row i's four results in its 128-bit lane i: a tree of
+// shuffles and adds, each level halving the lanes of every sum and the
+// number of vectors (45 instructions for 16 sums, where HSUM4 takes about
+// 100). Level 1 pairs the 256-bit halves of two vectors, level 2 the
+// 128-bit quarters, levels 3 and 4 the elements within 128-bit lanes.
+// Clobbers the sums and Z20..Z23, Z28, Z29.
+#define RED1(x, y, t) \
+	VSHUFF64X2 $0x44, y, x, t; \
+	VSHUFF64X2 $0xee, y, x, x; \
+	VADDPS     t, x, x
+
+#define RED2(x, y, t) \
+	VSHUFF32X4 $0x88, y, x, t; \
+	VSHUFF32X4 $0xdd, y, x, x; \
+	VADDPS     t, x, x
+
+#define RED3(x, y, t) \
+	VSHUFPS $0x44, y, x, t; \
+	VSHUFPS $0xee, y, x, x; \
+	VADDPS  t, x, x
+
+#define RED4(x, y, t) \
+	VSHUFPS $0x88, y, x, t; \
+	VSHUFPS $0xdd, y, x, x; \
+	VADDPS  t, x, x
+
+#define REDUCE4X4 \
+	RED1(Z0, Z4, Z20); \
+	RED1(Z8, Z12, Z21); \
+	RED1(Z1, Z5, Z22); \
+	RED1(Z9, Z13, Z23); \
+	RED1(Z2, Z6, Z28); \
+	RED1(Z10, Z14, Z29); \
+	RED1(Z3, Z7, Z20); \
+	RED1(Z11, Z15, Z21); \
+	RED2(Z0, Z8, Z22); \
+	RED2(Z1, Z9, Z23); \
+	RED2(Z2, Z10, Z28); \
+	RED2(Z3, Z11, Z29); \
+	RED3(Z0, Z1, Z20); \
+	RED3(Z2, Z3, Z21); \
+	RED4(Z0, Z2, Z22)
+
 // Store the group's results for row x of C at addr, with or without beta
 // (AX nonzero when beta is).
 #define SAVED(x, addr) \
@@ -52,8 +96,8 @@ TEXT ·gemvDotBF16AVX512(SB), NOSPLIT, $0-88
 	MOVQ         k+56(FP), R10
 	SHRQ         $5, R10
 	JZ           dotdone
-	VBROADCASTSS alpha+72(FP), X30
-	VBROADCASTSS beta+76(FP), X31
+	VBROADCASTSS alpha+72(FP), Z30
+	VBROADCASTSS beta+76(FP), Z31
 	MOVQ         m+64(FP), AX
 	CMPQ         AX, $2
 	JLT          dotg1
@@ -231,18 +275,24 @@ dotl4:
 	ADDQ      $64, SI
 	DECQ      CX
 	JNZ       dotl4
-	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
-	HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
-	HSUM4(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8, X9, X10, X11)
-	HSUM4(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, X12, X13, X14, X15)
+	REDUCE4X4
 	LEAQ      (DX)(R13*2), SI
 	ADDQ      R13, SI
 	MOVL      beta+76(FP), AX
 	SHLL      $1, AX
-	SAVED(X0, (DX))
-	SAVED(X4, (DX)(R13*1))
-	SAVED(X8, (DX)(R13*2))
-	SAVED(X12, (SI))
+	VMULPS    Z30, Z0, Z0
+	JZ        dotnb4
+	VMOVUPS   (DX), X21
+	VINSERTF32X4 $1, (DX)(R13*1), Z21, Z21
+	VINSERTF32X4 $2, (DX)(R13*2), Z21, Z21
+	VINSERTF32X4 $3, (SI), Z21, Z21
+	VFMADD231PS Z21, Z31, Z0
+
+dotnb4:
+	VMOVUPS       X0, (DX)
+	VEXTRACTF32X4 $1, Z0, (DX)(R13*1)
+	VEXTRACTF32X4 $2, Z0, (DX)(R13*2)
+	VEXTRACTF32X4 $3, Z0, (SI)
 	ADDQ      $16, DX
 	LEAQ      (DI)(R8*4), DI
 	DECQ      BX
