@@ -330,21 +330,27 @@ func (g *gemvArch) partRows(p *gemvPart, m, k, kv int, alpha float32, a []float3
 }
 
 // partRowsDot is partRows for a BF16 part with A in BF16 (a16, row
-// stride k), through the dot kernel.
+// stride k), through the dot kernel. The kernel sweeps a block of A's rows
+// for each group of four weight rows, so A is cut into blocks that stay in
+// L1 (dotBlockBytes) and the weight rows into blocks that stay in L2
+// (gemvBlockBytes), re-read from there for each block of A; rows of A
+// beyond a multiple of four take one more call.
 func (g *gemvArch) partRowsDot(p *gemvPart, m, k, kv int, alpha float32, a16 []uint16, lo, hi int) {
-	pf0 := gemvPrefetch(k, p.ldw, 2)
+	aRows := max(4, dotBlockBytes/(2*k)&^3)
 	block := hi - lo
-	if m > g.mp {
+	if m > aRows {
 		block = max(4, gemvBlockBytes/(k*2)&^3)
 	}
+	m4 := m &^ 3
 	for r0 := lo; r0 < hi; r0 += block {
 		r1 := min(hi, r0+block)
-		pf := pf0
-		for i0 := 0; i0 < m; i0 += g.mp {
-			if i0 > 0 {
-				pf = 0 // the block is in cache now
+		for i0 := 0; i0 < m; {
+			mb := min(aRows, m4-i0)
+			if i0 >= m4 {
+				mb = m - m4
 			}
-			g.dot(&p.c[i0*p.ldc+r0], p.ldc, &a16[i0*k], k, &p.wh[r0*p.ldw], p.ldw, r1-r0, kv, min(g.mp, m-i0), alpha, p.beta, pf)
+			g.dot(&p.c[i0*p.ldc+r0], p.ldc, &a16[i0*k], k, &p.wh[r0*p.ldw], p.ldw, r1-r0, kv, mb, alpha, p.beta, 0)
+			i0 += mb
 		}
 	}
 	if kv < k { // the last k mod 32 columns
@@ -355,6 +361,11 @@ func (g *gemvArch) partRowsDot(p *gemvPart, m, k, kv int, alpha float32, a16 []u
 		}
 	}
 }
+
+// dotBlockBytes bounds the rows of A (in BF16) that one call of the dot
+// kernel sweeps for each group of four weight rows: with the four weight
+// rows, they stay in L1.
+const dotBlockBytes = 24 << 10
 
 // gemvDotGo16 returns Σ a[p]·w[off+p] over p in [p0, p1), both BF16, with
 // float32 sums.

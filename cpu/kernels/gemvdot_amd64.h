@@ -5,7 +5,8 @@
 // exact in float32 and the sums are float32; only A's rounding to BF16
 // differs from the widening kernel. Frame as in gemv512_amd64.h, with a
 // and lda in BF16 elements: c+0 ldc+8 a+16 lda+24 w+32 ldw+40 n+48 k+56
-// m+64 alpha+72 beta+76 pf+80. k is taken in steps of 32.
+// m+64 alpha+72 beta+76 pf+80. k is taken in steps of 32; m is 1, 2, 3 or
+// a multiple of 4 (any other m computes nothing).
 //
 // Registers: rows i of A in Z16+i, weight rows j in Z24+j, sums of row i
 // and weight row j in Z(4i+j) (so that HSUM4 of Z4i..Z4i+3 gives C's row i
@@ -107,6 +108,8 @@ TEXT ·gemvDotBF16AVX512(SB), NOSPLIT, $0-88
 	JEQ          dotg2
 	CMPQ         AX, $3
 	JEQ          dotg3
+	TESTQ        $3, AX
+	JNZ          dotdone           // m > 4 not a multiple of 4: not taken
 	JMP          dotg4
 
 // m = 1: one weight row at a time, read as one sequential stream (see the
@@ -248,10 +251,19 @@ dotl3:
 	JNZ       dotg3
 	JMP       dotdone
 
+// m a multiple of 4: for each group of four weight rows, every group of
+// four rows of A in turn, so that the weight rows are read from memory once
+// and then from L1 while A (which the caller keeps to a block that fits
+// L1) is swept. R15 counts the groups of A, R14 is the current one, and
+// c+0(FP) holds C at the current weight rows' columns.
 dotg4:
+	MOVQ a+16(FP), R14
+	MOVQ m+64(FP), R15
+	SHRQ $2, R15
+	MOVQ c+0(FP), DX
+
+dotg4a:
 	MOVQ DI, AX
-	MOVQ pf+80(FP), R15
-	ADDQ AX, R15
 	MOVQ R14, SI
 	MOVQ R10, CX
 	ZERO4(Z0, Z1, Z2, Z3)
@@ -260,7 +272,6 @@ dotg4:
 	ZERO4(Z12, Z13, Z14, Z15)
 
 dotl4:
-	PREFETCH4
 	VMOVDQU32 (SI), Z16
 	VMOVDQU32 (SI)(R11*1), Z17
 	VMOVDQU32 (SI)(R11*2), Z18
@@ -271,7 +282,6 @@ dotl4:
 	DPROW2
 	DPROW3
 	ADDQ      $64, AX
-	ADDQ      $64, R15
 	ADDQ      $64, SI
 	DECQ      CX
 	JNZ       dotl4
@@ -293,7 +303,11 @@ dotnb4:
 	VEXTRACTF32X4 $1, Z0, (DX)(R13*1)
 	VEXTRACTF32X4 $2, Z0, (DX)(R13*2)
 	VEXTRACTF32X4 $3, Z0, (SI)
-	ADDQ      $16, DX
+	LEAQ      (R14)(R11*4), R14
+	LEAQ      (DX)(R13*4), DX
+	DECQ      R15
+	JNZ       dotg4a
+	ADDQ      $16, c+0(FP)
 	LEAQ      (DI)(R8*4), DI
 	DECQ      BX
 	JNZ       dotg4
