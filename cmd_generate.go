@@ -58,16 +58,20 @@ func (a *app) modelDir(flag string) (string, error) {
 // precision model.precision names (auto: BF16 products where the CPU
 // multiplies BF16 in hardware).
 func (a *app) backend() *cpu.Backend {
-	p := kernels.PrecisionF32
+	return cpu.NewWithOptions(cpu.Options{Precision: a.precision()})
+}
+
+// precision is the precision model.precision names.
+func (a *app) precision() kernels.Precision {
 	switch a.cfg.Model.Precision {
 	case "bf16":
-		p = kernels.PrecisionBF16
+		return kernels.PrecisionBF16
 	case "auto":
 		if kernels.HasBF16Dot() {
-			p = kernels.PrecisionBF16
+			return kernels.PrecisionBF16
 		}
 	}
-	return cpu.NewWithOptions(cpu.Options{Precision: p})
+	return kernels.PrecisionF32
 }
 
 // openEngine loads dir and starts a scheduler over it.

@@ -16,7 +16,10 @@
 // values in place through a table of row offsets (see attention.go).
 //
 // BF16 weights stay BF16 in memory and are widened inside the matrix
-// kernels, halving the bytes read per decoded token. By default WeightF32
+// kernels, halving the bytes read per decoded token. With
+// Options.Precision set to kernels.PrecisionBF16, the forward products
+// round their activations to BF16 and, where the CPU has AVX512_BF16,
+// multiply BF16 by BF16 in hardware (see kernels.Precision). By default WeightF32
 // and WeightBF16 copy the weights into memory of the backend's own (anonymous
 // memory); with Options.ZeroCopyWeights they use the caller's slices in
 // place, so a memory-mapped checkpoint costs no copy and no extra memory.

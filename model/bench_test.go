@@ -124,13 +124,29 @@ func loadBench(b *testing.B, name string, spec RandomSpec, zeroCopy bool) *Model
 	b.Helper()
 	dir := benchCheckpoint(b, name, spec)
 	start := time.Now()
-	m, err := Load(cpu.NewWithOptions(cpu.Options{ZeroCopyWeights: zeroCopy}), dir)
+	m, err := Load(cpu.NewWithOptions(cpu.Options{ZeroCopyWeights: zeroCopy, Precision: benchPrecision()}), dir)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("loaded in %v", time.Since(start).Round(time.Millisecond))
 	b.Cleanup(func() { m.Close() })
 	return m
+}
+
+// benchPrecision is the precision the daemon picks by default
+// (model.precision auto): BF16 products where the CPU has the dot-product
+// instruction. BENCH_PRECISION=f32 or bf16 chooses.
+func benchPrecision() kernels.Precision {
+	switch os.Getenv("BENCH_PRECISION") {
+	case "f32":
+		return kernels.PrecisionF32
+	case "bf16":
+		return kernels.PrecisionBF16
+	}
+	if kernels.HasBF16Dot() {
+		return kernels.PrecisionBF16
+	}
+	return kernels.PrecisionF32
 }
 
 func BenchmarkDecode(b *testing.B) {

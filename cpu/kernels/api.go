@@ -28,6 +28,14 @@
 //     packing panels of A and B and running a register-tiled micro-kernel
 //     (14×32 with AVX-512, 6×16 with AVX2), bound by the FMA units (gemm.go).
 //
+// At PrecisionBF16 (LinearMultiPrec, LinearBF16Prec), the products with
+// BF16 weights round A to BF16 first; on a CPU with AVX512_BF16 they then
+// run, at every m, the matrix-vector kernels' structure with VDPBF16PS
+// (gemvdot_amd64.h), which multiplies 32 pairs of BF16 per instruction:
+// twice the arithmetic of an FMA, and no widening of the weights. The Go
+// assembler does not know the instruction; gen_dpbf16.go writes its
+// encodings as bytes (dpbf16_amd64.h).
+//
 // # Kernel sets
 //
 // The package starts with the best set this CPU supports (KernelsAVX512,
