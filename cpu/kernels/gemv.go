@@ -342,14 +342,17 @@ func (g *gemvArch) partRowsDot(p *gemvPart, m, k, kv int, alpha float32, a16 []u
 		block = max(4, gemvBlockBytes/(k*2)&^3)
 	}
 	m4 := m &^ 3
+	pf0 := dotPrefetchGroups * 4 * p.ldw * 2
 	for r0 := lo; r0 < hi; r0 += block {
 		r1 := min(hi, r0+block)
+		pf := pf0
 		for i0 := 0; i0 < m; {
 			mb := min(aRows, m4-i0)
 			if i0 >= m4 {
 				mb = m - m4
 			}
-			g.dot(&p.c[i0*p.ldc+r0], p.ldc, &a16[i0*k], k, &p.wh[r0*p.ldw], p.ldw, r1-r0, kv, mb, alpha, p.beta, 0)
+			g.dot(&p.c[i0*p.ldc+r0], p.ldc, &a16[i0*k], k, &p.wh[r0*p.ldw], p.ldw, r1-r0, kv, mb, alpha, p.beta, pf)
+			pf = 0 // the block is in cache now
 			i0 += mb
 		}
 	}
@@ -361,6 +364,14 @@ func (g *gemvArch) partRowsDot(p *gemvPart, m, k, kv int, alpha float32, a16 []u
 		}
 	}
 }
+
+// dotPrefetchGroups is how many groups of four weight rows ahead the dot
+// kernel prefetches (into L2) on its first pass over a block of weights.
+// Measured on the development machines at m = 40 with weights not in cache
+// (the ~20M model's shapes, 48 MB of copies in turn), prefetching made the
+// products 20-35% faster on 1 and 2 threads; 4 groups ahead was a little
+// better than 2 and 8.
+const dotPrefetchGroups = 4
 
 // dotBlockBytes bounds the rows of A (in BF16) that one call of the dot
 // kernel sweeps for each group of four weight rows: with the four weight

@@ -263,13 +263,33 @@ dotl3:
 // m a multiple of 4: for each group of four weight rows, every group of
 // four rows of A in turn, so that the weight rows are read from memory once
 // and then from L1 while A (which the caller keeps to a block that fits
-// L1) is swept. R15 counts the groups of A, R14 is the current one, and
-// c+0(FP) holds C at the current weight rows' columns.
+// L1) is swept. The pass of the first group of A prefetches the weight
+// rows pf bytes ahead into L2 (R15, zero when pf is). R14 is the current
+// group of A, n+48(FP) counts the groups of A left, and c+0(FP) holds C
+// at the current weight rows' columns.
+#define DOTSTEP4 \
+	VMOVDQU32 (SI), Z16; \
+	VMOVDQU32 (SI)(R11*1), Z17; \
+	VMOVDQU32 (SI)(R11*2), Z18; \
+	VMOVDQU32 (SI)(R12*1), Z19; \
+	LOADW4D; \
+	DPROW0; \
+	DPROW1; \
+	DPROW2; \
+	DPROW3; \
+	ADDQ      $64, AX; \
+	ADDQ      $64, SI
+
 dotg4:
 	MOVQ a+16(FP), R14
-	MOVQ m+64(FP), R15
-	SHRQ $2, R15
+	MOVQ m+64(FP), AX
+	SHRQ $2, AX
+	MOVQ AX, n+48(FP)
 	MOVQ c+0(FP), DX
+	MOVQ pf+80(FP), R15
+	TESTQ R15, R15
+	JZ   2(PC)
+	ADDQ DI, R15
 
 dotg4a:
 	MOVQ DI, AX
@@ -279,21 +299,27 @@ dotg4a:
 	ZERO4(Z4, Z5, Z6, Z7)
 	ZERO4(Z8, Z9, Z10, Z11)
 	ZERO4(Z12, Z13, Z14, Z15)
+	TESTQ R15, R15
+	JZ    dotl4
+
+dotl4p:
+	PREFETCHT1 (R15)
+	PREFETCHT1 (R15)(R8*1)
+	PREFETCHT1 (R15)(R8*2)
+	PREFETCHT1 (R15)(R9*1)
+	ADDQ       $64, R15
+	DOTSTEP4
+	DECQ       CX
+	JNZ        dotl4p
+	XORQ       R15, R15
+	JMP        dotl4end
 
 dotl4:
-	VMOVDQU32 (SI), Z16
-	VMOVDQU32 (SI)(R11*1), Z17
-	VMOVDQU32 (SI)(R11*2), Z18
-	VMOVDQU32 (SI)(R12*1), Z19
-	LOADW4D
-	DPROW0
-	DPROW1
-	DPROW2
-	DPROW3
-	ADDQ      $64, AX
-	ADDQ      $64, SI
+	DOTSTEP4
 	DECQ      CX
 	JNZ       dotl4
+
+dotl4end:
 	REDUCE4X4
 	LEAQ      (DX)(R13*2), SI
 	ADDQ      R13, SI
@@ -314,7 +340,7 @@ dotnb4:
 	VEXTRACTF32X4 $3, Z0, (SI)
 	LEAQ      (R14)(R11*4), R14
 	LEAQ      (DX)(R13*4), DX
-	DECQ      R15
+	DECQ      n+48(FP)
 	JNZ       dotg4a
 	ADDQ      $16, c+0(FP)
 	LEAQ      (DI)(R8*4), DI
