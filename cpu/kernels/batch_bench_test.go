@@ -80,6 +80,33 @@ func versusRead(b *testing.B, bytes float64, run func()) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// stepLin is one linear layer of a decode step: BF16 weights n×k.
+type stepLin struct {
+	w    []uint16
+	n, k int
+}
+
+// stepLinears allocates the linear layers of a decode step of ms with
+// random BF16 weights: per layer q, k and v as one matrix, o, gate and up as
+// one, down; then the LM head.
+func stepLinears(ms modelShape) []stepLin {
+	var lins []stepLin
+	add := func(n, k int) {
+		w := AllocBF16(n * k)
+		fillBF16(w)
+		lins = append(lins, stepLin{w, n, k})
+	}
+	h := ms.hidden
+	for range ms.layers {
+		add(ms.qDim+2*ms.kvDim, h)
+		add(h, ms.qDim)
+		add(2*ms.ffn, h)
+		add(h, ms.ffn)
+	}
+	add(ms.vocab, h)
+	return lins
+}
+
 // BenchmarkDecodeStepVsRead runs the linear layers of Qwen3-0.6B decode
 // steps of m rows (BF16; q, k and v as one matrix, gate and up as one; the
 // LM head) against the read loop over the same number of bytes, in
@@ -90,26 +117,12 @@ func BenchmarkDecodeStepVsRead(b *testing.B) {
 		b.Skip("1.2 GB of weights")
 	}
 	ms := decodeModels[0]
-	type lin struct {
-		w    []uint16
-		n, k int
-	}
-	var lins []lin
+	lins := stepLinears(ms)
 	var bytes float64
-	add := func(n, k int) {
-		w := AllocBF16(n * k)
-		fillBF16(w)
-		lins = append(lins, lin{w, n, k})
-		bytes += 2 * float64(n*k)
+	for _, l := range lins {
+		bytes += 2 * float64(l.n*l.k)
 	}
 	h := ms.hidden
-	for range ms.layers {
-		add(ms.qDim+2*ms.kvDim, h)
-		add(h, ms.qDim)
-		add(2*ms.ffn, h)
-		add(h, ms.ffn)
-	}
-	add(ms.vocab, h)
 	for _, m := range []int{1, 4} {
 		for _, prec := range []Precision{PrecisionF32, PrecisionBF16} {
 			b.Run(fmt.Sprintf("m%d/%v", m, prec), func(b *testing.B) {
@@ -135,24 +148,7 @@ func BenchmarkDecodeStepPrecision(b *testing.B) {
 		b.Skip("1.2 GB of weights")
 	}
 	ms := decodeModels[0]
-	type lin struct {
-		w    []uint16
-		n, k int
-	}
-	var lins []lin
-	add := func(n, k int) {
-		w := AllocBF16(n * k)
-		fillBF16(w)
-		lins = append(lins, lin{w, n, k})
-	}
-	h := ms.hidden
-	for range ms.layers {
-		add(ms.qDim+2*ms.kvDim, h)
-		add(h, ms.qDim)
-		add(2*ms.ffn, h)
-		add(h, ms.ffn)
-	}
-	add(ms.vocab, h)
+	lins, h := stepLinears(ms), ms.hidden
 	x := randF32(rand.New(rand.NewPCG(5, 5)), 4*h)
 	y := make([]float32, ms.vocab)
 	run := func(p Precision) float64 {
