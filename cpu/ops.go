@@ -202,14 +202,35 @@ func (b *Backend) StoreKV(kCache, vCache, k, v, slots compute.Tensor) {
 		len(vc.f32) != len(kc.f32) || kr.shape[0] != len(sl) || vr.shape[0] != len(sl) {
 		shapePanic("StoreKV", "cache %s %s, k %s, v %s, %d slots", compute.ShapeString(kc.shape), compute.ShapeString(vc.shape), compute.ShapeString(kr.shape), compute.ShapeString(vr.shape), len(sl))
 	}
-	for i, s := range sl {
+	for _, s := range sl {
 		if s < 0 || int(s) >= nSlots {
 			shapePanic("StoreKV", "slot %d outside cache of %d", s, nSlots)
 		}
-		copy(kc.f32[int(s)*w:(int(s)+1)*w], kr.f32[i*w:(i+1)*w])
-		copy(vc.f32[int(s)*w:(int(s)+1)*w], vr.f32[i*w:(i+1)*w])
+	}
+	// The slots are scattered over the cache and mostly not in any cache
+	// level, so each row's copy waits on memory; threads wait in parallel.
+	// (Serially, this was 3% of a 32-client serving step's samples.)
+	if len(sl) < 2*storeKVGrain || kernels.Threads() < 2 {
+		storeRows(kc.f32, vc.f32, kr.f32, vr.f32, sl, w, 0, len(sl)) // no fork, no allocation
+		return
+	}
+	kernels.ParallelFor(len(sl), storeKVGrain, func(lo, hi int) {
+		storeRows(kc.f32, vc.f32, kr.f32, vr.f32, sl, w, lo, hi)
+	})
+}
+
+// storeRows copies rows [lo, hi) of k and v (w wide) into cache slots sl.
+func storeRows(kc, vc, k, v []float32, sl []int32, w, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		s := int(sl[i])
+		copy(kc[s*w:(s+1)*w], k[i*w:(i+1)*w])
+		copy(vc[s*w:(s+1)*w], v[i*w:(i+1)*w])
 	}
 }
+
+// storeKVGrain is the fewest rows StoreKV gives one thread: below it, a
+// fork-join costs more than the copies it spreads.
+const storeKVGrain = 16
 
 // SiLUMul computes dst = silu(gate)·up.
 func (b *Backend) SiLUMul(dst, gate, up compute.Tensor) {
