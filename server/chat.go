@@ -183,24 +183,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	meta, e := s.turnMeta(r, req.sessionFields)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	p, e := s.prepareChat(conv, smp)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	gens, e := s.start(ctx, p.jobs)
-	if e != nil {
-		writeError(w, e)
+	l := s.launch(ctx, w, r, req.sessionFields, conv, smp)
+	if l == nil {
 		return
 	}
-	binding := s.begin(w, meta, conv)
+	meta, p, gens, binding := l.meta, l.p, l.gens, l.binding
 	id := newID("chatcmpl-", 29)
 	recorded := false
 	c := chatCall{s: s, id: id, created: received.Unix(), logprobs: smp.logprobs, complete: func(outs []*output) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -226,6 +227,36 @@ func headerTrue(v string) bool {
 		return true
 	}
 	return false
+}
+
+// launched is a chat-shaped request (chat completions, Responses) whose
+// generations have started: the turn's metadata, the rendered prompt, the
+// generations and the session binding (nil when the turn is not recorded).
+type launched struct {
+	meta    turnMeta
+	p       *prepared
+	gens    []*generation
+	binding *session.Binding
+}
+
+// launch reads the request's session headers and fields, renders the
+// conversation, starts its generations under ctx and binds the request to
+// its session. On failure it writes the error response and returns nil.
+func (s *Server) launch(ctx context.Context, w http.ResponseWriter, r *http.Request, f sessionFields, conv *conversation, smp sampling) *launched {
+	meta, e := s.turnMeta(r, f)
+	var p *prepared
+	if e == nil {
+		p, e = s.prepareChat(conv, smp)
+	}
+	var gens []*generation
+	if e == nil {
+		gens, e = s.start(ctx, p.jobs)
+	}
+	if e != nil {
+		writeError(w, e)
+		return nil
+	}
+	return &launched{meta: meta, p: p, gens: gens, binding: s.begin(w, meta, conv)}
 }
 
 // begin binds a recorded request to its session (completing the turn it

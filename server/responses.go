@@ -329,24 +329,13 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	meta, e := s.turnMeta(r, req.sessionFields)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	p, e := s.prepareChat(conv, smp)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	gens, e := s.start(ctx, p.jobs)
-	if e != nil {
-		writeError(w, e)
+	l := s.launch(ctx, w, r, req.sessionFields, conv, smp)
+	if l == nil {
 		return
 	}
-	binding := s.begin(w, meta, conv)
+	meta, p, gens, binding := l.meta, l.p, l.gens, l.binding
 	rc := &responseCall{s: s, req: &req, p: p, base: responseObject{
 		ID: newID("resp_", 32), Object: "response", CreatedAt: received.Unix(), Status: "in_progress",
 		Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Model: s.opts.ModelID,
