@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -114,20 +113,14 @@ func (a *app) openEngine(dir string) (*engine, error) {
 		m.Close()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = sched.Run(ctx)
-	}()
+	stopSched := sched.Start()
 	c := m.Config
 	a.log.Info().Str("model", dir).Str("arch", c.Architecture).
 		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).
 		Str("backend", m.Backend().Name()).Str("kernels", kernels.Kernels()).
 		Int("kv_blocks", cache.NumBlocks()).Dur("load", time.Since(start)).Msg("model loaded")
 	return &engine{dir: dir, model: m, tok: tok, cache: cache, store: store, sched: sched, stop: func() {
-		cancel()
-		<-done
+		stopSched()
 		store.Close()
 		cache.Close()
 		m.Close()

@@ -109,12 +109,7 @@ func openEngine(dir string) (*engine, error) {
 		m.Close()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = sched.Run(ctx)
-	}()
+	stopSched := sched.Start()
 	var stops []int32
 	if id, ok := tok.EOS(); ok {
 		stops = append(stops, id)
@@ -123,8 +118,7 @@ func openEngine(dir string) (*engine, error) {
 		stops = append(stops, int32(id))
 	}
 	return &engine{m: m, tok: tok, cache: cache, sched: sched, stops: stops, stop: func() {
-		cancel()
-		<-done
+		stopSched()
 		cache.Close()
 		m.Close()
 	}}, nil

@@ -181,6 +181,21 @@ func (s *Scheduler) Stats() Stats {
 	return st
 }
 
+// Start runs the scheduler loop (Run) in a goroutine of its own until
+// stop is called; stop returns once the loop has.
+func (s *Scheduler) Start() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // Run is the scheduler loop. It returns when ctx ends; requests still
 // running or waiting then finish with an error event.
 func (s *Scheduler) Run(ctx context.Context) error {

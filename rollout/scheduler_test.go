@@ -53,13 +53,7 @@ func startScheduler(t testing.TB, opts Options) *Scheduler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	t.Cleanup(s.Start())
 	return s
 }
 
