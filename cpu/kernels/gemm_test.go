@@ -143,21 +143,24 @@ func refLinear(m, n, k int, a, w []float32, c []float32, accumulate bool) (want,
 
 // forEachLinearPath runs f twice when the active set has the small-m paths
 // (matrix-vector, and kernN for B not transposed): once with them taking
-// every m up to 1000, once with them off, so that the same shapes go through
-// both them and the blocked product.
+// every m up to 1000, once with them off (and the BF16 dot kernel too), so
+// that the same shapes go through both them and the blocked product.
 func forEachLinearPath(t *testing.T, f func(t *testing.T)) {
 	im := active.Load()
 	if im.gemv == nil || im.gemm == nil {
 		f(t)
 		return
 	}
-	oldV, oldN := im.gemv.maxM, im.gemm.kernNMaxM
-	defer func() { im.gemv.maxM, im.gemm.kernNMaxM = oldV, oldN }()
+	oldV, oldN, oldDot := im.gemv.maxM, im.gemm.kernNMaxM, im.gemv.dot
+	defer func() { im.gemv.maxM, im.gemm.kernNMaxM, im.gemv.dot = oldV, oldN, oldDot }()
 	for _, p := range []struct {
 		name string
 		maxM int
 	}{{"direct", 1000}, {"blocked", 0}} {
 		im.gemv.maxM, im.gemm.kernNMaxM = p.maxM, p.maxM
+		if p.maxM == 0 {
+			im.gemv.dot = nil // PrecisionBF16 then rounds A for the blocked product
+		}
 		t.Run(p.name, f)
 	}
 }
