@@ -7,22 +7,7 @@
 //
 // Frame and registers as in gemv512_amd64.h, with k-steps of 8 and m ≤ 2.
 
-	MOVQ c+0(FP), DX
-	MOVQ ldc+8(FP), R13
-	SHLQ $2, R13
-	MOVQ a+16(FP), R14
-	MOVQ lda+24(FP), R11
-	SHLQ $2, R11
-	MOVQ w+32(FP), DI
-	MOVQ ldw+40(FP), R8
-	IMULQ $(WSTEP/8), R8
-	LEAQ (R8)(R8*2), R9
-	MOVQ n+48(FP), BX
-	SHRQ $2, BX
-	JZ   done
-	MOVQ k+56(FP), R10
-	SHRQ $3, R10
-	JZ   done
+	GEMVFRAME(4, (WSTEP/8), 3, done)
 	PREFETCHHEAD
 	MOVQ m+64(FP), AX
 	CMPQ AX, $2

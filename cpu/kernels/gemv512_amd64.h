@@ -14,23 +14,7 @@
 // 3·lda, R13 = ldc (all strides in bytes), R14 = A, R15 = AX + pf, the
 // weights to prefetch.
 
-	MOVQ c+0(FP), DX
-	MOVQ ldc+8(FP), R13
-	SHLQ $2, R13
-	MOVQ a+16(FP), R14
-	MOVQ lda+24(FP), R11
-	SHLQ $2, R11
-	LEAQ (R11)(R11*2), R12
-	MOVQ w+32(FP), DI
-	MOVQ ldw+40(FP), R8
-	IMULQ $(WSTEP/16), R8
-	LEAQ (R8)(R8*2), R9
-	MOVQ n+48(FP), BX
-	SHRQ $2, BX
-	JZ   done
-	MOVQ k+56(FP), R10
-	SHRQ $4, R10
-	JZ   done
+	GEMVFRAME(4, (WSTEP/16), 4, done)
 	VBROADCASTSS alpha+72(FP), X30
 	VBROADCASTSS beta+76(FP), X31
 	PREFETCHHEAD

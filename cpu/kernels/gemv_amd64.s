@@ -11,6 +11,30 @@
 // beta == 0. (The BF16 kernels at m = 1, a batch-1 decode step, read one
 // row at a time instead: see gemvbf_amd64.h.)
 
+// GEMVFRAME loads the frame the matrix-vector kernels share (c+0 ldc+8
+// a+16 lda+24 w+32 ldw+40 n+48 k+56): DX = C, R13 = ldc in bytes, R14 = A,
+// R11 = lda·asize bytes, R12 = 3·R11, DI = W, R8 = ldw·wsize bytes, R9 =
+// 3·R8, BX = n/4 groups of weight rows, R10 = k >> ksh steps; it jumps to
+// done when there is no group or no step.
+#define GEMVFRAME(asize, wsize, ksh, done) \
+	MOVQ  c+0(FP), DX; \
+	MOVQ  ldc+8(FP), R13; \
+	SHLQ  $2, R13; \
+	MOVQ  a+16(FP), R14; \
+	MOVQ  lda+24(FP), R11; \
+	IMULQ $asize, R11; \
+	LEAQ  (R11)(R11*2), R12; \
+	MOVQ  w+32(FP), DI; \
+	MOVQ  ldw+40(FP), R8; \
+	IMULQ $wsize, R8; \
+	LEAQ  (R8)(R8*2), R9; \
+	MOVQ  n+48(FP), BX; \
+	SHRQ  $2, BX; \
+	JZ    done; \
+	MOVQ  k+56(FP), R10; \
+	SHRQ  $ksh, R10; \
+	JZ    done
+
 #define ZERO4(a, b, c, d) \
 	VPXORD a, a, a; \
 	VPXORD b, b, b; \
@@ -73,10 +97,6 @@
 	ADDQ       $64, R15; \
 	DECQ       CX; \
 	JNZ        -3(PC)
-
-#define WIDEN16(addr, z) \
-	VPMOVZXWD addr, z; \
-	VPSLLD    $16, z, z
 
 // func gemvF32AVX512(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, n, k, m int, alpha, beta float32, pf int)
 TEXT ·gemvF32AVX512(SB), NOSPLIT, $0-88

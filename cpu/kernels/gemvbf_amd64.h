@@ -51,23 +51,7 @@
 
 // func gemvBF16AVX512(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
 TEXT ·gemvBF16AVX512(SB), NOSPLIT, $0-88
-	MOVQ         c+0(FP), DX
-	MOVQ         ldc+8(FP), R13
-	SHLQ         $2, R13
-	MOVQ         a+16(FP), R14
-	MOVQ         lda+24(FP), R11
-	SHLQ         $2, R11
-	LEAQ         (R11)(R11*2), R12
-	MOVQ         w+32(FP), DI
-	MOVQ         ldw+40(FP), R8
-	SHLQ         $1, R8
-	LEAQ         (R8)(R8*2), R9
-	MOVQ         n+48(FP), BX
-	SHRQ         $2, BX
-	JZ           bf512done
-	MOVQ         k+56(FP), R10
-	SHRQ         $5, R10
-	JZ           bf512done
+	GEMVFRAME(4, 2, 5, bf512done)
 	VBROADCASTSS alpha+72(FP), X30
 	MOVL         $0xffff0000, AX
 	VPBROADCASTD AX, Z31
@@ -344,22 +328,7 @@ GLOBL bfmask<>(SB), RODATA|NOPTR, $32
 
 // func gemvBF16AVX2(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
 TEXT ·gemvBF16AVX2(SB), NOSPLIT, $0-88
-	MOVQ  c+0(FP), DX
-	MOVQ  ldc+8(FP), R13
-	SHLQ  $2, R13
-	MOVQ  a+16(FP), R14
-	MOVQ  lda+24(FP), R11
-	SHLQ  $2, R11
-	MOVQ  w+32(FP), DI
-	MOVQ  ldw+40(FP), R8
-	SHLQ  $1, R8
-	LEAQ  (R8)(R8*2), R9
-	MOVQ  n+48(FP), BX
-	SHRQ  $2, BX
-	JZ    bf256done
-	MOVQ  k+56(FP), R10
-	SHRQ  $4, R10
-	JZ    bf256done
+	GEMVFRAME(4, 2, 4, bf256done)
 	MOVQ  m+64(FP), AX
 	CMPQ  AX, $2
 	JLT   bf256g1

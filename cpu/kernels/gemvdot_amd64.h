@@ -80,23 +80,7 @@
 
 // func gemvDotBF16AVX512(c *float32, ldc int, a *uint16, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
 TEXT ·gemvDotBF16AVX512(SB), NOSPLIT, $0-88
-	MOVQ         c+0(FP), DX
-	MOVQ         ldc+8(FP), R13
-	SHLQ         $2, R13
-	MOVQ         a+16(FP), R14
-	MOVQ         lda+24(FP), R11
-	SHLQ         $1, R11
-	LEAQ         (R11)(R11*2), R12
-	MOVQ         w+32(FP), DI
-	MOVQ         ldw+40(FP), R8
-	SHLQ         $1, R8
-	LEAQ         (R8)(R8*2), R9
-	MOVQ         n+48(FP), BX
-	SHRQ         $2, BX
-	JZ           dotdone
-	MOVQ         k+56(FP), R10
-	SHRQ         $5, R10
-	JZ           dotdone
+	GEMVFRAME(2, 2, 5, dotdone)
 	VBROADCASTSS alpha+72(FP), Z30
 	VBROADCASTSS beta+76(FP), Z31
 	MOVQ         m+64(FP), AX
