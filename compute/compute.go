@@ -188,10 +188,13 @@ type Backend interface {
 	// "rotate half" convention of Hugging Face checkpoints). pos is I32
 	// [tokens]; cos and sin are F32 [maxPositions, headDim/2] tables.
 	RoPE(x, pos, cos, sin Tensor, headDim int)
-	// StoreKV writes the rows of k and v ([tokens, kvHeads·headDim]) into
-	// the cache tensors kCache and vCache ([slots, kvHeads·headDim]) at the
-	// I32 slot numbers in slots ([tokens]).
-	StoreKV(kCache, vCache, k, v, slots Tensor)
+	// StoreKV writes the rows of k and v (F32 [tokens, KVHeads·HeadDim])
+	// into the cache tensors kCache and vCache (F32 or BF16 [slots,
+	// KVHeads·HeadDim], slots a multiple of BlockSize) at the I32 slot
+	// numbers in slots ([tokens]), in the layout of Attention.KVIndex. A BF16
+	// cache stores the values rounded to nearest even. Only the cache
+	// geometry of a is read (HeadDim, KVHeads, BlockSize).
+	StoreKV(kCache, vCache, k, v, slots Tensor, a *Attention)
 	// Attention computes causal grouped-query attention over a paged KV
 	// cache for a batch of sequences whose new tokens are packed one after
 	// another in q. See Attention for the layout. The keys and values of the
@@ -226,7 +229,8 @@ type LinearOut struct {
 //
 // Cache position p of sequence s is stored in slot
 // BlockTable[s·MaxBlocks + p/BlockSize]·BlockSize + p%BlockSize of the cache
-// tensors, whose rows are KVHeads·HeadDim wide. Query head h reads key/value
+// tensors (F32 or BF16, both of one dtype), which hold KVHeads·HeadDim
+// values per slot, laid out as KVIndex says. Query head h reads key/value
 // head h / (Heads/KVHeads) (grouped-query attention).
 type Attention struct {
 	Heads, KVHeads, HeadDim int
@@ -237,6 +241,18 @@ type Attention struct {
 	QueryStart              Tensor  // I32 [Seqs+1]
 	ContextLen              Tensor  // I32 [Seqs]
 	BlockTable              Tensor  // I32 [Seqs·MaxBlocks]
+}
+
+// KVIndex is the element of a cache tensor at which key/value head g of
+// slot starts (HeadDim values follow). The cache is a sequence of blocks of
+// BlockSize slots, and inside a block it is head-major: the BlockSize
+// vectors of head 0, then those of head 1, and so on. A sequence's keys of
+// one head are then BlockSize·HeadDim contiguous values per block, which
+// attention reads as one stream, where a slot-major layout would interleave
+// the heads and read each at a stride of KVHeads·HeadDim.
+func (a *Attention) KVIndex(slot, g int) int {
+	bs, hd := a.BlockSize, a.HeadDim
+	return ((slot/bs)*a.KVHeads+g)*bs*hd + (slot%bs)*hd
 }
 
 // Trainer is a Backend that can also run the backward pass of the

@@ -47,3 +47,37 @@ func TestDType(t *testing.T) {
 		}
 	}
 }
+
+// TestKVIndex pins the cache layout: blocks of slots, head-major inside a
+// block, every element of the cache used once.
+func TestKVIndex(t *testing.T) {
+	for _, geo := range []Attention{
+		{KVHeads: 1, HeadDim: 4, BlockSize: 1},
+		{KVHeads: 2, HeadDim: 8, BlockSize: 4},
+		{KVHeads: 8, HeadDim: 128, BlockSize: 16},
+	} {
+		bs, kvh, hd := geo.BlockSize, geo.KVHeads, geo.HeadDim
+		seen := make([]bool, 3*bs*kvh*hd)
+		for s := range 3 * bs {
+			for g := range kvh {
+				at := geo.KVIndex(s, g)
+				for d := range hd {
+					if seen[at+d] {
+						t.Fatalf("%+v: element %d used twice", geo, at+d)
+					}
+					seen[at+d] = true
+				}
+			}
+		}
+		for _, c := range []struct{ slot, g, want int }{
+			{0, 0, 0},
+			{1, 0, hd},                        // the next slot's vector follows
+			{0, kvh - 1, (kvh - 1) * bs * hd}, // after the block's rows of the heads before
+			{bs + 1, 0, bs*kvh*hd + hd},       // block 1 follows block 0 whole
+		} {
+			if got := geo.KVIndex(c.slot, c.g); got != c.want {
+				t.Errorf("%+v: KVIndex(%d, %d) = %d, want %d", geo, c.slot, c.g, got, c.want)
+			}
+		}
+	}
+}

@@ -16,10 +16,13 @@ func flashSoftmax512(st *float32, mp, nk int, lim *int32, mx, l, alpha, cmax *fl
 func flashPV512(ot, pt *float32, mp int, v *float32, offs *int64, nk, hd int, alpha *float32)
 
 //go:noescape
-func flashGather512(dst, src *float32, offs *int64, n, hd int)
-
-//go:noescape
 func flashDecQK512(s *float32, lds int, q *float32, hd int, k *float32, offs *int64, nk int)
 
 //go:noescape
 func flashDecPV512(o *float32, hd int, p *float32, ldp int, v *float32, offs *int64, nk int, alpha *float32)
+
+//go:noescape
+func flashDecQK512BF16(s *float32, lds int, q *float32, hd int, k *uint16, offs *int64, nk int)
+
+//go:noescape
+func flashDecPV512BF16(o *float32, hd int, p *float32, ldp int, v *uint16, offs *int64, nk int, alpha *float32)

@@ -8,11 +8,10 @@ import (
 
 // The AVX-512 paths of paged attention (kernels in attention_amd64.s).
 //
-// Both read keys and values where they lie in the cache, through a table of
-// the byte offsets of a key tile's rows (offsets), whatever the order of
-// the cache blocks. When rows are a multiple of 1 KiB apart (f.gather), the
-// tile is first copied to contiguous rows (flashGather512), because such
-// strides put too many rows in one cache set.
+// Both read keys and values of an F32 cache where they lie, through a table
+// of the byte offsets of a key tile's rows (offsets), whatever the order of
+// the cache blocks. A BF16 cache's tile is first widened to contiguous F32
+// rows in the thread's scratch (widen), which the kernels read instead.
 //
 // The tile path (runTiles) holds the task's queries transposed, Qᵀ (hd ×
 // mp: one lane per query row, mp = m rounded up to 16), and so the scores
@@ -78,17 +77,10 @@ func (f *flashCall) runTiles(w flashWork, sc *flashScratch) {
 	}
 
 	blocks := f.table[t.s*f.maxBlocks : (t.s+1)*f.maxBlocks]
-	kBase, vBase := &f.k[t.g*hd], &f.v[t.g*hd]
 	for k0 := w.k0; k0 < w.k1; k0 += f.tl.keys {
 		nk := min(f.tl.keys, w.k1-k0)
 		nk8 := (nk + 7) &^ 7
-		offs := f.offsets(sc.offs, blocks, k0, nk, nk8+8)
-		kb, vb, ob := kBase, vBase, &offs[0]
-		if f.gather {
-			flashGather512(&sc.k[0], kBase, &offs[0], nk8, hd)
-			flashGather512(&sc.v[0], vBase, &offs[0], nk8, hd)
-			kb, vb, ob = &sc.k[0], &sc.v[0], &sc.seq[0]
-		}
+		kb, vb, ob := f.tile(sc, blocks, k0, nk, nk8, t.g)
 		// The column maxima of the tile come out of flashQK512; they serve
 		// unless the causal mask hides part of the tile, whose scores
 		// flashSoftmax512 then masks with lim: key k0+j counts for the
@@ -146,20 +138,17 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 	}
 
 	blocks := f.table[t.s*f.maxBlocks : (t.s+1)*f.maxBlocks]
-	kBase, vBase := &f.k[t.g*hd], &f.v[t.g*hd]
 	for k0 := w.k0; k0 < w.k1; k0 += f.tl.keys {
 		nk := min(f.tl.keys, w.k1-k0)
 		nk4 := (nk + 3) &^ 3
-		offs := f.offsets(sc.offs, blocks, k0, nk, nk4+8)
-		kb, vb, ob := kBase, vBase, &offs[0]
-		if f.gather {
-			flashGather512(&sc.k[0], kBase, &offs[0], nk4, hd)
-			flashGather512(&sc.v[0], vBase, &offs[0], nk, hd)
-			kb, vb, ob = &sc.k[0], &sc.v[0], &sc.seq[0]
-		}
+		ob := &f.offsets(sc.offs, blocks, k0, nk, nk4+8, t.g)[0]
 		S := sc.s[:m4*nk4]
 		for r0 := 0; r0 < m4; r0 += 4 {
-			flashDecQK512(&S[r0*nk4], nk4, &Q[r0*hd], hd, kb, ob, nk4)
+			if f.bf16 {
+				flashDecQK512BF16(&S[r0*nk4], nk4, &Q[r0*hd], hd, &f.k16[0], ob, nk4)
+			} else {
+				flashDecQK512(&S[r0*nk4], nk4, &Q[r0*hd], hd, &f.k[0], ob, nk4)
+			}
 		}
 		// The softmax step, row by row; rows past m, and rows that see no
 		// key of the tile, get zero weights and keep their output.
@@ -187,24 +176,62 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 			l[i] = l[i]*alpha[i] + kernels.ExpSub(row, row, cur)
 		}
 		for r0 := 0; r0 < m4; r0 += 4 {
-			flashDecPV512(&O[r0*hd], hd, &S[r0*nk4], nk4, vb, ob, nk, &alpha[r0])
+			if f.bf16 {
+				flashDecPV512BF16(&O[r0*hd], hd, &S[r0*nk4], nk4, &f.v16[0], ob, nk, &alpha[r0])
+			} else {
+				flashDecPV512(&O[r0*hd], hd, &S[r0*nk4], nk4, &f.v[0], ob, nk, &alpha[r0])
+			}
 		}
 	}
 	f.finish(t, w.part, O, mx[:m], l[:m])
 }
 
-// offsets fills offs[:n] with the byte offsets in the cache of the rows of
-// positions k0..k0+nk−1 (from the start of a row), then repeats the last
-// one: the kernels read rows past nk (padding of their register tiles, and
-// prefetches), and those must be rows of the cache.
-func (f *flashCall) offsets(offs []int64, blocks []int32, k0, nk, n int) []int64 {
+// tile returns where the tile kernels read the keys and values of
+// positions k0..k0+nk−1 of key/value head g: base pointers and a table of
+// byte offsets of the rows from them. Rows nk..n−1 (register-tile padding)
+// repeat the last one, and the table has 8 more entries for the kernels'
+// prefetches past the tile. An F32 cache is read in place; a BF16 one is
+// widened into the scratch first (the tile kernels broadcast single cache
+// elements, which BF16 would make two instructions each; prefill, which
+// takes them, is bound by arithmetic, not by reading the cache).
+func (f *flashCall) tile(sc *flashScratch, blocks []int32, k0, nk, n, g int) (kb, vb *float32, ob *int64) {
+	if f.bf16 {
+		f.widen(sc.k[:n*f.hd], f.k16, blocks, k0, nk, g)
+		f.widen(sc.v[:n*f.hd], f.v16, blocks, k0, nk, g)
+		return &sc.k[0], &sc.v[0], &sc.seq[0]
+	}
+	return &f.k[0], &f.v[0], &f.offsets(sc.offs, blocks, k0, nk, n+8, g)[0]
+}
+
+// widen writes positions k0..k0+nk−1 of head g of the BF16 cache c as F32
+// rows of hd to dst, then repeats the last row to fill dst.
+func (f *flashCall) widen(dst []float32, c []uint16, blocks []int32, k0, nk, g int) {
+	hd := f.hd
+	f.gatherRows(dst, nil, c, blocks, k0, nk, g)
+	last := dst[(nk-1)*hd : nk*hd]
+	for j := nk; j < len(dst)/hd; j++ {
+		copy(dst[j*hd:(j+1)*hd], last)
+	}
+}
+
+// offsets fills offs[:n] with the byte offsets in the cache (F32 or BF16)
+// of the rows of head g of positions k0..k0+nk−1 (from the cache's start),
+// then repeats the last one: the kernels read rows past nk (padding of
+// their register tiles, and prefetches), and those must be rows of the
+// cache.
+func (f *flashCall) offsets(offs []int64, blocks []int32, k0, nk, n, g int) []int64 {
 	offs = offs[:n]
-	rowBytes := int64(f.kvdim) * 4
+	esz := int64(4)
+	if f.bf16 {
+		esz = 2
+	}
+	rowBytes := int64(f.hd) * esz
 	for p := k0; p < k0+nk; {
 		slot := int(blocks[p/f.bs])*f.bs + p%f.bs
 		run := min(f.bs-p%f.bs, k0+nk-p)
+		base := int64(f.geo.KVIndex(slot, g)) * esz
 		for j := range run {
-			offs[p-k0+j] = int64(slot+j) * rowBytes
+			offs[p-k0+j] = base + int64(j)*rowBytes
 		}
 		p += run
 	}

@@ -3,10 +3,12 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu/kernels"
 )
 
@@ -28,8 +30,9 @@ var peakGFLOPS = sync.OnceValue(func() float64 {
 // sequence. GFLOP/s counts 4·head dim·heads FLOPs per visible key of every
 // query (two products) and %peak compares it with kernels.PeakGFLOPS
 // measured in the same process. Decode is bound by reading the cache:
-// kv-GB/s is the keys and values of every sequence's context (one read)
-// per second.
+// kv-GB/s is the bytes of keys and values of every sequence's context (one
+// read) per second. The decode cases run with an F32 and a BF16 cache
+// (half the bytes; compare their ns/op).
 //
 //	go test -run '^$' -bench PagedAttention ./cpu/
 func BenchmarkPagedAttention(b *testing.B) {
@@ -66,29 +69,46 @@ func BenchmarkPagedAttention(b *testing.B) {
 	}
 	cases = append(cases, bench{"decode-32x4096-h6-kv2-d64", pagedShape{6, 2, 64, 16, batch, "scattered"}})
 	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			be := New()
-			p := newPagedProblem(b, be, rand.New(rand.NewPCG(1, 2)), c.sh)
-			p.keys, p.vals = nil, nil // the reference is not run; free its copy
-			flops, kvBytes := 0.0, 0.0
-			for _, s := range c.sh.seqs {
-				kvBytes += 2 * 4 * float64(s.ctx*c.sh.kvHeads*c.sh.hd)
-				for i := range s.nNew {
-					pos := s.ctx - s.nNew + i
-					flops += 4 * float64(c.sh.hd*c.sh.heads) * float64(pos+1)
-				}
+		dts := []compute.DType{compute.F32}
+		if strings.HasPrefix(c.name, "decode") {
+			dts = append(dts, compute.BF16)
+		}
+		for _, dt := range dts {
+			name := c.name
+			if len(dts) > 1 {
+				name += "/" + strings.ToLower(dt.String())
 			}
-			be.Attention(p.dst, p.q, p.kc, p.vc, &p.attn) // warm up
-			b.ResetTimer()
-			for range b.N {
-				be.Attention(p.dst, p.q, p.kc, p.vc, &p.attn)
-			}
-			sec := b.Elapsed().Seconds() / float64(b.N)
-			b.StopTimer()
-			g := flops / sec / 1e9
-			b.ReportMetric(g, "GFLOP/s")
-			b.ReportMetric(100*g/peakGFLOPS(), "%peak")
-			b.ReportMetric(kvBytes/sec/1e9, "kv-GB/s")
-		})
+			b.Run(name, func(b *testing.B) { benchPaged(b, c.sh, dt) })
+		}
 	}
+}
+
+// benchPaged runs one case of BenchmarkPagedAttention with a cache of dt.
+func benchPaged(b *testing.B, sh pagedShape, dt compute.DType) {
+	be := New()
+	p := newPagedProblemOf(b, be, rand.New(rand.NewPCG(1, 2)), sh, dt)
+	p.keys, p.vals = nil, nil // the reference is not run; free its copy
+	flops, kvBytes := 0.0, 0.0
+	elem := 4.0
+	if dt == compute.BF16 {
+		elem = 2
+	}
+	for _, s := range sh.seqs {
+		kvBytes += 2 * elem * float64(s.ctx*sh.kvHeads*sh.hd)
+		for i := range s.nNew {
+			pos := s.ctx - s.nNew + i
+			flops += 4 * float64(sh.hd*sh.heads) * float64(pos+1)
+		}
+	}
+	be.Attention(p.dst, p.q, p.kc, p.vc, &p.attn) // warm up
+	b.ResetTimer()
+	for range b.N {
+		be.Attention(p.dst, p.q, p.kc, p.vc, &p.attn)
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.StopTimer()
+	g := flops / sec / 1e9
+	b.ReportMetric(g, "GFLOP/s")
+	b.ReportMetric(100*g/peakGFLOPS(), "%peak")
+	b.ReportMetric(kvBytes/sec/1e9, "kv-GB/s")
 }

@@ -16,14 +16,18 @@ func flashPV512(ot, pt *float32, mp int, v *float32, offs *int64, nk, hd int, al
 	panic("cpu: flashPV512 without assembly")
 }
 
-func flashGather512(dst, src *float32, offs *int64, n, hd int) {
-	panic("cpu: flashGather512 without assembly")
-}
-
 func flashDecQK512(s *float32, lds int, q *float32, hd int, k *float32, offs *int64, nk int) {
 	panic("cpu: flashDecQK512 without assembly")
 }
 
 func flashDecPV512(o *float32, hd int, p *float32, ldp int, v *float32, offs *int64, nk int, alpha *float32) {
 	panic("cpu: flashDecPV512 without assembly")
+}
+
+func flashDecQK512BF16(s *float32, lds int, q *float32, hd int, k *uint16, offs *int64, nk int) {
+	panic("cpu: flashDecQK512BF16 without assembly")
+}
+
+func flashDecPV512BF16(o *float32, hd int, p *float32, ldp int, v *uint16, offs *int64, nk int, alpha *float32) {
+	panic("cpu: flashDecPV512BF16 without assembly")
 }

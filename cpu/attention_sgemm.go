@@ -14,8 +14,8 @@ import (
 // its blocked path for prefill tiles (m of a few hundred) and its
 // matrix-vector path for decode (m = group), which streams each key row
 // once against all the heads of the group. Keys and values are read in
-// place when the tile's positions lie in consecutive cache blocks, and
-// gathered into contiguous rows otherwise (rows).
+// place when the tile's positions lie in one cache block, and gathered
+// into contiguous rows otherwise (rows).
 func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 	t := &f.tasks[w.task]
 	hd, group := f.hd, f.group
@@ -38,7 +38,7 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 	for k0 := w.k0; k0 < w.k1; k0 += f.tl.keys {
 		nk := min(f.tl.keys, w.k1-k0)
 		S := sc.s[:m*nk]
-		K, ldk := f.rows(sc.k, f.k, blocks, k0, nk, t.g)
+		K, ldk := f.rows(sc.k, f.k, f.k16, blocks, k0, nk, t.g)
 		kernels.Sgemm(false, true, m, nk, hd, 1, Q, hd, K, ldk, 0, S, nk)
 		masked := k0+nk-1 > t.first // the last key is past the first token
 		for i := range m {
@@ -63,37 +63,40 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 			mx[i] = cur
 			l[i] += kernels.ExpSub(row, row, cur)
 		}
-		V, ldv := f.rows(sc.v, f.v, blocks, k0, nk, t.g)
+		V, ldv := f.rows(sc.v, f.v, f.v16, blocks, k0, nk, t.g)
 		kernels.Sgemm(false, false, m, hd, nk, 1, S, nk, V, ldv, 1, O, hd)
 	}
 	f.finish(t, w.part, O, mx, l)
 }
 
 // rows returns positions [k0, k0+nk) of key/value head g of cache c (keys
-// or values) as a matrix of nk rows of hd with row stride ld: in place when
-// the positions lie in consecutive blocks, else gathered into buf.
-func (f *flashCall) rows(buf, c []float32, blocks []int32, k0, nk, g int) (x []float32, ld int) {
-	bs, hd, kvdim := f.bs, f.hd, f.kvdim
-	b0, b1 := k0/bs, (k0+nk-1)/bs
-	inPlace := true
-	for b := b0; b < b1; b++ {
-		if blocks[b+1] != blocks[b]+1 {
-			inPlace = false
-			break
-		}
+// or values; c16 when the cache is BF16) as a matrix of nk rows of hd with
+// row stride ld: in place when the positions lie in one block of an F32
+// cache, else gathered (and widened) into buf.
+func (f *flashCall) rows(buf, c []float32, c16 []uint16, blocks []int32, k0, nk, g int) (x []float32, ld int) {
+	bs, hd := f.bs, f.hd
+	if c16 == nil && k0/bs == (k0+nk-1)/bs {
+		i := f.geo.KVIndex(int(blocks[k0/bs])*bs+k0%bs, g)
+		return c[i : i+nk*hd], hd
 	}
-	if inPlace {
-		slot := int(blocks[b0])*bs + k0%bs
-		return c[slot*kvdim+g*hd:], kvdim
-	}
+	f.gatherRows(buf[:nk*hd], c, c16, blocks, k0, nk, g)
+	return buf[:nk*hd], hd
+}
+
+// gatherRows copies positions [k0, k0+nk) of head g of cache c (or of the
+// BF16 cache c16, widened) to contiguous rows of hd at dst: one copy per
+// cache block, in which the head's rows are contiguous.
+func (f *flashCall) gatherRows(dst, c []float32, c16 []uint16, blocks []int32, k0, nk, g int) {
+	bs, hd := f.bs, f.hd
 	for p := k0; p < k0+nk; {
 		slot := int(blocks[p/bs])*bs + p%bs
 		run := min(bs-p%bs, k0+nk-p)
-		for j := range run {
-			o := (slot+j)*kvdim + g*hd
-			copy(buf[(p-k0+j)*hd:(p-k0+j+1)*hd], c[o:o+hd])
+		i, d := f.geo.KVIndex(slot, g), dst[(p-k0)*hd:(p-k0+run)*hd]
+		if c16 != nil {
+			kernels.BF16ToF32(d, c16[i:i+run*hd])
+		} else {
+			copy(d, c[i:i+run*hd])
 		}
 		p += run
 	}
-	return buf[:nk*hd], hd
 }

@@ -41,6 +41,14 @@ type pagedProblem struct {
 // sequences, laid out in blocks as sh.layout says, and random queries.
 func newPagedProblem(tb testing.TB, b *Backend, r *rand.Rand, sh pagedShape) *pagedProblem {
 	tb.Helper()
+	return newPagedProblemOf(tb, b, r, sh, compute.F32)
+}
+
+// newPagedProblemOf is newPagedProblem with a cache of dtype dt (F32 or
+// BF16). A BF16 cache holds the random values rounded, and so does the
+// reference's copy of the keys and values.
+func newPagedProblemOf(tb testing.TB, b *Backend, r *rand.Rand, sh pagedShape, dt compute.DType) *pagedProblem {
+	tb.Helper()
 	qdim, kvdim := sh.heads*sh.hd, sh.kvHeads*sh.hd
 	maxBlocks, total := 0, 0
 	for _, s := range sh.seqs {
@@ -74,7 +82,12 @@ func newPagedProblem(tb testing.TB, b *Backend, r *rand.Rand, sh pagedShape) *pa
 	for i := range kc {
 		kc[i] = float32(r.NormFloat64())
 		vc[i] = float32(r.NormFloat64())
+		if dt == compute.BF16 {
+			kc[i] = roundBF16(kc[i])
+			vc[i] = roundBF16(vc[i])
+		}
 	}
+	geo := &compute.Attention{KVHeads: sh.kvHeads, HeadDim: sh.hd, BlockSize: sh.bs}
 	var table, ctxLen []int32
 	next := 0
 	for _, s := range sh.seqs {
@@ -88,8 +101,10 @@ func newPagedProblem(tb testing.TB, b *Backend, r *rand.Rand, sh pagedShape) *pa
 		vals := make([]float32, 0, s.ctx*kvdim)
 		for pos := range s.ctx {
 			slot := int(row[pos/sh.bs])*sh.bs + pos%sh.bs
-			keys = append(keys, kc[slot*kvdim:(slot+1)*kvdim]...)
-			vals = append(vals, vc[slot*kvdim:(slot+1)*kvdim]...)
+			for g := range sh.kvHeads {
+				keys = append(keys, kc[geo.KVIndex(slot, g):][:sh.hd]...)
+				vals = append(vals, vc[geo.KVIndex(slot, g):][:sh.hd]...)
+			}
 		}
 		p.keys, p.vals = append(p.keys, keys), append(p.vals, vals)
 		p.qstart = append(p.qstart, p.qstart[len(p.qstart)-1]+int32(s.nNew))
@@ -117,6 +132,17 @@ func newPagedProblem(tb testing.TB, b *Backend, r *rand.Rand, sh pagedShape) *pa
 	p.dst = mk(make([]float32, rows*qdim), rows, qdim)
 	p.kc = mk(kc, nBlocks*sh.bs, kvdim)
 	p.vc = mk(vc, nBlocks*sh.bs, kvdim)
+	if dt == compute.BF16 {
+		mk16 := func(v []float32) compute.Tensor {
+			x, err := b.NewTensor(compute.BF16, nBlocks*sh.bs, kvdim)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			kernels.F32ToBF16(x.(*tensor).u16, v) // exact: v is rounded
+			return x
+		}
+		p.kc, p.vc = mk16(kc), mk16(vc)
+	}
 	p.attn = compute.Attention{
 		Heads: sh.heads, KVHeads: sh.kvHeads, HeadDim: sh.hd,
 		Scale:     float32(1 / math.Sqrt(float64(sh.hd))),
@@ -209,21 +235,23 @@ func TestPagedAttention(t *testing.T) {
 			tile: &flashTiles{rows: 256, keys: 16, minSplit: 16, pieces: 400}},
 		{name: "empty-sequence", sh: pagedShape{6, 2, 64, 16, []pagedSeq{{ctx: 20, nNew: 0}, {ctx: 40, nNew: 3}}, "scattered"}},
 	} {
-		p := newPagedProblem(t, New(), rand.New(rand.NewPCG(3, uint64(len(tt.name)))), tt.sh)
-		want := p.reference()
-		for _, v := range attnVariants() {
-			if v.set == kernels.KernelsGeneric && tt.sh.work() > 1e7 {
-				continue // the pure-Go products are slow, and the same code
-			}
-			t.Run(tt.name+"/"+v.name, func(t *testing.T) {
-				v.use(t)
-				if tt.tile != nil {
-					defer func(old flashTiles) { tiles = old }(tiles)
-					tiles = *tt.tile
+		for _, dt := range []compute.DType{compute.F32, compute.BF16} {
+			p := newPagedProblemOf(t, New(), rand.New(rand.NewPCG(3, uint64(len(tt.name)))), tt.sh, dt)
+			want := p.reference()
+			for _, v := range attnVariants() {
+				if v.set == kernels.KernelsGeneric && tt.sh.work() > 1e7 {
+					continue // the pure-Go products are slow, and the same code
 				}
-				p.run()
-				closeTo(t, "Attention", Float32s(p.dst), want, 1e-5)
-			})
+				t.Run(fmt.Sprintf("%s/%v/%s", tt.name, dt, v.name), func(t *testing.T) {
+					v.use(t)
+					if tt.tile != nil {
+						defer func(old flashTiles) { tiles = old }(tiles)
+						tiles = *tt.tile
+					}
+					p.run()
+					closeTo(t, "Attention", Float32s(p.dst), want, 1e-5)
+				})
+			}
 		}
 	}
 }
@@ -378,4 +406,9 @@ func TestPagedAttentionAllocs(t *testing.T) {
 			t.Errorf("%v: %.1f allocations per call, kernels.ParallelFor makes %.1f", sh.seqs, got, pf)
 		}
 	}
+}
+
+// roundBF16 rounds x to the nearest BF16 value (ties to even).
+func roundBF16(x float32) float32 {
+	return math.Float32frombits(uint32(kernels.F32ToBF16One(x)) << 16)
 }

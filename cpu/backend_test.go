@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/clawrl/clawrl/compute"
@@ -245,6 +246,7 @@ func TestAttention(t *testing.T) {
 	vals := make([][][]float32, len(seqs))
 	kc := make([]float32, nBlocks*bs*kvdim)
 	vc := make([]float32, nBlocks*bs*kvdim)
+	geo := &compute.Attention{KVHeads: kvHeads, HeadDim: hd, BlockSize: bs}
 	var q []float32
 	for s, sq := range seqs {
 		row := make([]int32, maxBlocks)
@@ -257,8 +259,8 @@ func TestAttention(t *testing.T) {
 			k, v := randVec(r, kvdim), randVec(r, kvdim)
 			keys[s], vals[s] = append(keys[s], k), append(vals[s], v)
 			slot := int(row[p/bs])*bs + p%bs
-			copy(kc[slot*kvdim:], k)
-			copy(vc[slot*kvdim:], v)
+			putKV(kc, geo, slot, k)
+			putKV(vc, geo, slot, v)
 			if p >= sq.ctx-sq.nNew {
 				slots = append(slots, int32(slot))
 			}
@@ -309,12 +311,24 @@ func TestAttention(t *testing.T) {
 	}
 	closeTo(t, "Attention", Float32s(dst), want, 1e-5)
 
-	// StoreKV writes rows to their slots.
+	// StoreKV writes rows to their slots, head by head.
 	k, v := randVec(r, 2*kvdim), randVec(r, 2*kvdim)
-	b.StoreKV(kct, vct, tensorOf(t, b, k, 2, kvdim), tensorOf(t, b, v, 2, kvdim), ints(t, b, []int32{5, 0}))
-	got := Float32s(kct)
-	if got[5*kvdim] != k[0] || got[0] != k[kvdim] || Float32s(vct)[5*kvdim+1] != v[1] {
-		t.Error("StoreKV did not write the slots")
+	b.StoreKV(kct, vct, tensorOf(t, b, k, 2, kvdim), tensorOf(t, b, v, 2, kvdim), ints(t, b, []int32{5, 0}), geo)
+	for i, slot := range []int{5, 0} {
+		for g := range kvHeads {
+			at := geo.KVIndex(slot, g)
+			if !slices.Equal(Float32s(kct)[at:at+hd], k[i*kvdim+g*hd:][:hd]) || !slices.Equal(Float32s(vct)[at:at+hd], v[i*kvdim+g*hd:][:hd]) {
+				t.Errorf("StoreKV: row %d head %d is not at slot %d's place", i, g, slot)
+			}
+		}
+	}
+}
+
+// putKV writes one slot's keys or values (all heads) into a host copy of a
+// cache in the layout of compute.Attention.KVIndex.
+func putKV(c []float32, geo *compute.Attention, slot int, row []float32) {
+	for g := range geo.KVHeads {
+		copy(c[geo.KVIndex(slot, g):][:geo.HeadDim], row[g*geo.HeadDim:(g+1)*geo.HeadDim])
 	}
 }
 

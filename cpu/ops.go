@@ -189,18 +189,22 @@ func ropeRows(x []float32, pos []int32, cos, sin []float32, cols, headDim int, s
 	}
 }
 
-// StoreKV copies new key and value rows into their cache slots.
-func (b *Backend) StoreKV(kCache, vCache, k, v, slots compute.Tensor) {
-	kc := must(kCache, compute.F32, "StoreKV kCache")
-	vc := must(vCache, compute.F32, "StoreKV vCache")
+// StoreKV copies new key and value rows into their cache slots, in the
+// layout of compute.Attention.KVIndex, rounding to BF16 for a BF16 cache.
+func (b *Backend) StoreKV(kCache, vCache, k, v, slots compute.Tensor, a *compute.Attention) {
+	kc := cacheTensor(kCache, "StoreKV kCache")
+	vc := cacheTensor(vCache, "StoreKV vCache")
 	kr := must(k, compute.F32, "StoreKV k")
 	vr := must(v, compute.F32, "StoreKV v")
 	sl := must(slots, compute.I32, "StoreKV slots").i32
 	w := compute.Cols(kr)
-	nSlots := len(kc.f32) / max(w, 1)
-	if compute.Cols(kc) != w || compute.Cols(vc) != w || compute.Cols(vr) != w ||
-		len(vc.f32) != len(kc.f32) || kr.shape[0] != len(sl) || vr.shape[0] != len(sl) {
-		shapePanic("StoreKV", "cache %s %s, k %s, v %s, %d slots", compute.ShapeString(kc.shape), compute.ShapeString(vc.shape), compute.ShapeString(kr.shape), compute.ShapeString(vr.shape), len(sl))
+	nSlots := kc.shape[0]
+	switch {
+	case a.HeadDim <= 0 || a.KVHeads <= 0 || a.BlockSize <= 0 || a.KVHeads*a.HeadDim != w:
+		shapePanic("StoreKV", "rows of %d for %d key/value heads of %d, block size %d", w, a.KVHeads, a.HeadDim, a.BlockSize)
+	case compute.Cols(kc) != w || compute.Cols(vc) != w || compute.Cols(vr) != w || vc.dt != kc.dt ||
+		vc.shape[0] != nSlots || nSlots%a.BlockSize != 0 || kr.shape[0] != len(sl) || vr.shape[0] != len(sl):
+		shapePanic("StoreKV", "cache %v %s and %v %s, k %s, v %s, %d slots, block size %d", kc.dt, compute.ShapeString(kc.shape), vc.dt, compute.ShapeString(vc.shape), compute.ShapeString(kr.shape), compute.ShapeString(vr.shape), len(sl), a.BlockSize)
 	}
 	for _, s := range sl {
 		if s < 0 || int(s) >= nSlots {
@@ -211,20 +215,46 @@ func (b *Backend) StoreKV(kCache, vCache, k, v, slots compute.Tensor) {
 	// level, so each row's copy waits on memory; threads wait in parallel.
 	// (Serially, this was 3% of a 32-client serving step's samples.)
 	if len(sl) < 2*storeKVGrain || kernels.Threads() < 2 {
-		storeRows(kc.f32, vc.f32, kr.f32, vr.f32, sl, w, 0, len(sl)) // no fork, no allocation
+		st := kvStore{kc: kc, vc: vc, k: kr.f32, v: vr.f32, slots: sl, a: a}
+		st.rows(0, len(sl)) // no fork, no allocation
 		return
 	}
-	kernels.ParallelFor(len(sl), storeKVGrain, func(lo, hi int) {
-		storeRows(kc.f32, vc.f32, kr.f32, vr.f32, sl, w, lo, hi)
-	})
+	st := &kvStore{kc: kc, vc: vc, k: kr.f32, v: vr.f32, slots: sl, a: a}
+	kernels.ParallelFor(len(sl), storeKVGrain, st.rows)
 }
 
-// storeRows copies rows [lo, hi) of k and v (w wide) into cache slots sl.
-func storeRows(kc, vc, k, v []float32, sl []int32, w, lo, hi int) {
+// cacheTensor returns a KV cache tensor: F32 or BF16.
+func cacheTensor(t compute.Tensor, op string) *tensor {
+	x, ok := t.(*tensor)
+	if ok && x != nil && x.dt == compute.BF16 {
+		return must(t, compute.BF16, op)
+	}
+	return must(t, compute.F32, op)
+}
+
+// kvStore is one StoreKV call.
+type kvStore struct {
+	kc, vc *tensor
+	k, v   []float32
+	slots  []int32
+	a      *compute.Attention
+}
+
+// rows stores rows [lo, hi) of k and v, head by head.
+func (st *kvStore) rows(lo, hi int) {
+	hd, w := st.a.HeadDim, st.a.KVHeads*st.a.HeadDim
 	for i := lo; i < hi; i++ {
-		s := int(sl[i])
-		copy(kc[s*w:(s+1)*w], k[i*w:(i+1)*w])
-		copy(vc[s*w:(s+1)*w], v[i*w:(i+1)*w])
+		s := int(st.slots[i])
+		for g := range st.a.KVHeads {
+			d, src := st.a.KVIndex(s, g), i*w+g*hd
+			if st.kc.dt == compute.BF16 {
+				kernels.F32ToBF16(st.kc.u16[d:d+hd], st.k[src:src+hd])
+				kernels.F32ToBF16(st.vc.u16[d:d+hd], st.v[src:src+hd])
+			} else {
+				copy(st.kc.f32[d:d+hd], st.k[src:src+hd])
+				copy(st.vc.f32[d:d+hd], st.v[src:src+hd])
+			}
+		}
 	}
 }
 

@@ -492,12 +492,13 @@ func TestDenseAttentionMatchesPaged(t *testing.T) {
 		slots[70+i] = int32(72 + i)
 	}
 	kc, vc := zeros(t, b, 96, kvdim), zeros(t, b, 96, kvdim)
-	b.StoreKV(kc, vc, k, v, ints(t, b, slots))
-	paged := zeros(t, b, rows, qdim)
-	b.Attention(paged, q, kc, vc, &compute.Attention{
+	attn := &compute.Attention{
 		Heads: heads, KVHeads: kvHeads, HeadDim: hd, Scale: scale, BlockSize: bs, Seqs: 2, MaxBlocks: maxBlocks,
 		QueryStart: ints(t, b, starts), ContextLen: ints(t, b, []int32{int32(lens[0]), int32(lens[1])}), BlockTable: ints(t, b, table),
-	})
+	}
+	b.StoreKV(kc, vc, k, v, ints(t, b, slots), attn)
+	paged := zeros(t, b, rows, qdim)
+	b.Attention(paged, q, kc, vc, attn)
 	closeTo(t, "dense vs paged", Float32s(dense), f64s(Float32s(paged)), 1e-5)
 }
 
@@ -646,7 +647,7 @@ func TestTensorUtilities(t *testing.T) {
 	back := zeros(t, b, 5)
 	b.Convert(back, bf)
 	for i, v := range fv {
-		want := math.Float32frombits(uint32(kernels.F32ToBF16One(v)) << 16)
+		want := roundBF16(v)
 		if Float32s(back)[i] != want {
 			t.Errorf("Convert %v: %v, want %v", v, Float32s(back)[i], want)
 		}

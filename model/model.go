@@ -307,7 +307,7 @@ func (m *Model) layer(w *layer, l int, kv *KVCache, v *views, attn *compute.Atte
 	}
 	b.RoPE(v.q, v.pos, m.cos, m.sin, c.HeadDim)
 	b.RoPE(v.k, v.pos, m.cos, m.sin, c.HeadDim)
-	b.StoreKV(kv.k[l], kv.v[l], v.k, v.v, v.slots)
+	b.StoreKV(kv.k[l], kv.v[l], v.k, v.v, v.slots, attn)
 	b.Attention(v.att, v.q, kv.k[l], kv.v[l], attn)
 	b.Linear(v.out, v.att, w.O, w.OBias)
 	b.Add(v.x, v.x, v.out)
