@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu/kernels"
 	"github.com/clawrl/clawrl/model"
 )
@@ -306,7 +307,8 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	decodeN := min(f.decodeTokens, cfg.MaxPositions-17)
 	const bs = 16
 	blocks := 8*((16+decodeN+bs)/bs) + (prefillN+bs-1)/bs + 4
-	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: bs, Budget: cfg.KVBytesPerToken() * bs * int64(blocks)})
+	kvdt := a.kvDType(cfg)
+	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: bs, Budget: cfg.KVBytesPerToken(kvdt) * bs * int64(blocks), DType: kvdt})
 	if err != nil {
 		return err
 	}
@@ -315,6 +317,9 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	bf16Dot := cfg.TorchDType == "bfloat16" && a.precision() == kernels.PrecisionBF16
 	if bf16Dot {
 		name += ", BF16 products (model.precision)"
+	}
+	if kvdt == compute.BF16 {
+		name += ", BF16 KV cache"
 	}
 	row(name, "", "", "")
 

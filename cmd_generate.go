@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/clawrl/clawrl/bundled"
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/cpu/kernels"
 	"github.com/clawrl/clawrl/model"
@@ -73,6 +74,20 @@ func (a *app) precision() kernels.Precision {
 	return kernels.PrecisionF32
 }
 
+// kvDType is the KV cache storage model.kv_cache_dtype names for a model
+// of config c (auto: BF16 for BF16 or F16 weights, F32 for float32 ones).
+func (a *app) kvDType(c *model.Config) compute.DType {
+	switch a.cfg.Model.KVCacheDType {
+	case "bf16":
+		return compute.BF16
+	case "auto":
+		if c.TorchDType == "bfloat16" || c.TorchDType == "float16" {
+			return compute.BF16
+		}
+	}
+	return compute.F32
+}
+
 // openEngine loads dir and starts a scheduler over it.
 func (a *app) openEngine(dir string) (*engine, error) {
 	if a.cfg.Model.Threads > 0 {
@@ -87,7 +102,7 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache, err := m.NewKVCache(model.KVCacheOptions{Budget: int64(a.cfg.Model.KVCacheMB) << 20})
+	cache, err := m.NewKVCache(model.KVCacheOptions{Budget: int64(a.cfg.Model.KVCacheMB) << 20, DType: a.kvDType(m.Config)})
 	if err != nil {
 		m.Close()
 		return nil, err
@@ -118,7 +133,8 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	a.log.Info().Str("model", dir).Str("arch", c.Architecture).
 		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).
 		Str("backend", m.Backend().Name()).Str("kernels", kernels.Kernels()).
-		Int("kv_blocks", cache.NumBlocks()).Dur("load", time.Since(start)).Msg("model loaded")
+		Int("kv_blocks", cache.NumBlocks()).Stringer("kv_dtype", cache.DType()).
+		Int64("kv_tokens", int64(cache.NumBlocks()*cache.BlockSize())).Dur("load", time.Since(start)).Msg("model loaded")
 	return &engine{dir: dir, model: m, tok: tok, cache: cache, store: store, sched: sched, stop: func() {
 		stopSched()
 		store.Close()

@@ -178,7 +178,7 @@ func (a *app) newLoop(e *engine, sink *session.ChanSink, vars map[string]any, re
 	}
 	var teacher reward.Teacher
 	if rc.Teacher != reward.TeacherNone {
-		tcache, err := e.model.NewKVCache(model.KVCacheOptions{Budget: int64(rc.TeacherKVCacheMB) << 20})
+		tcache, err := e.model.NewKVCache(model.KVCacheOptions{Budget: int64(rc.TeacherKVCacheMB) << 20, DType: e.cache.DType()})
 		if err != nil {
 			return fail(err)
 		}

@@ -88,6 +88,9 @@ type Model struct {
 	// Precision of the products with BF16 weights: auto, bf16 or f32 (see
 	// config.yaml).
 	Precision string `mapstructure:"precision"`
+	// KVCacheDType is the key/value cache's storage: auto, bf16 or f32 (see
+	// config.yaml).
+	KVCacheDType string `mapstructure:"kv_cache_dtype"`
 }
 
 // Server configures the OpenAI-compatible API.
@@ -306,6 +309,11 @@ func (c *Config) Validate() error {
 	case "auto", "bf16", "f32":
 	default:
 		errs = append(errs, fmt.Errorf("model.precision: %q is not one of auto, bf16, f32", c.Model.Precision))
+	}
+	switch c.Model.KVCacheDType {
+	case "auto", "bf16", "f32":
+	default:
+		errs = append(errs, fmt.Errorf("model.kv_cache_dtype: %q is not one of auto, bf16, f32", c.Model.KVCacheDType))
 	}
 	if c.Server.Port < 1 || c.Server.Port > 65535 {
 		errs = append(errs, fmt.Errorf("server.port: %d is not a TCP port (1-65535)", c.Server.Port))

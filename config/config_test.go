@@ -93,6 +93,10 @@ func TestLoad(t *testing.T) {
 		{name: "precision from env", env: []string{"CLAWRL_MODEL_PRECISION=f32"},
 			check: func(c *Config) bool { return c.Model.Precision == "f32" }},
 		{name: "bad precision", file: "model:\n  precision: fp8\n", wantErr: "model.precision"},
+		{name: "kv cache dtype default", check: func(c *Config) bool { return c.Model.KVCacheDType == "auto" }},
+		{name: "kv cache dtype from env", env: []string{"CLAWRL_MODEL_KV_CACHE_DTYPE=bf16"},
+			check: func(c *Config) bool { return c.Model.KVCacheDType == "bf16" }},
+		{name: "bad kv cache dtype", file: "model:\n  kv_cache_dtype: fp8\n", wantErr: "model.kv_cache_dtype"},
 		{name: "negative threads", env: []string{"CLAWRL_MODEL_THREADS=-2"}, wantErr: "model.threads"},
 	}
 	for _, tt := range tests {

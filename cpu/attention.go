@@ -341,17 +341,23 @@ type flashScratch struct {
 
 var flashScratches sync.Pool // *flashScratch
 
+// offsAhead is how many rows past a tile the assembly kernels read in an
+// offsets table: they prefetch rows up to this far ahead (the decode
+// kernels 16 keys, DPF in attention_dec_amd64.s; the tile kernels 8).
+const offsAhead = 16
+
 // getScratch returns a thread's scratch, laid out for f: room for maxRows
 // query rows, rounded up to 16 (the assembly tile kernels hold them
 // transposed, one lane per row), and for a key tile rounded up to 8 (their
-// register tile is 8 keys), plus 8 rows that they prefetch past its end.
+// register tile is 8 keys), plus the offsAhead rows that the kernels
+// prefetch past its end.
 func (f *flashCall) getScratch() *flashScratch {
 	sc, _ := flashScratches.Get().(*flashScratch)
 	if sc == nil {
 		sc = new(flashScratch)
 	}
 	m, nk, hd := (f.maxRows+15)&^15, (f.tl.keys+7)&^7, f.hd
-	if n := 2*m*hd + m*nk + 2*(nk+8)*hd + 4*m; cap(sc.buf) < n {
+	if n := 2*m*hd + m*nk + 2*(nk+offsAhead)*hd + 4*m; cap(sc.buf) < n {
 		sc.buf = make([]float32, n)
 	}
 	b := sc.buf
@@ -361,12 +367,12 @@ func (f *flashCall) getScratch() *flashScratch {
 		return s
 	}
 	sc.q, sc.o, sc.s = take(m*hd), take(m*hd), take(m*nk)
-	sc.k, sc.v = take((nk+8)*hd), take((nk+8)*hd)
+	sc.k, sc.v = take((nk+offsAhead)*hd), take((nk+offsAhead)*hd)
 	sc.mx, sc.l, sc.alpha, sc.cmax = take(m), take(m), take(m), take(m)
-	if cap(sc.offs) < nk+8 {
-		sc.offs, sc.seq, sc.lim = make([]int64, nk+8), make([]int64, nk+8), make([]int32, nk)
+	if cap(sc.offs) < nk+offsAhead {
+		sc.offs, sc.seq, sc.lim = make([]int64, nk+offsAhead), make([]int64, nk+offsAhead), make([]int32, nk)
 	}
-	sc.offs, sc.seq, sc.lim = sc.offs[:nk+8], sc.seq[:nk+8], sc.lim[:nk]
+	sc.offs, sc.seq, sc.lim = sc.offs[:nk+offsAhead], sc.seq[:nk+offsAhead], sc.lim[:nk]
 	for j := range sc.seq {
 		sc.seq[j] = int64(j * hd * 4)
 	}

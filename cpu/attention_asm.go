@@ -141,7 +141,7 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 	for k0 := w.k0; k0 < w.k1; k0 += f.tl.keys {
 		nk := min(f.tl.keys, w.k1-k0)
 		nk4 := (nk + 3) &^ 3
-		ob := &f.offsets(sc.offs, blocks, k0, nk, nk4+8, t.g)[0]
+		ob := &f.offsets(sc.offs, blocks, k0, nk, nk4+offsAhead, t.g)[0]
 		S := sc.s[:m4*nk4]
 		for r0 := 0; r0 < m4; r0 += 4 {
 			if f.bf16 {
@@ -189,8 +189,8 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 // tile returns where the tile kernels read the keys and values of
 // positions k0..k0+nk−1 of key/value head g: base pointers and a table of
 // byte offsets of the rows from them. Rows nk..n−1 (register-tile padding)
-// repeat the last one, and the table has 8 more entries for the kernels'
-// prefetches past the tile. An F32 cache is read in place; a BF16 one is
+// repeat the last one, and the table has offsAhead more entries for the
+// kernels' prefetches past the tile. An F32 cache is read in place; a BF16 one is
 // widened into the scratch first (the tile kernels broadcast single cache
 // elements, which BF16 would make two instructions each; prefill, which
 // takes them, is bound by arithmetic, not by reading the cache).
@@ -200,7 +200,7 @@ func (f *flashCall) tile(sc *flashScratch, blocks []int32, k0, nk, n, g int) (kb
 		f.widen(sc.v[:n*f.hd], f.v16, blocks, k0, nk, g)
 		return &sc.k[0], &sc.v[0], &sc.seq[0]
 	}
-	return &f.k[0], &f.v[0], &f.offsets(sc.offs, blocks, k0, nk, n+8, g)[0]
+	return &f.k[0], &f.v[0], &f.offsets(sc.offs, blocks, k0, nk, n+offsAhead, g)[0]
 }
 
 // widen writes positions k0..k0+nk−1 of head g of the BF16 cache c as F32

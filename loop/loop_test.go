@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/reward"
@@ -57,7 +58,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := m.NewKVCache(model.KVCacheOptions{Budget: m.Config.KVBytesPerToken() * 1024})
+	kv, err := m.NewKVCache(model.KVCacheOptions{Budget: m.Config.KVBytesPerToken(compute.F32) * 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

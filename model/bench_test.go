@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -149,6 +150,16 @@ func benchPrecision() kernels.Precision {
 	return kernels.PrecisionF32
 }
 
+// benchKV is the KV cache storage of the model benchmarks: BF16, the
+// daemon's default for their BF16 checkpoints (model.kv_cache_dtype auto);
+// BENCH_KV=f32 overrides it.
+func benchKV() compute.DType {
+	if os.Getenv("BENCH_KV") == "f32" {
+		return compute.F32
+	}
+	return compute.BF16
+}
+
 func BenchmarkDecode(b *testing.B) {
 	for _, bm := range benchModels {
 		for _, batch := range []int{1, 8, 32} {
@@ -158,7 +169,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/batch%d", bm.name, batch), func(b *testing.B) {
 				m := loadBench(b, bm.ckpt, bm.spec(), bm.zeroCopy)
 				const prompt, maxCtx = 32, 256
-				kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken() * int64(batch*(maxCtx+16))})
+				kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken(benchKV()) * int64(batch*(maxCtx+16)), DType: benchKV()})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -212,7 +223,7 @@ func BenchmarkPrefill512(b *testing.B) {
 		}
 		b.Run(bm.name, func(b *testing.B) {
 			m := loadBench(b, bm.ckpt, bm.spec(), false)
-			kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken() * 512})
+			kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken(benchKV()) * 512, DType: benchKV()})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -250,12 +261,19 @@ func BenchmarkPrefill512(b *testing.B) {
 // BenchmarkDecodeLongContext decodes one token at a time after a 16K-token
 // prompt on the ~20M model, the shape of an agent's turn (a long system
 // prompt and history): the attention's reads of the cache (134 MB per
-// token) outweigh the weights' (34 MB). kv-GB/s counts the cache's keys
-// and values read per second.
+// token in F32, 67 MB in BF16) outweigh the weights' (34 MB). It runs with
+// an F32 and a BF16 cache; kv-GB/s counts the cache's bytes read per
+// second.
 func BenchmarkDecodeLongContext(b *testing.B) {
+	for _, dt := range []compute.DType{compute.F32, compute.BF16} {
+		b.Run(strings.ToLower(dt.String()), func(b *testing.B) { benchLongContext(b, dt) })
+	}
+}
+
+func benchLongContext(b *testing.B, dt compute.DType) {
 	const prompt = 16384
 	m := loadBench(b, "llama-20M-bf16", SpecLlama20M(), false)
-	kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken() * (prompt + 1024)})
+	kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken(dt) * (prompt + 1024), DType: dt})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -282,6 +300,6 @@ func BenchmarkDecodeLongContext(b *testing.B) {
 	}
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(float64(b.N)/sec, "tok/s")
-	b.ReportMetric(float64(b.N)*float64(m.Config.KVBytesPerToken())*float64(prompt)/sec/1e9, "kv-GB/s")
+	b.ReportMetric(float64(b.N)*float64(m.Config.KVBytesPerToken(dt))*float64(prompt)/sec/1e9, "kv-GB/s")
 	b.ReportMetric(0, "ns/op")
 }

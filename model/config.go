@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/clawrl/clawrl/compute"
 )
 
 // Architectures this package runs, as named in config.json.
@@ -282,8 +284,10 @@ func (c *Config) QDim() int { return c.NumHeads * c.HeadDim }
 func (c *Config) KVDim() int { return c.NumKVHeads * c.HeadDim }
 
 // KVBytesPerToken is the KV cache memory one token takes over all layers
-// (keys and values, float32).
-func (c *Config) KVBytesPerToken() int64 { return int64(2*c.NumLayers*c.KVDim()) * 4 }
+// (keys and values) in a cache of dtype dt.
+func (c *Config) KVBytesPerToken(dt compute.DType) int64 {
+	return int64(2*c.NumLayers*c.KVDim()) * int64(dt.Size())
+}
 
 // NumParams counts the model's parameters (tied embeddings once).
 func (c *Config) NumParams() int64 {

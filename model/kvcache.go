@@ -30,6 +30,7 @@ type KVCache struct {
 	b                    compute.Backend
 	layers, width        int // width: KV heads × head dim
 	blockSize, numBlocks int
+	dtype                compute.DType
 	k, v                 []compute.Tensor // per layer: [numBlocks·blockSize, width]
 	bytesPerBlock        int64
 
@@ -45,6 +46,9 @@ type KVCacheOptions struct {
 	// Budget is the memory for keys and values in bytes; the cache holds
 	// Budget / BytesPerBlock blocks.
 	Budget int64
+	// DType is the storage of keys and values: compute.F32 (the default)
+	// or compute.BF16 (half the memory; values rounded as they are stored).
+	DType compute.DType
 }
 
 // NewKVCache allocates a cache for models of config c on backend b.
@@ -56,8 +60,16 @@ func NewKVCache(b compute.Backend, c *Config, opts KVCacheOptions) (*KVCache, er
 	if bs < 1 {
 		return nil, fmt.Errorf("model: KV cache block size must be positive, got %d", bs)
 	}
-	kv := &KVCache{b: b, layers: c.NumLayers, width: c.KVDim(), blockSize: bs}
-	kv.bytesPerBlock = c.KVBytesPerToken() * int64(bs)
+	dt := opts.DType
+	switch dt {
+	case 0:
+		dt = compute.F32
+	case compute.F32, compute.BF16:
+	default:
+		return nil, fmt.Errorf("model: KV cache dtype %v is not F32 or BF16", dt)
+	}
+	kv := &KVCache{b: b, layers: c.NumLayers, width: c.KVDim(), blockSize: bs, dtype: dt}
+	kv.bytesPerBlock = c.KVBytesPerToken(dt) * int64(bs)
 	n := opts.Budget / kv.bytesPerBlock
 	if n < 1 {
 		return nil, fmt.Errorf("model: KV cache budget of %d bytes is less than one block (%d bytes for %d tokens)", opts.Budget, kv.bytesPerBlock, bs)
@@ -67,13 +79,13 @@ func NewKVCache(b compute.Backend, c *Config, opts KVCacheOptions) (*KVCache, er
 	}
 	kv.numBlocks = int(n)
 	for range kv.layers {
-		k, err := b.NewTensor(compute.F32, kv.numBlocks*bs, kv.width)
+		k, err := b.NewTensor(dt, kv.numBlocks*bs, kv.width)
 		if err != nil {
 			kv.Close()
 			return nil, fmt.Errorf("model: allocating KV cache: %w", err)
 		}
 		kv.k = append(kv.k, k)
-		v, err := b.NewTensor(compute.F32, kv.numBlocks*bs, kv.width)
+		v, err := b.NewTensor(dt, kv.numBlocks*bs, kv.width)
 		if err != nil {
 			kv.Close()
 			return nil, fmt.Errorf("model: allocating KV cache: %w", err)
@@ -93,6 +105,9 @@ func (kv *KVCache) BlockSize() int { return kv.blockSize }
 
 // NumBlocks is the number of blocks in the pool.
 func (kv *KVCache) NumBlocks() int { return kv.numBlocks }
+
+// DType is the storage of keys and values (F32 or BF16).
+func (kv *KVCache) DType() compute.DType { return kv.dtype }
 
 // BytesPerBlock is the memory one block takes over all layers.
 func (kv *KVCache) BytesPerBlock() int64 { return kv.bytesPerBlock }

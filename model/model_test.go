@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/cpu/kernels"
 )
@@ -41,7 +42,7 @@ func writeAndLoadOn(t *testing.T, spec RandomSpec, b *cpu.Backend) (*Model, stri
 
 func newCache(t *testing.T, m *Model, blockSize, blocks int) *KVCache {
 	t.Helper()
-	per := m.Config.KVBytesPerToken() * int64(blockSize)
+	per := m.Config.KVBytesPerToken(compute.F32) * int64(blockSize)
 	kv, err := m.NewKVCache(KVCacheOptions{BlockSize: blockSize, Budget: per * int64(blocks)})
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +168,62 @@ func TestBF16PrecisionMatchesReference(t *testing.T) {
 				want := full[at*spec.Vocab : (at+1)*spec.Vocab]
 				for i := range want {
 					if d := math.Abs(float64(logits[i] - want[i])); d > 1e-3*(1+math.Abs(float64(want[i]))) {
+						t.Fatalf("decode: position %d logit %d = %v, full forward %v", at, i, logits[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestBF16CacheMatchesReference runs the engine with a BF16 KV cache
+// against the float64 reference that rounds keys and values to BF16 where
+// the cache stores them: the full forward to 1e-4 (the float32 engine's
+// bound), and incremental decode, which reads the same rounded cache, to
+// the full forward.
+func TestBF16CacheMatchesReference(t *testing.T) {
+	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3} {
+		t.Run(arch, func(t *testing.T) {
+			spec := tiny(arch)
+			spec.DType = "bfloat16"
+			m, dir := writeAndLoad(t, spec)
+			kvOf := func(blocks int) *KVCache {
+				kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 4, Budget: m.Config.KVBytesPerToken(compute.BF16) * 4 * int64(blocks), DType: compute.BF16})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(kv.Close)
+				if kv.DType() != compute.BF16 || kv.NumBlocks() != blocks {
+					t.Fatalf("cache of %v with %d blocks, want BF16 with %d", kv.DType(), kv.NumBlocks(), blocks)
+				}
+				return kv
+			}
+			toks := testTokens(23, spec.Vocab)
+			seq := kvOf(8).NewSequence()
+			full, err := m.Forward([]Step{{seq, toks}}, AllLogits, nil)
+			seq.Free()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := loadRef(t, dir)
+			exact := ref.forward(toks)
+			ref.roundKV = true
+			if e := relErr(full, ref.forward(toks)); e >= 1e-4 || math.IsNaN(e) {
+				t.Fatalf("relative error %.3g against the reference with BF16 keys and values", e)
+			} else {
+				t.Logf("relative error %.2g against the reference with BF16 keys and values, %.2g against float32 ones", e, relErr(full, exact))
+			}
+			seq = kvOf(8).NewSequence()
+			defer seq.Free()
+			var logits []float32
+			for pos, n := 0, 5; pos < len(toks); pos, n = pos+n, 1 {
+				if logits, err = m.Forward([]Step{{seq, toks[pos : pos+n]}}, LastLogits, logits); err != nil {
+					t.Fatal(err)
+				}
+				at := pos + n - 1
+				want := full[at*spec.Vocab : (at+1)*spec.Vocab]
+				for i := range want {
+					if d := math.Abs(float64(logits[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
 						t.Fatalf("decode: position %d logit %d = %v, full forward %v", at, i, logits[i], want[i])
 					}
 				}

@@ -25,7 +25,10 @@ type refModel struct {
 	// (through float32, to nearest even) to BF16, as the engine does at
 	// kernels.PrecisionBF16.
 	roundInputs bool
-	bf16        map[string]bool // the weights stored as BF16
+	// roundKV rounds keys and values to BF16 (after RoPE), as a BF16 KV
+	// cache stores them.
+	roundKV bool
+	bf16    map[string]bool // the weights stored as BF16
 }
 
 func loadRef(t *testing.T, dir string) *refModel {
@@ -98,15 +101,20 @@ func loadRef(t *testing.T, dir string) *refModel {
 // BF16 first when r.roundInputs and the weight is BF16.
 func (r *refModel) linear(name string, x, b []float64) []float64 {
 	if r.roundInputs && r.bf16[name] {
-		xr := make([]float64, len(x))
-		for i, v := range x {
-			bits := math.Float32bits(float32(v))
-			bits += 0x7fff + (bits>>16)&1 // to nearest even (no NaNs here)
-			xr[i] = float64(math.Float32frombits(bits &^ 0xffff))
-		}
-		x = xr
+		x = roundBF16s(x)
 	}
 	return matvec(r.w[name], x, b)
+}
+
+// roundBF16s returns x rounded through float32 to BF16 (to nearest even).
+func roundBF16s(x []float64) []float64 {
+	xr := make([]float64, len(x))
+	for i, v := range x {
+		bits := math.Float32bits(float32(v))
+		bits += 0x7fff + (bits>>16)&1 // to nearest even (no NaNs here)
+		xr[i] = float64(math.Float32frombits(bits &^ 0xffff))
+	}
+	return xr
 }
 
 // matvec returns W x (+ b) for W stored [out, in].
@@ -184,6 +192,9 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 			}
 			r.rope(qs[i], i)
 			r.rope(ks[i], i)
+			if r.roundKV {
+				ks[i], vs[i] = roundBF16s(ks[i]), roundBF16s(vs[i])
+			}
 		}
 		for i := range n {
 			att := make([]float64, r.heads*r.hd)

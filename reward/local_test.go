@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/rollout"
@@ -47,7 +48,7 @@ func tinySpec() model.RandomSpec {
 
 func newKVCache(t testing.TB, m *model.Model, tokens int) *model.KVCache {
 	t.Helper()
-	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken() * int64(tokens)})
+	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken(compute.F32) * int64(tokens)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/sample"
@@ -37,7 +38,7 @@ func tinyModel(t testing.TB) *model.Model {
 
 func newCache(t testing.TB, m *model.Model, blocks int) *model.KVCache {
 	t.Helper()
-	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: 4, Budget: m.Config.KVBytesPerToken() * 4 * int64(blocks)})
+	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: 4, Budget: m.Config.KVBytesPerToken(compute.F32) * 4 * int64(blocks)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/weights"
@@ -86,7 +87,7 @@ type scorer struct {
 
 func newScorer(t *testing.T, m *model.Model) *scorer {
 	t.Helper()
-	kv, err := m.NewKVCache(model.KVCacheOptions{Budget: m.Config.KVBytesPerToken() * 4096})
+	kv, err := m.NewKVCache(model.KVCacheOptions{Budget: m.Config.KVBytesPerToken(compute.F32) * 4096})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -412,7 +412,7 @@ func (t *Trainer) referenceLogProbs(mb []*Sample) ([][]float32, error) {
 			t.refCache = nil
 		}
 		tokens := max(room, t.opts.MicroBatchTokens+2*refBlock)
-		kv, err := t.m.NewKVCache(model.KVCacheOptions{BlockSize: refBlock, Budget: t.m.Config.KVBytesPerToken() * int64(tokens)})
+		kv, err := t.m.NewKVCache(model.KVCacheOptions{BlockSize: refBlock, Budget: t.m.Config.KVBytesPerToken(compute.F32) * int64(tokens)})
 		if err != nil {
 			return nil, fmt.Errorf("trainer: KV cache for reference log-probs: %w", err)
 		}

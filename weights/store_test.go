@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/model"
 )
@@ -256,7 +257,7 @@ func TestStoreFreesModelWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	kv, err := m.NewKVCache(model.KVCacheOptions{Budget: m.Config.KVBytesPerToken() * 256})
+	kv, err := m.NewKVCache(model.KVCacheOptions{Budget: m.Config.KVBytesPerToken(compute.F32) * 256})
 	if err != nil {
 		t.Fatal(err)
 	}
