@@ -12,30 +12,6 @@
 // vectorised along the head dimension, so that no lane is idle when a task
 // has only the heads of one group for one token.
 
-// 0, 4, 8, 12: the first lane of each 128-bit lane.
-DATA flashdec<>+0(SB)/4, $0
-DATA flashdec<>+4(SB)/4, $4
-DATA flashdec<>+8(SB)/4, $8
-DATA flashdec<>+12(SB)/4, $12
-GLOBL flashdec<>(SB), RODATA|NOPTR, $16
-
-// HSUM4(a, b, c, d, t, u) leaves in lanes 0, 4, 8 and 12 of a the sums of
-// the lanes of a, b, c and d. Clobbers b, t, u.
-#define HSUM4(a, b, c, d, t, u) \
-	VSHUFF64X2 $0x44, b, a, t; \
-	VSHUFF64X2 $0xee, b, a, u; \
-	VADDPS     u, t, a; \
-	VSHUFF64X2 $0x44, d, c, t; \
-	VSHUFF64X2 $0xee, d, c, u; \
-	VADDPS     u, t, b; \
-	VSHUFF64X2 $0x88, b, a, t; \
-	VSHUFF64X2 $0xdd, b, a, u; \
-	VADDPS     u, t, a; \
-	VPERMILPS  $0x4e, a, t; \
-	VADDPS     t, a, a; \
-	VPERMILPS  $0xb1, a, t; \
-	VADDPS     t, a, a
-
 // DQROW(q, qs, a, b, c, d): one query row (at q + SI·qs) against the four
 // key chunks Z16..Z19.
 #define DQROW(q, qs, a, b, c, d) \
@@ -45,13 +21,57 @@ GLOBL flashdec<>(SB), RODATA|NOPTR, $16
 	VFMADD231PS Z18, Z20, c; \
 	VFMADD231PS Z19, Z20, d
 
-// DQOUT(a, b, c, d, xa): store the four dot products of one row at DI,
-// then DI += the row stride of s. xa is the low quarter of a.
-#define DQOUT(a, b, c, d, xa) \
-	HSUM4(a, b, c, d, Z20, Z21); \
-	VPERMPS a, Z22, a; \
-	VMOVUPS xa, (DI); \
-	ADDQ    R13, DI
+// DQOUT reduces the sums Z(4i+j) of query row i and key j to Z0, row i's
+// four scores in its 128-bit lane i, and stores them at DI + i·R13 (rows
+// of s). The reduction is a tree of shuffles and adds, each level halving
+// the lanes of every sum and the number of vectors: 45 instructions for
+// the 16 sums, where a horizontal sum per row takes about 100. It
+// is the reduction of the BF16 matrix-vector kernel (REDUCE4X4 in
+// cpu/kernels/gemvdot_amd64.h), repeated here because assembly headers
+// cannot be shared between packages. Clobbers Z0..Z15, Z20..Z23, Z28, Z29
+// and SI.
+#define DQRED1(x, y, t) \
+	VSHUFF64X2 $0x44, y, x, t; \
+	VSHUFF64X2 $0xee, y, x, x; \
+	VADDPS     t, x, x
+
+#define DQRED2(x, y, t) \
+	VSHUFF32X4 $0x88, y, x, t; \
+	VSHUFF32X4 $0xdd, y, x, x; \
+	VADDPS     t, x, x
+
+#define DQRED3(x, y, t) \
+	VSHUFPS $0x44, y, x, t; \
+	VSHUFPS $0xee, y, x, x; \
+	VADDPS  t, x, x
+
+#define DQRED4(x, y, t) \
+	VSHUFPS $0x88, y, x, t; \
+	VSHUFPS $0xdd, y, x, x; \
+	VADDPS  t, x, x
+
+#define DQOUT \
+	DQRED1(Z0, Z4, Z20); \
+	DQRED1(Z8, Z12, Z21); \
+	DQRED1(Z1, Z5, Z22); \
+	DQRED1(Z9, Z13, Z23); \
+	DQRED1(Z2, Z6, Z28); \
+	DQRED1(Z10, Z14, Z29); \
+	DQRED1(Z3, Z7, Z20); \
+	DQRED1(Z11, Z15, Z21); \
+	DQRED2(Z0, Z8, Z22); \
+	DQRED2(Z1, Z9, Z23); \
+	DQRED2(Z2, Z10, Z28); \
+	DQRED2(Z3, Z11, Z29); \
+	DQRED3(Z0, Z1, Z20); \
+	DQRED3(Z2, Z3, Z21); \
+	DQRED4(Z0, Z2, Z22); \
+	LEAQ          (DI)(R13*2), SI; \
+	ADDQ          R13, SI; \
+	VMOVUPS       X0, (DI); \
+	VEXTRACTF32X4 $1, Z0, (DI)(R13*1); \
+	VEXTRACTF32X4 $2, Z0, (DI)(R13*2); \
+	VEXTRACTF32X4 $3, Z0, (SI)
 
 // WIDEN(m, z) loads 16 BF16 values (32 bytes at m) into z as float32.
 #define WIDEN(m, z) \
@@ -113,7 +133,6 @@ label:; \
 	MOVQ      s+0(FP), AX; \
 	MOVQ      AX, 8(SP); \
 	MOVQ      nk+48(FP), CX; \
-	VMOVDQU32 flashdec<>+0(SB), X22; \
 keys:; \
 	MOVQ   0(SP), DI; \
 	PREFETCHKEYS((DPF*8)(DI), (DPF*8+8)(DI), pf1); \
@@ -153,10 +172,7 @@ d:; \
 	CMPQ    SI, R12; \
 	JLT     d; \
 	MOVQ 8(SP), DI; \
-	DQOUT(Z0, Z1, Z2, Z3, X0); \
-	DQOUT(Z4, Z5, Z6, Z7, X4); \
-	DQOUT(Z8, Z9, Z10, Z11, X8); \
-	DQOUT(Z12, Z13, Z14, Z15, X12); \
+	DQOUT; \
 	ADDQ $16, 8(SP); \
 	ADDQ $32, 0(SP); \
 	SUBQ $4, CX; \
