@@ -26,6 +26,7 @@ type benchFlags struct {
 	what          []string
 	decodeTokens  int
 	prefillTokens int
+	contextTokens int
 	prefixTokens  int
 	seconds       float64
 	bandwidthMB   int
@@ -63,6 +64,7 @@ a temporary directory first.`,
 	fl.IntVar(&f.prefixTokens, "prefix-tokens", 16000, "serve: length of the shared system prompt for the prefix-cache TTFT test (0 = skip)")
 	fl.IntVar(&f.decodeTokens, "decode-tokens", 64, "tokens to decode per measurement")
 	fl.IntVar(&f.prefillTokens, "prefill-tokens", 512, "prompt length for the prefill measurement")
+	fl.IntVar(&f.contextTokens, "context-tokens", 0, "model: also decode after a prompt of this many tokens, an agent's context (0 = skip; e.g. 16384)")
 	fl.Float64Var(&f.seconds, "seconds", 1, "duration of each machine measurement")
 	fl.IntVar(&f.rounds, "rounds", 5, "model, serve: alternating rounds of the measurements compared with each other (see above)")
 	fl.Float64Var(&f.serveSeconds, "serve-seconds", 15, "serve: how long each client count keeps sending requests, over all rounds")
@@ -422,5 +424,46 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 		ceil += ":bf16" // VDPBF16PS: twice the FMA's flops per instruction
 	}
 	row(fmt.Sprintf("  prefill, %d tokens", prefillN), fmt.Sprintf("%.1f", ptps), "tok/s", ceil)
+	if f.contextTokens > 0 {
+		return benchLongContext(m, kvdt, min(f.contextTokens, cfg.MaxPositions-decodeN-1), decodeN, tokens, row)
+	}
+	return nil
+}
+
+// benchLongContext prefills a prompt of ctx tokens (in chunks of 512, as
+// the scheduler does) into a cache of dtype dt, then decodes decodeN tokens
+// after it: the shape of an agent's turn, where each token reads the whole
+// cache besides the weights.
+func benchLongContext(m *model.Model, dt compute.DType, ctx, decodeN int, tokens func(int) []int32, row func(...string)) error {
+	cfg := m.Config
+	const bs, chunk = 16, 512
+	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: bs, Budget: cfg.KVBytesPerToken(dt) * int64(ctx+decodeN+2*bs), DType: dt})
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	seq := kv.NewSequence()
+	defer seq.Free()
+	prompt := tokens(ctx)
+	start := time.Now()
+	var logits []float32
+	for i := 0; i < ctx; i += chunk {
+		if logits, err = m.Forward([]model.Step{{Seq: seq, Tokens: prompt[i:min(ctx, i+chunk)]}}, model.LastLogits, logits); err != nil {
+			return err
+		}
+	}
+	pel := time.Since(start)
+	start = time.Now()
+	for range decodeN {
+		next := int32(slices.Index(logits, slices.Max(logits)))
+		if logits, err = m.Forward([]model.Step{{Seq: seq, Tokens: []int32{next}}}, model.LastLogits, logits); err != nil {
+			return err
+		}
+	}
+	tps := float64(decodeN) / time.Since(start).Seconds()
+	kvMB := float64(cfg.KVBytesPerToken(dt)) * float64(ctx) / 1e6
+	row(fmt.Sprintf("  prefill, %d-token context", ctx), fmt.Sprintf("%.1f", float64(ctx)/pel.Seconds()), "tok/s", "in chunks of 512")
+	row(fmt.Sprintf("  decode after %d tokens", ctx), fmt.Sprintf("%.1f", tps), "tok/s",
+		fmt.Sprintf("reads %.0f MB of %v keys and values and %.0f MB of weights per token (%.1f GB/s)", kvMB, dt, weightBytesPerToken(cfg)/1e6, tps*(kvMB*1e6+weightBytesPerToken(cfg))/1e9))
 	return nil
 }
