@@ -112,6 +112,13 @@ label:; \
 	CMPQ       SI, R12; \
 	JLT        label
 
+// ROWS4(stride) points R9, R10 and R11 at the three rows after R8's, rows
+// stride bytes apart.
+#define ROWS4(stride) \
+	LEAQ (R8)(stride*1), R9; \
+	LEAQ (R9)(stride*1), R10; \
+	LEAQ (R10)(stride*1), R11
+
 // DECQK(esz, qs, loadkeys, keys, d, pf1, pf2) is the body of the decode
 // QK kernels for cache elements of esz bytes (4: F32, 2: BF16), whose key
 // rows are hd·esz bytes (R12) and queries hd·4: a query chunk is at qs =
@@ -123,9 +130,7 @@ label:; \
 	MOVQ      hd+24(FP), R12; \
 	SHLQ      $2, R12; \
 	MOVQ      q+16(FP), R8; \
-	LEAQ      (R8)(R12*1), R9; \
-	LEAQ      (R9)(R12*1), R10; \
-	LEAQ      (R10)(R12*1), R11; \
+	ROWS4(R12); \
 	MOVQ      hd+24(FP), R12; \
 	IMULQ     $esz, R12; \
 	MOVQ      offs+40(FP), AX; \
@@ -239,9 +244,7 @@ d:; \
 	MOVQ         ldp+24(FP), R13; \
 	SHLQ         $2, R13; \
 	MOVQ         p+16(FP), R8; \
-	LEAQ         (R8)(R13*1), R9; \
-	LEAQ         (R9)(R13*1), R10; \
-	LEAQ         (R10)(R13*1), R11; \
+	ROWS4(R13); \
 	MOVQ         alpha+56(FP), AX; \
 	VBROADCASTSS 0(AX), Z24; \
 	VBROADCASTSS 4(AX), Z25; \

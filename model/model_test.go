@@ -155,24 +155,32 @@ func TestBF16PrecisionMatchesReference(t *testing.T) {
 			} else {
 				t.Logf("relative error %.2g against the reference with BF16 inputs, %.2g against float32 inputs", e, relErr(full, exact))
 			}
-			kv := newCache(t, m, 4, 16)
-			seq := kv.NewSequence()
-			defer seq.Free()
-			var logits []float32
-			for pos, n := 0, 5; pos < len(toks); pos, n = pos+n, 1 {
-				var err error
-				if logits, err = m.Forward([]Step{{seq, toks[pos : pos+n]}}, LastLogits, logits); err != nil {
-					t.Fatal(err)
-				}
-				at := pos + n - 1
-				want := full[at*spec.Vocab : (at+1)*spec.Vocab]
-				for i := range want {
-					if d := math.Abs(float64(logits[i] - want[i])); d > 1e-3*(1+math.Abs(float64(want[i]))) {
-						t.Fatalf("decode: position %d logit %d = %v, full forward %v", at, i, logits[i], want[i])
-					}
-				}
-			}
+			checkDecode(t, m, newCache(t, m, 4, 16), toks, full, 1e-3)
 		})
+	}
+}
+
+// checkDecode runs toks through m in kv incrementally (a prompt of 5, then
+// one token at a time) and checks every step's logits against those of the
+// full forward, full, to tol relative to 1 + |logit|.
+func checkDecode(t *testing.T, m *Model, kv *KVCache, toks []int32, full []float32, tol float64) {
+	t.Helper()
+	vocab := m.Config.VocabSize
+	seq := kv.NewSequence()
+	defer seq.Free()
+	var logits []float32
+	for pos, n := 0, 5; pos < len(toks); pos, n = pos+n, 1 {
+		var err error
+		if logits, err = m.Forward([]Step{{seq, toks[pos : pos+n]}}, LastLogits, logits); err != nil {
+			t.Fatal(err)
+		}
+		at := pos + n - 1
+		want := full[at*vocab : (at+1)*vocab]
+		for i := range want {
+			if d := math.Abs(float64(logits[i] - want[i])); d > tol*(1+math.Abs(float64(want[i]))) {
+				t.Fatalf("decode: position %d logit %d = %v, full forward %v", at, i, logits[i], want[i])
+			}
+		}
 	}
 }
 
@@ -213,21 +221,7 @@ func TestBF16CacheMatchesReference(t *testing.T) {
 			} else {
 				t.Logf("relative error %.2g against the reference with BF16 keys and values, %.2g against float32 ones", e, relErr(full, exact))
 			}
-			seq = kvOf(8).NewSequence()
-			defer seq.Free()
-			var logits []float32
-			for pos, n := 0, 5; pos < len(toks); pos, n = pos+n, 1 {
-				if logits, err = m.Forward([]Step{{seq, toks[pos : pos+n]}}, LastLogits, logits); err != nil {
-					t.Fatal(err)
-				}
-				at := pos + n - 1
-				want := full[at*spec.Vocab : (at+1)*spec.Vocab]
-				for i := range want {
-					if d := math.Abs(float64(logits[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
-						t.Fatalf("decode: position %d logit %d = %v, full forward %v", at, i, logits[i], want[i])
-					}
-				}
-			}
+			checkDecode(t, m, kvOf(8), toks, full, 1e-5)
 		})
 	}
 }
