@@ -42,8 +42,14 @@ func writeAndLoadOn(t *testing.T, spec RandomSpec, b *cpu.Backend) (*Model, stri
 
 func newCache(t *testing.T, m *Model, blockSize, blocks int) *KVCache {
 	t.Helper()
-	per := m.Config.KVBytesPerToken(compute.F32) * int64(blockSize)
-	kv, err := m.NewKVCache(KVCacheOptions{BlockSize: blockSize, Budget: per * int64(blocks)})
+	return newCacheOf(t, m, blockSize, blocks, compute.F32)
+}
+
+// newCacheOf is newCache with keys and values stored as dt.
+func newCacheOf(t *testing.T, m *Model, blockSize, blocks int, dt compute.DType) *KVCache {
+	t.Helper()
+	per := m.Config.KVBytesPerToken(dt) * int64(blockSize)
+	kv, err := m.NewKVCache(KVCacheOptions{BlockSize: blockSize, Budget: per * int64(blocks), DType: dt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +84,13 @@ func relErr(got []float32, want [][]float64) float64 {
 
 func fullLogits(t *testing.T, m *Model, toks []int32) []float32 {
 	t.Helper()
-	kv := newCache(t, m, 4, 64)
+	return fullLogitsOf(t, m, toks, compute.F32)
+}
+
+// fullLogitsOf is fullLogits with a cache of dt.
+func fullLogitsOf(t *testing.T, m *Model, toks []int32, dt compute.DType) []float32 {
+	t.Helper()
+	kv := newCacheOf(t, m, 4, 64, dt)
 	seq := kv.NewSequence()
 	defer seq.Free()
 	out, err := m.Forward([]Step{{seq, toks}}, AllLogits, nil)
@@ -430,19 +442,34 @@ func TestKVCacheBudget(t *testing.T) {
 	if _, err := m.NewKVCache(KVCacheOptions{BlockSize: 4, Budget: 10}); err == nil {
 		t.Error("a budget smaller than one block was accepted")
 	}
+	if _, err := m.NewKVCache(KVCacheOptions{BlockSize: 4, Budget: 1 << 20, DType: compute.I32}); err == nil {
+		t.Error("an I32 cache was accepted")
+	}
+	// A BF16 cache holds twice the tokens of an F32 one in the same budget.
+	budget := 3 * 4 * m.Config.KVBytesPerToken(compute.F32)
+	f32, bf16 := newCacheOf(t, m, 4, 3, compute.F32), newCacheOf(t, m, 4, 6, compute.BF16)
+	if 2*bf16.BytesPerBlock() != f32.BytesPerBlock() || bf16.NumBlocks()*int(bf16.BytesPerBlock()) != int(budget) {
+		t.Errorf("BF16 blocks of %d bytes (%d of them) against F32 blocks of %d in %d bytes", bf16.BytesPerBlock(), bf16.NumBlocks(), f32.BytesPerBlock(), budget)
+	}
 }
 
 // TestSharedBlocks checks prefix sharing: a fork and an attached prefix
 // continue independently of the sequence they share blocks with, and
-// shared blocks are copied before being written.
+// shared blocks are copied before being written; with F32 and BF16 caches.
 func TestSharedBlocks(t *testing.T) {
+	for _, dt := range []compute.DType{compute.F32, compute.BF16} {
+		t.Run(dt.String(), func(t *testing.T) { testSharedBlocks(t, dt) })
+	}
+}
+
+func testSharedBlocks(t *testing.T, dt compute.DType) {
 	spec := tiny(ArchLlama)
 	m, _ := writeAndLoad(t, spec)
 	vocab := spec.Vocab
 	toks := testTokens(14, vocab)
 	alt := append(append([]int32(nil), toks[:6]...), 5, 6, 7, 8)
-	fullA, fullB := fullLogits(t, m, toks), fullLogits(t, m, alt)
-	kv := newCache(t, m, 4, 16)
+	fullA, fullB := fullLogitsOf(t, m, toks, dt), fullLogitsOf(t, m, alt, dt)
+	kv := newCacheOf(t, m, 4, 16, dt)
 
 	a := kv.NewSequence()
 	if _, err := m.Forward([]Step{{a, toks[:6]}}, LastLogits, nil); err != nil {
