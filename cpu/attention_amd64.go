@@ -26,3 +26,15 @@ func flashDecQK512BF16(s *float32, lds int, q *float32, hd int, k *uint16, offs 
 
 //go:noescape
 func flashDecPV512BF16(o *float32, hd int, p *float32, ldp int, v *uint16, offs *int64, nk int, alpha *float32)
+
+//go:noescape
+func flashDecQK512x2(s *float32, lds int, q *float32, hd int, k *float32, offs *int64, nk int)
+
+//go:noescape
+func flashDecQK512x2BF16(s *float32, lds int, q *float32, hd int, k *uint16, offs *int64, nk int)
+
+//go:noescape
+func flashDecPV512x2(o *float32, hd int, p *float32, ldp int, v *float32, offs *int64, nk int, alpha *float32)
+
+//go:noescape
+func flashDecPV512x2BF16(o *float32, hd int, p *float32, ldp int, v *uint16, offs *int64, nk int, alpha *float32)

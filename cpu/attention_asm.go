@@ -121,10 +121,18 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 	t := &f.tasks[w.task]
 	hd, group := f.hd, f.group
 	m := t.tokens * group
-	m4 := (m + 3) &^ 3
+	// Rows per kernel call, and keys per step of its QK kernel: four rows
+	// and four keys, or for tasks of one or two rows (one token of two
+	// query heads per key/value head) two rows and eight keys, so that no
+	// multiplications go to padding rows.
+	rows, kstep := 4, 4
+	if m <= 2 {
+		rows, kstep = 2, 8
+	}
+	mr := (m + rows - 1) / rows * rows
 	gw := group * hd
-	Q, O := sc.q[:m4*hd], sc.o[:m4*hd]
-	mx, l, alpha := sc.mx[:m4], sc.l[:m4], sc.alpha[:m4]
+	Q, O := sc.q[:mr*hd], sc.o[:mr*hd]
+	mx, l, alpha := sc.mx[:mr], sc.l[:mr], sc.alpha[:mr]
 	for tok := range t.tokens {
 		dst := Q[tok*gw : (tok+1)*gw]
 		copy(dst, f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw])
@@ -140,21 +148,17 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 	blocks := f.table[t.s*f.maxBlocks : (t.s+1)*f.maxBlocks]
 	for k0 := w.k0; k0 < w.k1; k0 += f.tl.keys {
 		nk := min(f.tl.keys, w.k1-k0)
-		nk4 := (nk + 3) &^ 3
-		ob := &f.offsets(sc.offs, blocks, k0, nk, nk4+offsAhead, t.g)[0]
-		S := sc.s[:m4*nk4]
-		for r0 := 0; r0 < m4; r0 += 4 {
-			if f.bf16 {
-				flashDecQK512BF16(&S[r0*nk4], nk4, &Q[r0*hd], hd, &f.k16[0], ob, nk4)
-			} else {
-				flashDecQK512(&S[r0*nk4], nk4, &Q[r0*hd], hd, &f.k[0], ob, nk4)
-			}
+		nkp := (nk + kstep - 1) / kstep * kstep
+		ob := &f.offsets(sc.offs, blocks, k0, nk, nkp+offsAhead, t.g)[0]
+		S := sc.s[:mr*nkp]
+		for r0 := 0; r0 < mr; r0 += rows {
+			f.decQK(rows, &S[r0*nkp], nkp, &Q[r0*hd], ob)
 		}
 		// The softmax step, row by row; rows past m, and rows that see no
 		// key of the tile, get zero weights and keep their output.
 		masked := k0+nk-1 > t.first
-		for i := range m4 {
-			row := S[i*nk4 : (i+1)*nk4]
+		for i := range mr {
+			row := S[i*nkp : (i+1)*nkp]
 			valid := nk
 			if masked && i < m {
 				valid = min(nk, t.first+i/group-k0+1)
@@ -175,15 +179,43 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 			mx[i] = cur
 			l[i] = l[i]*alpha[i] + kernels.ExpSub(row, row, cur)
 		}
-		for r0 := 0; r0 < m4; r0 += 4 {
-			if f.bf16 {
-				flashDecPV512BF16(&O[r0*hd], hd, &S[r0*nk4], nk4, &f.v16[0], ob, nk, &alpha[r0])
-			} else {
-				flashDecPV512(&O[r0*hd], hd, &S[r0*nk4], nk4, &f.v[0], ob, nk, &alpha[r0])
-			}
+		for r0 := 0; r0 < mr; r0 += rows {
+			f.decPV(rows, &O[r0*hd], &S[r0*nkp], nkp, ob, nk, &alpha[r0])
 		}
 	}
 	f.finish(t, w.part, O, mx[:m], l[:m])
+}
+
+// decQK runs the decode QK kernel for rows (2 or 4) query rows at q into
+// scores s (rows of nk), over nk keys (a multiple of 8 or 4) through the
+// offsets table offs, on the cache's dtype.
+func (f *flashCall) decQK(rows int, s *float32, nk int, q *float32, offs *int64) {
+	switch {
+	case rows == 2 && f.bf16:
+		flashDecQK512x2BF16(s, nk, q, f.hd, &f.k16[0], offs, nk)
+	case rows == 2:
+		flashDecQK512x2(s, nk, q, f.hd, &f.k[0], offs, nk)
+	case f.bf16:
+		flashDecQK512BF16(s, nk, q, f.hd, &f.k16[0], offs, nk)
+	default:
+		flashDecQK512(s, nk, q, f.hd, &f.k[0], offs, nk)
+	}
+}
+
+// decPV runs the decode PV kernel for rows (2 or 4) output rows at o, with
+// weights p (rows of ldp) over nk values through offs, rescaling the rows
+// by alpha first.
+func (f *flashCall) decPV(rows int, o, p *float32, ldp int, offs *int64, nk int, alpha *float32) {
+	switch {
+	case rows == 2 && f.bf16:
+		flashDecPV512x2BF16(o, f.hd, p, ldp, &f.v16[0], offs, nk, alpha)
+	case rows == 2:
+		flashDecPV512x2(o, f.hd, p, ldp, &f.v[0], offs, nk, alpha)
+	case f.bf16:
+		flashDecPV512BF16(o, f.hd, p, ldp, &f.v16[0], offs, nk, alpha)
+	default:
+		flashDecPV512(o, f.hd, p, ldp, &f.v[0], offs, nk, alpha)
+	}
 }
 
 // tile returns where the tile kernels read the keys and values of

@@ -60,7 +60,8 @@ func BenchmarkPagedAttention(b *testing.B) {
 	for i := range 32 {
 		batch = append(batch, pagedSeq{ctx: 40 + 3*i, nNew: 1})
 	}
-	cases = append(cases, bench{"decode-32x40-133-h6-kv2-d64", pagedShape{6, 2, 64, 16, batch, "scattered"}})
+	cases = append(cases, bench{"decode-32x40-133-h6-kv2-d64", pagedShape{6, 2, 64, 16, batch, "scattered"}},
+		bench{"decode-32x40-133-h16-kv8-d128", pagedShape{16, 8, 128, 16, batch, "scattered"}}) // Qwen3-0.6B's heads
 	// The same with contexts long enough that the cache (130 MB) streams
 	// from memory.
 	batch = nil

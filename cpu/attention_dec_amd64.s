@@ -50,7 +50,7 @@
 	VSHUFPS $0xdd, y, x, x; \
 	VADDPS  t, x, x
 
-#define DQOUT \
+#define DQREDUCE \
 	DQRED1(Z0, Z4, Z20); \
 	DQRED1(Z8, Z12, Z21); \
 	DQRED1(Z1, Z5, Z22); \
@@ -65,13 +65,34 @@
 	DQRED2(Z3, Z11, Z29); \
 	DQRED3(Z0, Z1, Z20); \
 	DQRED3(Z2, Z3, Z21); \
-	DQRED4(Z0, Z2, Z22); \
+	DQRED4(Z0, Z2, Z22)
+
+#define DQOUT \
+	DQREDUCE; \
 	LEAQ          (DI)(R13*2), SI; \
 	ADDQ          R13, SI; \
 	VMOVUPS       X0, (DI); \
 	VEXTRACTF32X4 $1, Z0, (DI)(R13*1); \
 	VEXTRACTF32X4 $2, Z0, (DI)(R13*2); \
 	VEXTRACTF32X4 $3, Z0, (SI)
+
+// DQOUT2 is DQOUT for the two-row kernels, whose sums Z(4i+j) are of
+// query row i%2 and key 4·(i/2)+j: lane i holds row i%2's scores of keys
+// 4·(i/2)..4·(i/2)+3, stored at DI + (i%2)·R13 + 16·(i/2).
+#define DQOUT2 \
+	DQREDUCE; \
+	VMOVUPS       X0, (DI); \
+	VEXTRACTF32X4 $1, Z0, (DI)(R13*1); \
+	VEXTRACTF32X4 $2, Z0, 16(DI); \
+	VEXTRACTF32X4 $3, Z0, 16(DI)(R13*1)
+
+// DQ2(q, k0, k1, k2, k3, a, b, c, d): the query chunk in q against the key
+// chunks k0..k3, into a, b, c, d.
+#define DQ2(q, k0, k1, k2, k3, a, b, c, d) \
+	VFMADD231PS k0, q, a; \
+	VFMADD231PS k1, q, b; \
+	VFMADD231PS k2, q, c; \
+	VFMADD231PS k3, q, d
 
 // WIDEN(m, z) loads 16 BF16 values (32 bytes at m) into z as float32.
 #define WIDEN(m, z) \
@@ -91,6 +112,22 @@
 	WIDEN((BX)(SI*1), Z17); \
 	WIDEN((DX)(SI*1), Z18); \
 	WIDEN((DI)(SI*1), Z19)
+
+// DQKEYS8F32 and DQKEYS8BF16 load 16 elements at byte SI of the key rows
+// at AX, BX, DX, DI, R10, R11, R14 and R15 into Z16..Z23, as float32.
+#define DQKEYS8F32 \
+	DQKEYSF32; \
+	VMOVUPS (R10)(SI*1), Z20; \
+	VMOVUPS (R11)(SI*1), Z21; \
+	VMOVUPS (R14)(SI*1), Z22; \
+	VMOVUPS (R15)(SI*1), Z23
+
+#define DQKEYS8BF16 \
+	DQKEYSBF16; \
+	WIDEN((R10)(SI*1), Z20); \
+	WIDEN((R11)(SI*1), Z21); \
+	WIDEN((R14)(SI*1), Z22); \
+	WIDEN((R15)(SI*1), Z23)
 
 // PREFETCHKEYS(o1, o2, label) prefetches the two key rows at byte offsets
 // o1 and o2 (entries of the offsets table) from k, whole (R12 bytes). The
@@ -185,6 +222,84 @@ d:; \
 	VZEROUPPER; \
 	RET
 
+// DECQK2(esz, qs, loadkeys, keys, d, pf1, pf2, pf3, pf4) is DECQK for two
+// query rows and eight keys per step (16 sums, as DECQK's 4×4), for tasks
+// of one or two query rows (a decode token of a model with two query heads
+// per key/value head), where the four-row kernel would spend half its
+// multiplications on padding.
+#define DECQK2(esz, qs, loadkeys, keys, d, pf1, pf2, pf3, pf4) \
+	MOVQ      lds+8(FP), R13; \
+	SHLQ      $2, R13; \
+	MOVQ      hd+24(FP), R12; \
+	SHLQ      $2, R12; \
+	MOVQ      q+16(FP), R8; \
+	LEAQ      (R8)(R12*1), R9; \
+	MOVQ      hd+24(FP), R12; \
+	IMULQ     $esz, R12; \
+	MOVQ      offs+40(FP), AX; \
+	MOVQ      AX, 0(SP); \
+	MOVQ      s+0(FP), AX; \
+	MOVQ      AX, 8(SP); \
+	MOVQ      nk+48(FP), CX; \
+keys:; \
+	MOVQ   0(SP), DI; \
+	PREFETCHKEYS((DPF*8)(DI), (DPF*8+8)(DI), pf1); \
+	PREFETCHKEYS((DPF*8+16)(DI), (DPF*8+24)(DI), pf2); \
+	PREFETCHKEYS((DPF*8+32)(DI), (DPF*8+40)(DI), pf3); \
+	PREFETCHKEYS((DPF*8+48)(DI), (DPF*8+56)(DI), pf4); \
+	MOVQ   0(DI), AX; \
+	ADDQ   k+32(FP), AX; \
+	MOVQ   8(DI), BX; \
+	ADDQ   k+32(FP), BX; \
+	MOVQ   16(DI), DX; \
+	ADDQ   k+32(FP), DX; \
+	MOVQ   32(DI), R10; \
+	ADDQ   k+32(FP), R10; \
+	MOVQ   40(DI), R11; \
+	ADDQ   k+32(FP), R11; \
+	MOVQ   48(DI), R14; \
+	ADDQ   k+32(FP), R14; \
+	MOVQ   56(DI), R15; \
+	ADDQ   k+32(FP), R15; \
+	MOVQ   24(DI), DI; \
+	ADDQ   k+32(FP), DI; \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+	VPXORD Z2, Z2, Z2; \
+	VPXORD Z3, Z3, Z3; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	VPXORD Z8, Z8, Z8; \
+	VPXORD Z9, Z9, Z9; \
+	VPXORD Z10, Z10, Z10; \
+	VPXORD Z11, Z11, Z11; \
+	VPXORD Z12, Z12, Z12; \
+	VPXORD Z13, Z13, Z13; \
+	VPXORD Z14, Z14, Z14; \
+	VPXORD Z15, Z15, Z15; \
+	XORQ   SI, SI; \
+d:; \
+	loadkeys; \
+	VMOVUPS (R8)(SI*qs), Z24; \
+	VMOVUPS (R9)(SI*qs), Z25; \
+	DQ2(Z24, Z16, Z17, Z18, Z19, Z0, Z1, Z2, Z3); \
+	DQ2(Z25, Z16, Z17, Z18, Z19, Z4, Z5, Z6, Z7); \
+	DQ2(Z24, Z20, Z21, Z22, Z23, Z8, Z9, Z10, Z11); \
+	DQ2(Z25, Z20, Z21, Z22, Z23, Z12, Z13, Z14, Z15); \
+	ADDQ    $(16*esz), SI; \
+	CMPQ    SI, R12; \
+	JLT     d; \
+	MOVQ 8(SP), DI; \
+	DQOUT2; \
+	ADDQ $32, 8(SP); \
+	ADDQ $64, 0(SP); \
+	SUBQ $8, CX; \
+	JNZ  keys; \
+	VZEROUPPER; \
+	RET
+
 // DVROW(p, a, b, c, d) adds the weight at p + BX·4 (row i's weight of
 // value row j), times the value vectors Z16..Z19, into a, b, c, d.
 #define DVROW(p, a, b, c, d) \
@@ -239,29 +354,84 @@ d:; \
 // output elements (DX: its byte offset in o) is a chunk of DX·esz/4 bytes
 // of a value row. chunks and keys are labels.
 #define DECPV(esz, loadvals, pfvals, chunks, keys) \
-	MOVQ         hd+8(FP), R12; \
-	SHLQ         $2, R12; \
-	MOVQ         ldp+24(FP), R13; \
-	SHLQ         $2, R13; \
+	DECPVROWS(esz, loadvals, pfvals, PV4SETUP, PV4LOAD, PV4FMA, PV4STORE, chunks, keys)
+
+// DECPV2 is DECPV for one or two query rows (see DECQK2).
+#define DECPV2(esz, loadvals, pfvals, chunks, keys) \
+	DECPVROWS(esz, loadvals, pfvals, PV2SETUP, PV2LOAD, PV2FMA, PV2STORE, chunks, keys)
+
+// The row parts of DECPVROWS, for four rows and for two: setup points R8..
+// at the rows of p and broadcasts the rows' alphas into Z24..; load and
+// store bring the output chunk of each row (DI: row 0's) into Z0.. and
+// back, fma adds one value row (Z16..Z19) times each row's weight.
+#define PV4SETUP \
 	MOVQ         p+16(FP), R8; \
 	ROWS4(R13); \
 	MOVQ         alpha+56(FP), AX; \
 	VBROADCASTSS 0(AX), Z24; \
 	VBROADCASTSS 4(AX), Z25; \
 	VBROADCASTSS 8(AX), Z26; \
-	VBROADCASTSS 12(AX), Z27; \
-	XORQ         DX, DX; \
-chunks:; \
-	MOVQ o+0(FP), DI; \
-	ADDQ DX, DI; \
-	MOVQ DI, 0(SP); \
+	VBROADCASTSS 12(AX), Z27
+
+#define PV4LOAD \
 	DVLOAD(0, Z24, Z0, Z1, Z2, Z3); \
 	ADDQ R12, DI; \
 	DVLOAD(0, Z25, Z4, Z5, Z6, Z7); \
 	ADDQ R12, DI; \
 	DVLOAD(0, Z26, Z8, Z9, Z10, Z11); \
 	ADDQ R12, DI; \
-	DVLOAD(0, Z27, Z12, Z13, Z14, Z15); \
+	DVLOAD(0, Z27, Z12, Z13, Z14, Z15)
+
+#define PV4FMA \
+	DVROW(R8, Z0, Z1, Z2, Z3); \
+	DVROW(R9, Z4, Z5, Z6, Z7); \
+	DVROW(R10, Z8, Z9, Z10, Z11); \
+	DVROW(R11, Z12, Z13, Z14, Z15)
+
+#define PV4STORE \
+	DVSTORE(0, Z0, Z1, Z2, Z3); \
+	ADDQ R12, DI; \
+	DVSTORE(0, Z4, Z5, Z6, Z7); \
+	ADDQ R12, DI; \
+	DVSTORE(0, Z8, Z9, Z10, Z11); \
+	ADDQ R12, DI; \
+	DVSTORE(0, Z12, Z13, Z14, Z15)
+
+#define PV2SETUP \
+	MOVQ         p+16(FP), R8; \
+	LEAQ         (R8)(R13*1), R9; \
+	MOVQ         alpha+56(FP), AX; \
+	VBROADCASTSS 0(AX), Z24; \
+	VBROADCASTSS 4(AX), Z25
+
+#define PV2LOAD \
+	DVLOAD(0, Z24, Z0, Z1, Z2, Z3); \
+	ADDQ R12, DI; \
+	DVLOAD(0, Z25, Z4, Z5, Z6, Z7)
+
+#define PV2FMA \
+	DVROW(R8, Z0, Z1, Z2, Z3); \
+	DVROW(R9, Z4, Z5, Z6, Z7)
+
+#define PV2STORE \
+	DVSTORE(0, Z0, Z1, Z2, Z3); \
+	ADDQ R12, DI; \
+	DVSTORE(0, Z4, Z5, Z6, Z7)
+
+// DECPVROWS is the body of the decode PV kernels, rows given by the setup,
+// load, fma and store macros above.
+#define DECPVROWS(esz, loadvals, pfvals, setup, load, fma, store, chunks, keys) \
+	MOVQ         hd+8(FP), R12; \
+	SHLQ         $2, R12; \
+	MOVQ         ldp+24(FP), R13; \
+	SHLQ         $2, R13; \
+	setup; \
+	XORQ         DX, DX; \
+chunks:; \
+	MOVQ o+0(FP), DI; \
+	ADDQ DX, DI; \
+	MOVQ DI, 0(SP); \
+	load; \
 	MOVQ DX, SI; \
 	IMULQ $esz, SI; \
 	SHRQ $2, SI; \
@@ -273,21 +443,12 @@ keys:; \
 	pfvals; \
 	MOVQ       (CX)(BX*8), AX; \
 	loadvals; \
-	DVROW(R8, Z0, Z1, Z2, Z3); \
-	DVROW(R9, Z4, Z5, Z6, Z7); \
-	DVROW(R10, Z8, Z9, Z10, Z11); \
-	DVROW(R11, Z12, Z13, Z14, Z15); \
+	fma; \
 	INCQ    BX; \
 	CMPQ    BX, nk+48(FP); \
 	JLT     keys; \
 	MOVQ 0(SP), DI; \
-	DVSTORE(0, Z0, Z1, Z2, Z3); \
-	ADDQ R12, DI; \
-	DVSTORE(0, Z4, Z5, Z6, Z7); \
-	ADDQ R12, DI; \
-	DVSTORE(0, Z8, Z9, Z10, Z11); \
-	ADDQ R12, DI; \
-	DVSTORE(0, Z12, Z13, Z14, Z15); \
+	store; \
 	ADDQ $256, DX; \
 	CMPQ DX, R12; \
 	JLT  chunks; \
@@ -321,3 +482,27 @@ TEXT ·flashDecPV512(SB), NOSPLIT, $8-64
 // flashDecPV512 with BF16 value rows (offsets in bytes of the BF16 cache).
 TEXT ·flashDecPV512BF16(SB), NOSPLIT, $8-64
 	DECPV(2, DVVALSBF16, DVPFBF16, dbchunks, dbvkeys)
+
+// func flashDecQK512x2(s *float32, lds int, q *float32, hd int, k *float32, offs *int64, nk int)
+//
+// flashDecQK512 for two query rows (i < 2), nk a multiple of 8.
+TEXT ·flashDecQK512x2(SB), NOSPLIT, $16-56
+	DECQK2(4, 1, DQKEYS8F32, d2keys, d2d, d2pf1, d2pf2, d2pf3, d2pf4)
+
+// func flashDecQK512x2BF16(s *float32, lds int, q *float32, hd int, k *uint16, offs *int64, nk int)
+//
+// flashDecQK512x2 with BF16 key rows.
+TEXT ·flashDecQK512x2BF16(SB), NOSPLIT, $16-56
+	DECQK2(2, 2, DQKEYS8BF16, d2bkeys, d2bd, d2bpf1, d2bpf2, d2bpf3, d2bpf4)
+
+// func flashDecPV512x2(o *float32, hd int, p *float32, ldp int, v *float32, offs *int64, nk int, alpha *float32)
+//
+// flashDecPV512 for two query rows (i < 2).
+TEXT ·flashDecPV512x2(SB), NOSPLIT, $8-64
+	DECPV2(4, DVVALSF32, DVPFF32, d2vchunks, d2vkeys)
+
+// func flashDecPV512x2BF16(o *float32, hd int, p *float32, ldp int, v *uint16, offs *int64, nk int, alpha *float32)
+//
+// flashDecPV512x2 with BF16 value rows.
+TEXT ·flashDecPV512x2BF16(SB), NOSPLIT, $8-64
+	DECPV2(2, DVVALSBF16, DVPFBF16, d2bvchunks, d2bvkeys)

@@ -31,3 +31,19 @@ func flashDecQK512BF16(s *float32, lds int, q *float32, hd int, k *uint16, offs 
 func flashDecPV512BF16(o *float32, hd int, p *float32, ldp int, v *uint16, offs *int64, nk int, alpha *float32) {
 	panic("cpu: flashDecPV512BF16 without assembly")
 }
+
+func flashDecQK512x2(s *float32, lds int, q *float32, hd int, k *float32, offs *int64, nk int) {
+	panic("cpu: flashDecQK512x2 without assembly")
+}
+
+func flashDecQK512x2BF16(s *float32, lds int, q *float32, hd int, k *uint16, offs *int64, nk int) {
+	panic("cpu: flashDecQK512x2BF16 without assembly")
+}
+
+func flashDecPV512x2(o *float32, hd int, p *float32, ldp int, v *float32, offs *int64, nk int, alpha *float32) {
+	panic("cpu: flashDecPV512x2 without assembly")
+}
+
+func flashDecPV512x2BF16(o *float32, hd int, p *float32, ldp int, v *uint16, offs *int64, nk int, alpha *float32) {
+	panic("cpu: flashDecPV512x2BF16 without assembly")
+}
