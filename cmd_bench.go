@@ -120,7 +120,7 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 	add := func(cells ...string) { rows = append(rows, cells) }
 	var err error
 	if slices.Contains(f.what, "gemm") {
-		benchGEMM(add)
+		benchGEMM(add, a.precision())
 	}
 	if slices.Contains(f.what, "model") {
 		err = a.benchModel(add, f)
@@ -210,7 +210,7 @@ func timeIt(fn func()) time.Duration {
 	return total / time.Duration(n)
 }
 
-func benchGEMM(row func(...string)) {
+func benchGEMM(row func(...string), prec kernels.Precision) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{512, 1024, 2048} {
 		a, b, out := randVec(n*n, r), randVec(n*n, r), make([]float32, n*n)
@@ -233,15 +233,16 @@ func benchGEMM(row func(...string)) {
 			row("  same, BF16 products (VDPBF16PS)", fmt.Sprintf("%.1f", gf), "GFLOP/s", "peak:bf16")
 		}
 	}
-	// Decode-shaped: one token through the Qwen3-0.6B LM head (311 MB BF16).
+	// Decode-shaped: one token through the Qwen3-0.6B LM head (311 MB BF16),
+	// at the daemon's precision, from huge-page memory as loaded weights are.
 	{
 		n, k := 151936, 1024
 		a, out := randVec(k, r), make([]float32, n)
-		wb := make([]uint16, n*k)
+		wb := kernels.AllocBF16(n * k)
 		for i := range wb {
 			wb[i] = kernels.F32ToBF16One(float32(r.NormFloat64()) * 0.02)
 		}
-		t := timeIt(func() { kernels.LinearBF16(out, a, wb, 1, n, k, false) })
+		t := timeIt(func() { kernels.LinearBF16Prec(out, a, wb, 1, n, k, false, prec) })
 		gbs := float64(2*n*k) / t.Seconds() / 1e9
 		row("gemv bf16 1024→151936", fmt.Sprintf("%.1f", gbs), "GB/s", "read")
 	}
