@@ -105,7 +105,7 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 // metrics registry it serves.
 func (a *app) newServer(e *engine) (*server.Server, *session.ChanSink, map[string]any, *prometheus.Registry, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), e.sched.Collector())
 	sink := session.NewChanSink(256)
 	sc := a.cfg.Server
 	vars := map[string]any{}

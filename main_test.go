@@ -241,4 +241,16 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 	if v := next.Header.Get("X-Weight-Version"); v != "2" || !strings.Contains(string(body), "clawrl-v2") {
 		t.Errorf("next request on version %q (%s), want 2", v, body)
 	}
+	// The daemon's /metrics carries the scheduler's and the cache's state.
+	resp, err = http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`clawrl_scheduler_finished_total{how="completed"} 2`, "clawrl_kv_cache_usage_ratio", `clawrl_kv_cache_info{block_size="16",dtype=`, `clawrl_weight_version 2`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/clawrl/clawrl/compute"
@@ -494,5 +495,63 @@ func TestWeightSwapDuringStream(t *testing.T) {
 		if ev.Version != v2.Number() {
 			t.Fatalf("new request on version %d, want %d", ev.Version, v2.Number())
 		}
+	}
+}
+
+// TestCollector checks the scheduler's Prometheus metrics after two
+// generations of one prompt: the second is served from the prefix cache.
+func TestCollector(t *testing.T) {
+	m := tinyModel(t)
+	kv := newCache(t, m, 64)
+	s := startScheduler(t, Options{Model: m, Cache: kv})
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(s.Collector()); err != nil {
+		t.Fatal(err)
+	}
+	p := prompt(13, 1)
+	for range 2 {
+		ch, err := s.Generate(context.Background(), greedyReq(p, 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		collect(t, ch)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range mt.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			switch {
+			case mt.GetGauge() != nil:
+				got[name] = mt.GetGauge().GetValue()
+			case mt.GetCounter() != nil:
+				got[name] = mt.GetCounter().GetValue()
+			}
+		}
+	}
+	st := s.Stats()
+	for name, want := range map[string]float64{
+		"clawrl_scheduler_requests/running":         0,
+		"clawrl_kv_cache_blocks/total":              64,
+		"clawrl_kv_cache_blocks/free":               float64(st.FreeBlocks),
+		"clawrl_kv_cache_blocks/prefix":             float64(st.PrefixBlocks),
+		"clawrl_kv_cache_usage_ratio":               1 - float64(st.FreeBlocks)/64,
+		"clawrl_kv_cache_info/4/F32":                1, // labels sorted: block_size, dtype
+		"clawrl_prompt_tokens_total/computed":       float64(st.PromptTokens),
+		"clawrl_scheduler_finished_total/completed": 2,
+		"clawrl_scheduler_steps_total":              float64(st.Steps),
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+	if got["clawrl_prompt_tokens_total/cached"] < 8 {
+		t.Errorf("cached prompt tokens %v: the second request did not reuse the first's blocks", got["clawrl_prompt_tokens_total/cached"])
 	}
 }
