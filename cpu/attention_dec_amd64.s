@@ -149,44 +149,18 @@ label:; \
 	CMPQ       SI, R12; \
 	JLT        label
 
-// ROWS4(stride) points R9, R10 and R11 at the three rows after R8's, rows
-// stride bytes apart.
+// ROWS2(stride) points R9 at the row after R8's, stride bytes on; ROWS4
+// points R9, R10 and R11 at the three rows after R8's.
+#define ROWS2(stride) \
+	LEAQ (R8)(stride*1), R9
+
 #define ROWS4(stride) \
-	LEAQ (R8)(stride*1), R9; \
+	ROWS2(stride); \
 	LEAQ (R9)(stride*1), R10; \
 	LEAQ (R10)(stride*1), R11
 
-// DECQK(esz, qs, loadkeys, keys, d, pf1, pf2) is the body of the decode
-// QK kernels for cache elements of esz bytes (4: F32, 2: BF16), whose key
-// rows are hd·esz bytes (R12) and queries hd·4: a query chunk is at qs =
-// 4/esz times the byte offset SI of its key chunk. loadkeys loads the key
-// chunks; keys, d, pf1 and pf2 are labels.
-#define DECQK(esz, qs, loadkeys, keys, d, pf1, pf2) \
-	MOVQ      lds+8(FP), R13; \
-	SHLQ      $2, R13; \
-	MOVQ      hd+24(FP), R12; \
-	SHLQ      $2, R12; \
-	MOVQ      q+16(FP), R8; \
-	ROWS4(R12); \
-	MOVQ      hd+24(FP), R12; \
-	IMULQ     $esz, R12; \
-	MOVQ      offs+40(FP), AX; \
-	MOVQ      AX, 0(SP); \
-	MOVQ      s+0(FP), AX; \
-	MOVQ      AX, 8(SP); \
-	MOVQ      nk+48(FP), CX; \
-keys:; \
-	MOVQ   0(SP), DI; \
-	PREFETCHKEYS((DPF*8)(DI), (DPF*8+8)(DI), pf1); \
-	PREFETCHKEYS((DPF*8+16)(DI), (DPF*8+24)(DI), pf2); \
-	MOVQ   0(DI), AX; \
-	ADDQ   k+32(FP), AX; \
-	MOVQ   8(DI), BX; \
-	ADDQ   k+32(FP), BX; \
-	MOVQ   16(DI), DX; \
-	ADDQ   k+32(FP), DX; \
-	MOVQ   24(DI), DI; \
-	ADDQ   k+32(FP), DI; \
+// ZERO16 zeroes the sums Z0..Z15.
+#define ZERO16 \
 	VPXORD Z0, Z0, Z0; \
 	VPXORD Z1, Z1, Z1; \
 	VPXORD Z2, Z2, Z2; \
@@ -202,7 +176,49 @@ keys:; \
 	VPXORD Z12, Z12, Z12; \
 	VPXORD Z13, Z13, Z13; \
 	VPXORD Z14, Z14, Z14; \
-	VPXORD Z15, Z15, Z15; \
+	VPXORD Z15, Z15, Z15
+
+// KEYPTR(o, r) sets r to the key row whose offset is at byte o of the
+// offsets table at DI.
+#define KEYPTR(o, r) \
+	MOVQ o(DI), r; \
+	ADDQ k+32(FP), r
+
+// DQSETUP(esz, qrows) is the prologue of the decode QK kernels: R13 the
+// bytes of a row of s, R8 the first query row and qrows the others (rows
+// hd·4 bytes apart, in R12 while qrows runs), R12 the bytes of a key row
+// (hd·esz), 0(SP) &offs[0], 8(SP) &s[0], CX nk.
+#define DQSETUP(esz, qrows) \
+	MOVQ  lds+8(FP), R13; \
+	SHLQ  $2, R13; \
+	MOVQ  hd+24(FP), R12; \
+	SHLQ  $2, R12; \
+	MOVQ  q+16(FP), R8; \
+	qrows; \
+	MOVQ  hd+24(FP), R12; \
+	IMULQ $esz, R12; \
+	MOVQ  offs+40(FP), AX; \
+	MOVQ  AX, 0(SP); \
+	MOVQ  s+0(FP), AX; \
+	MOVQ  AX, 8(SP); \
+	MOVQ  nk+48(FP), CX
+
+// DECQK(esz, qs, loadkeys, keys, d, pf1, pf2) is the body of the decode
+// QK kernels for cache elements of esz bytes (4: F32, 2: BF16), whose key
+// rows are hd·esz bytes (R12) and queries hd·4: a query chunk is at qs =
+// 4/esz times the byte offset SI of its key chunk. loadkeys loads the key
+// chunks; keys, d, pf1 and pf2 are labels.
+#define DECQK(esz, qs, loadkeys, keys, d, pf1, pf2) \
+	DQSETUP(esz, ROWS4(R12)); \
+keys:; \
+	MOVQ   0(SP), DI; \
+	PREFETCHKEYS((DPF*8)(DI), (DPF*8+8)(DI), pf1); \
+	PREFETCHKEYS((DPF*8+16)(DI), (DPF*8+24)(DI), pf2); \
+	KEYPTR(0, AX); \
+	KEYPTR(8, BX); \
+	KEYPTR(16, DX); \
+	KEYPTR(24, DI); \
+	ZERO16; \
 	XORQ   SI, SI; \
 d:; \
 	loadkeys; \
@@ -228,57 +244,22 @@ d:; \
 // per key/value head), where the four-row kernel would spend half its
 // multiplications on padding.
 #define DECQK2(esz, qs, loadkeys, keys, d, pf1, pf2, pf3, pf4) \
-	MOVQ      lds+8(FP), R13; \
-	SHLQ      $2, R13; \
-	MOVQ      hd+24(FP), R12; \
-	SHLQ      $2, R12; \
-	MOVQ      q+16(FP), R8; \
-	LEAQ      (R8)(R12*1), R9; \
-	MOVQ      hd+24(FP), R12; \
-	IMULQ     $esz, R12; \
-	MOVQ      offs+40(FP), AX; \
-	MOVQ      AX, 0(SP); \
-	MOVQ      s+0(FP), AX; \
-	MOVQ      AX, 8(SP); \
-	MOVQ      nk+48(FP), CX; \
+	DQSETUP(esz, ROWS2(R12)); \
 keys:; \
 	MOVQ   0(SP), DI; \
 	PREFETCHKEYS((DPF*8)(DI), (DPF*8+8)(DI), pf1); \
 	PREFETCHKEYS((DPF*8+16)(DI), (DPF*8+24)(DI), pf2); \
 	PREFETCHKEYS((DPF*8+32)(DI), (DPF*8+40)(DI), pf3); \
 	PREFETCHKEYS((DPF*8+48)(DI), (DPF*8+56)(DI), pf4); \
-	MOVQ   0(DI), AX; \
-	ADDQ   k+32(FP), AX; \
-	MOVQ   8(DI), BX; \
-	ADDQ   k+32(FP), BX; \
-	MOVQ   16(DI), DX; \
-	ADDQ   k+32(FP), DX; \
-	MOVQ   32(DI), R10; \
-	ADDQ   k+32(FP), R10; \
-	MOVQ   40(DI), R11; \
-	ADDQ   k+32(FP), R11; \
-	MOVQ   48(DI), R14; \
-	ADDQ   k+32(FP), R14; \
-	MOVQ   56(DI), R15; \
-	ADDQ   k+32(FP), R15; \
-	MOVQ   24(DI), DI; \
-	ADDQ   k+32(FP), DI; \
-	VPXORD Z0, Z0, Z0; \
-	VPXORD Z1, Z1, Z1; \
-	VPXORD Z2, Z2, Z2; \
-	VPXORD Z3, Z3, Z3; \
-	VPXORD Z4, Z4, Z4; \
-	VPXORD Z5, Z5, Z5; \
-	VPXORD Z6, Z6, Z6; \
-	VPXORD Z7, Z7, Z7; \
-	VPXORD Z8, Z8, Z8; \
-	VPXORD Z9, Z9, Z9; \
-	VPXORD Z10, Z10, Z10; \
-	VPXORD Z11, Z11, Z11; \
-	VPXORD Z12, Z12, Z12; \
-	VPXORD Z13, Z13, Z13; \
-	VPXORD Z14, Z14, Z14; \
-	VPXORD Z15, Z15, Z15; \
+	KEYPTR(0, AX); \
+	KEYPTR(8, BX); \
+	KEYPTR(16, DX); \
+	KEYPTR(32, R10); \
+	KEYPTR(40, R11); \
+	KEYPTR(48, R14); \
+	KEYPTR(56, R15); \
+	KEYPTR(24, DI); \
+	ZERO16; \
 	XORQ   SI, SI; \
 d:; \
 	loadkeys; \
