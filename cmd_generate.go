@@ -88,6 +88,41 @@ func (a *app) kvDType(c *model.Config) compute.DType {
 	return compute.F32
 }
 
+// kvBudget is the bytes of a KV cache: mb MiB when mb > 0, else sized
+// from the model: contexts full contexts of contextBytes each, at most
+// 1/share of avail (the memory available, 0 when unknown), at least floor.
+// A cache's memory is committed as it fills, so a large budget costs
+// nothing until sequences use it.
+func kvBudget(mb int, contextBytes int64, contexts int, share, floor, avail int64) int64 {
+	if mb > 0 {
+		return int64(mb) << 20
+	}
+	b := contextBytes * int64(contexts)
+	if avail > 0 {
+		b = min(b, avail/share)
+	}
+	return max(b, floor)
+}
+
+// memAvailable is the memory the kernel reports available for new
+// allocations (MemAvailable of /proc/meminfo), in bytes; 0 where it cannot
+// be read.
+func memAvailable() int64 {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(raw)) {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
 // openEngine loads dir and starts a scheduler over it.
 func (a *app) openEngine(dir string) (*engine, error) {
 	if a.cfg.Model.Threads > 0 {
@@ -102,7 +137,9 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache, err := m.NewKVCache(model.KVCacheOptions{Budget: int64(a.cfg.Model.KVCacheMB) << 20, DType: a.kvDType(m.Config)})
+	dt := a.kvDType(m.Config)
+	budget := kvBudget(a.cfg.Model.KVCacheMB, m.Config.KVBytesPerToken(dt)*int64(m.Config.MaxPositions), 4, 4, 1<<30, memAvailable())
+	cache, err := m.NewKVCache(model.KVCacheOptions{Budget: budget, DType: dt})
 	if err != nil {
 		m.Close()
 		return nil, err
@@ -133,7 +170,7 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	a.log.Info().Str("model", dir).Str("arch", c.Architecture).
 		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).
 		Str("backend", m.Backend().Name()).Str("kernels", kernels.Kernels()).
-		Int("kv_blocks", cache.NumBlocks()).Stringer("kv_dtype", cache.DType()).
+		Int("kv_blocks", cache.NumBlocks()).Stringer("kv_dtype", cache.DType()).Int64("kv_mib", budget>>20).
 		Int64("kv_tokens", int64(cache.NumBlocks()*cache.BlockSize())).Dur("load", time.Since(start)).Msg("model loaded")
 	return &engine{dir: dir, model: m, tok: tok, cache: cache, store: store, sched: sched, stop: func() {
 		stopSched()

@@ -178,7 +178,9 @@ func (a *app) newLoop(e *engine, sink *session.ChanSink, vars map[string]any, re
 	}
 	var teacher reward.Teacher
 	if rc.Teacher != reward.TeacherNone {
-		tcache, err := e.model.NewKVCache(model.KVCacheOptions{Budget: int64(rc.TeacherKVCacheMB) << 20, DType: e.cache.DType()})
+		c := e.model.Config
+		budget := kvBudget(rc.TeacherKVCacheMB, c.KVBytesPerToken(e.cache.DType())*int64(c.MaxPositions), 1, 8, 256<<20, memAvailable())
+		tcache, err := e.model.NewKVCache(model.KVCacheOptions{Budget: budget, DType: e.cache.DType()})
 		if err != nil {
 			return fail(err)
 		}

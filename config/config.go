@@ -302,8 +302,8 @@ func (c *Config) Validate() error {
 	if c.Model.Threads < 0 {
 		errs = append(errs, fmt.Errorf("model.threads: %d must be >= 0 (0 = one per core)", c.Model.Threads))
 	}
-	if c.Model.KVCacheMB < 1 {
-		errs = append(errs, fmt.Errorf("model.kv_cache_mb: %d must be >= 1", c.Model.KVCacheMB))
+	if c.Model.KVCacheMB < 0 {
+		errs = append(errs, fmt.Errorf("model.kv_cache_mb: %d must be >= 0 (0 = sized from the model)", c.Model.KVCacheMB))
 	}
 	switch c.Model.Precision {
 	case "auto", "bf16", "f32":
@@ -354,7 +354,9 @@ func (c *Config) Validate() error {
 	positive("reward.votes", c.Reward.Votes)
 	positive("reward.max_tokens", c.Reward.MaxTokens)
 	positive("reward.workers", c.Reward.Workers)
-	positive("reward.teacher_kv_cache_mb", c.Reward.TeacherKVCacheMB)
+	if c.Reward.TeacherKVCacheMB < 0 {
+		errs = append(errs, fmt.Errorf("reward.teacher_kv_cache_mb: %d must be >= 0 (0 = sized from the model)", c.Reward.TeacherKVCacheMB))
+	}
 	if c.Trainer.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("trainer.max_wait: %v must not be negative", c.Trainer.MaxWait))
 	}

@@ -35,7 +35,7 @@ func TestDefaults(t *testing.T) {
 	if c.Server.Host != "127.0.0.1" || c.Server.Port != 30000 {
 		t.Errorf("server = %+v, want 127.0.0.1:30000", c.Server)
 	}
-	if c.Model.Path != "" || c.Model.KVCacheMB != 1024 || c.Log.Level != "info" {
+	if c.Model.Path != "" || c.Model.KVCacheMB != 0 || c.Log.Level != "info" {
 		t.Errorf("unexpected defaults: %+v", c)
 	}
 }
@@ -97,6 +97,8 @@ func TestLoad(t *testing.T) {
 		{name: "kv cache dtype from env", env: []string{"CLAWRL_MODEL_KV_CACHE_DTYPE=bf16"},
 			check: func(c *Config) bool { return c.Model.KVCacheDType == "bf16" }},
 		{name: "bad kv cache dtype", file: "model:\n  kv_cache_dtype: fp8\n", wantErr: "model.kv_cache_dtype"},
+		{name: "negative kv cache", env: []string{"CLAWRL_MODEL_KV_CACHE_MB=-1"}, wantErr: "model.kv_cache_mb"},
+		{name: "negative teacher cache", file: "reward:\n  teacher_kv_cache_mb: -5\n", wantErr: "reward.teacher_kv_cache_mb"},
 		{name: "negative threads", env: []string{"CLAWRL_MODEL_THREADS=-2"}, wantErr: "model.threads"},
 	}
 	for _, tt := range tests {
