@@ -105,15 +105,18 @@ func kvBudget(mb int, contextBytes int64, contexts int, share, floor, avail int6
 }
 
 // memAvailable is the memory the kernel reports available for new
-// allocations (MemAvailable of /proc/meminfo), in bytes; 0 where it cannot
-// be read.
-func memAvailable() int64 {
+// allocations, in bytes; 0 where it cannot be read.
+func memAvailable() int64 { return memInfo("MemAvailable") }
+
+// memInfo reads field (in kB) of /proc/meminfo, in bytes; 0 where it
+// cannot be read.
+func memInfo(field string) int64 {
 	raw, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0
 	}
 	for line := range strings.Lines(string(raw)) {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			var kb int64
 			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
 				return kb << 10

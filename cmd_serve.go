@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 
@@ -56,6 +57,7 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 	if err != nil {
 		return err
 	}
+	setMemoryLimit()
 	e, err := a.openEngine(dir)
 	if err != nil {
 		return err
@@ -259,4 +261,18 @@ func (a *app) newLoop(e *engine, sink *session.ChanSink, vars map[string]any, re
 	a.log.Info().Str("judge", rc.Judge).Str("teacher", rc.Teacher).Str("training", mode).
 		Int("batch_size", tc.BatchSize).Msg("feedback loop ready")
 	return l, closeAll, nil
+}
+
+// setMemoryLimit gives the garbage collector a soft limit of 90% of the
+// machine's memory, unless GOMEMLIMIT sets one. The weights and the KV
+// cache are large and live as long as the daemon, and the collector paces
+// itself by the live heap: without a limit, garbage could grow as large as
+// they are before a collection, and push a busy daemon out of memory.
+func setMemoryLimit() {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	if total := memInfo("MemTotal"); total > 0 {
+		debug.SetMemoryLimit(total / 10 * 9)
+	}
 }
