@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -289,32 +290,21 @@ var notConfig = map[string]bool{
 // Validate checks ranges and combinations, with messages that name the key.
 func (c *Config) Validate() error {
 	var errs []error
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		errs = append(errs, fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level))
+	oneOf := func(key, v string, allowed ...string) {
+		if !slices.Contains(allowed, v) {
+			errs = append(errs, fmt.Errorf("%s: %q is not one of %s", key, v, strings.Join(allowed, ", ")))
+		}
 	}
-	switch c.Log.Format {
-	case "auto", "console", "json":
-	default:
-		errs = append(errs, fmt.Errorf("log.format: %q is not one of auto, console, json", c.Log.Format))
-	}
+	oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	oneOf("log.format", c.Log.Format, "auto", "console", "json")
 	if c.Model.Threads < 0 {
 		errs = append(errs, fmt.Errorf("model.threads: %d must be >= 0 (0 = one per core)", c.Model.Threads))
 	}
 	if c.Model.KVCacheMB < 0 {
 		errs = append(errs, fmt.Errorf("model.kv_cache_mb: %d must be >= 0 (0 = sized from the model)", c.Model.KVCacheMB))
 	}
-	switch c.Model.Precision {
-	case "auto", "bf16", "f32":
-	default:
-		errs = append(errs, fmt.Errorf("model.precision: %q is not one of auto, bf16, f32", c.Model.Precision))
-	}
-	switch c.Model.KVCacheDType {
-	case "auto", "bf16", "f32":
-	default:
-		errs = append(errs, fmt.Errorf("model.kv_cache_dtype: %q is not one of auto, bf16, f32", c.Model.KVCacheDType))
-	}
+	oneOf("model.precision", c.Model.Precision, "auto", "bf16", "f32")
+	oneOf("model.kv_cache_dtype", c.Model.KVCacheDType, "auto", "bf16", "f32")
 	if c.Server.Port < 1 || c.Server.Port > 65535 {
 		errs = append(errs, fmt.Errorf("server.port: %d is not a TCP port (1-65535)", c.Server.Port))
 	}
@@ -338,11 +328,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("rollout.step_tokens: %d must be >= rollout.max_batch (%d): every running sequence decodes one token per step",
 			c.Rollout.StepTokens, c.Rollout.MaxBatch))
 	}
-	switch c.Server.EnableThinking {
-	case "auto", "true", "false":
-	default:
-		errs = append(errs, fmt.Errorf("server.enable_thinking: %q is not one of auto, true, false", c.Server.EnableThinking))
-	}
+	oneOf("server.enable_thinking", c.Server.EnableThinking, "auto", "true", "false")
 	if c.Server.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("server.shutdown_timeout: %v must not be negative", c.Server.ShutdownTimeout))
 	}
@@ -366,25 +352,12 @@ func (c *Config) Validate() error {
 	if c.Reward.HintVotes < 0 {
 		errs = append(errs, fmt.Errorf("reward.hint_votes: %d must be >= 0", c.Reward.HintVotes))
 	}
-	switch c.Reward.Judge {
-	case "local":
-	case "openai":
-		if c.Reward.JudgeBaseURL == "" || c.Reward.JudgeModel == "" {
-			errs = append(errs, errors.New("reward.judge: openai needs reward.judge_base_url and reward.judge_model"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("reward.judge: %q is not one of local, openai", c.Reward.Judge))
+	oneOf("reward.judge", c.Reward.Judge, "local", "openai")
+	if c.Reward.Judge == "openai" && (c.Reward.JudgeBaseURL == "" || c.Reward.JudgeModel == "") {
+		errs = append(errs, errors.New("reward.judge: openai needs reward.judge_base_url and reward.judge_model"))
 	}
-	switch c.Reward.Teacher {
-	case "policy", "reference", "judge", "none":
-	default:
-		errs = append(errs, fmt.Errorf("reward.teacher: %q is not one of policy, reference, judge, none", c.Reward.Teacher))
-	}
-	switch c.Reward.HintRule {
-	case "longest", "shortest":
-	default:
-		errs = append(errs, fmt.Errorf("reward.hint_rule: %q is not one of longest, shortest", c.Reward.HintRule))
-	}
+	oneOf("reward.teacher", c.Reward.Teacher, "policy", "reference", "judge", "none")
+	oneOf("reward.hint_rule", c.Reward.HintRule, "longest", "shortest")
 	keys := c.Server.APIKeys[:0:0]
 	for _, k := range c.Server.APIKeys {
 		if k = strings.TrimSpace(k); k != "" {
