@@ -6,12 +6,14 @@ import (
 	"github.com/clawrl/clawrl/cpu/kernels"
 )
 
-// The AVX-512 paths of paged attention (kernels in attention_amd64.s).
+// The AVX-512 paths of paged attention (kernels in attention_amd64.s and
+// attention_dec_amd64.s).
 //
-// Both read keys and values of an F32 cache where they lie, through a table
-// of the byte offsets of a key tile's rows (offsets), whatever the order of
-// the cache blocks. A BF16 cache's tile is first widened to contiguous F32
-// rows in the thread's scratch (widen), which the kernels read instead.
+// Both read keys and values where they lie in the cache, through a table of
+// the byte offsets of a key tile's rows (offsets), whatever the order of
+// the cache blocks: the decode kernels from an F32 or a BF16 cache, the
+// tile kernels from an F32 one; a BF16 cache's tile is first widened to
+// contiguous F32 rows in the thread's scratch (widen) for them.
 //
 // The tile path (runTiles) holds the task's queries transposed, Qᵀ (hd ×
 // mp: one lane per query row, mp = m rounded up to 16), and so the scores
@@ -222,10 +224,10 @@ func (f *flashCall) decPV(rows int, o, p *float32, ldp int, offs *int64, nk int,
 // positions k0..k0+nk−1 of key/value head g: base pointers and a table of
 // byte offsets of the rows from them. Rows nk..n−1 (register-tile padding)
 // repeat the last one, and the table has offsAhead more entries for the
-// kernels' prefetches past the tile. An F32 cache is read in place; a BF16 one is
-// widened into the scratch first (the tile kernels broadcast single cache
-// elements, which BF16 would make two instructions each; prefill, which
-// takes them, is bound by arithmetic, not by reading the cache).
+// kernels' prefetches past the tile. An F32 cache is read in place; a BF16
+// one is widened into the scratch first (the tile kernels broadcast single
+// cache elements, which BF16 would make two instructions each; prefill,
+// which takes them, is bound by arithmetic, not by reading the cache).
 func (f *flashCall) tile(sc *flashScratch, blocks []int32, k0, nk, n, g int) (kb, vb *float32, ob *int64) {
 	if f.bf16 {
 		f.widen(sc.k[:n*f.hd], f.k16, blocks, k0, nk, g)
