@@ -78,6 +78,49 @@
 	JMP   3(PC); \
 	SAVEROW(x, addr)
 
+// m = 2 or 3: two or three rows of A against each group of four weight
+// rows, the sums reduced row by row (HSUM4). DOTSMALL is the loop; its
+// row parts, for two rows and for three, zero the sums, load the rows of A,
+// multiply, reduce and save.
+#define DOTZERO2 ZERO4(Z0, Z1, Z2, Z3); ZERO4(Z4, Z5, Z6, Z7)
+#define DOTZERO3 DOTZERO2; ZERO4(Z8, Z9, Z10, Z11)
+#define DOTA2 VMOVDQU32 (SI), Z16; VMOVDQU32 (SI)(R11*1), Z17
+#define DOTA3 DOTA2; VMOVDQU32 (SI)(R11*2), Z18
+#define DOTDP2 DPROW0; DPROW1
+#define DOTDP3 DOTDP2; DPROW2
+#define DOTSUM2 HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3); HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
+#define DOTSUM3 DOTSUM2; HSUM4(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8, X9, X10, X11)
+#define DOTSAVE2 SAVED(X0, (DX)); SAVED(X4, (DX)(R13*1))
+#define DOTSAVE3 DOTSAVE2; SAVED(X8, (DX)(R13*2))
+
+#define DOTSMALL(zero, loada, dp, sums, saves, group, loop) \
+group:; \
+	MOVQ DI, AX; \
+	MOVQ pf+80(FP), R15; \
+	ADDQ AX, R15; \
+	MOVQ R14, SI; \
+	MOVQ R10, CX; \
+	zero; \
+loop:; \
+	PREFETCH4; \
+	loada; \
+	LOADW4D; \
+	dp; \
+	ADDQ $64, AX; \
+	ADDQ $64, R15; \
+	ADDQ $64, SI; \
+	DECQ CX; \
+	JNZ  loop; \
+	sums; \
+	MOVL beta+76(FP), AX; \
+	SHLL $1, AX; \
+	saves; \
+	ADDQ $16, DX; \
+	LEAQ (DI)(R8*4), DI; \
+	DECQ BX; \
+	JNZ  group; \
+	JMP  dotdone
+
 // func gemvDotBF16AVX512(c *float32, ldc int, a *uint16, lda int, w *uint16, ldw int, n, k, m int, alpha, beta float32, pf int)
 TEXT ·gemvDotBF16AVX512(SB), NOSPLIT, $0-88
 	GEMVFRAME(2, 2, 5, dotdone)
@@ -173,76 +216,8 @@ dotr1store:
 	JNZ    dotr1
 	JMP    dotdone
 
-dotg2:
-	MOVQ DI, AX
-	MOVQ pf+80(FP), R15
-	ADDQ AX, R15
-	MOVQ R14, SI
-	MOVQ R10, CX
-	ZERO4(Z0, Z1, Z2, Z3)
-	ZERO4(Z4, Z5, Z6, Z7)
-
-dotl2:
-	PREFETCH4
-	VMOVDQU32 (SI), Z16
-	VMOVDQU32 (SI)(R11*1), Z17
-	LOADW4D
-	DPROW0
-	DPROW1
-	ADDQ      $64, AX
-	ADDQ      $64, R15
-	ADDQ      $64, SI
-	DECQ      CX
-	JNZ       dotl2
-	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
-	HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
-	MOVL      beta+76(FP), AX
-	SHLL      $1, AX
-	SAVED(X0, (DX))
-	SAVED(X4, (DX)(R13*1))
-	ADDQ      $16, DX
-	LEAQ      (DI)(R8*4), DI
-	DECQ      BX
-	JNZ       dotg2
-	JMP       dotdone
-
-dotg3:
-	MOVQ DI, AX
-	MOVQ pf+80(FP), R15
-	ADDQ AX, R15
-	MOVQ R14, SI
-	MOVQ R10, CX
-	ZERO4(Z0, Z1, Z2, Z3)
-	ZERO4(Z4, Z5, Z6, Z7)
-	ZERO4(Z8, Z9, Z10, Z11)
-
-dotl3:
-	PREFETCH4
-	VMOVDQU32 (SI), Z16
-	VMOVDQU32 (SI)(R11*1), Z17
-	VMOVDQU32 (SI)(R11*2), Z18
-	LOADW4D
-	DPROW0
-	DPROW1
-	DPROW2
-	ADDQ      $64, AX
-	ADDQ      $64, R15
-	ADDQ      $64, SI
-	DECQ      CX
-	JNZ       dotl3
-	HSUM4(Z0, Z1, Z2, Z3, Y0, Y1, Y2, Y3, X0, X1, X2, X3)
-	HSUM4(Z4, Z5, Z6, Z7, Y4, Y5, Y6, Y7, X4, X5, X6, X7)
-	HSUM4(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, X8, X9, X10, X11)
-	MOVL      beta+76(FP), AX
-	SHLL      $1, AX
-	SAVED(X0, (DX))
-	SAVED(X4, (DX)(R13*1))
-	SAVED(X8, (DX)(R13*2))
-	ADDQ      $16, DX
-	LEAQ      (DI)(R8*4), DI
-	DECQ      BX
-	JNZ       dotg3
-	JMP       dotdone
+	DOTSMALL(DOTZERO2, DOTA2, DOTDP2, DOTSUM2, DOTSAVE2, dotg2, dotl2)
+	DOTSMALL(DOTZERO3, DOTA3, DOTDP3, DOTSUM3, DOTSAVE3, dotg3, dotl3)
 
 // m a multiple of 4: for each group of four weight rows, every group of
 // four rows of A in turn, so that the weight rows are read from memory once
