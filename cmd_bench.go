@@ -376,14 +376,18 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 		return float64(n) / el.Seconds(), nil
 	}
 
-	// Batch 1 against the memory: the copy bandwidth and the decode speed
-	// are measured in alternating rounds and compared within each round,
-	// because the bandwidth of the shared machines this runs on changes
-	// from one second to the next (by up to 2× here, as neighbours come
-	// and go); a ceiling measured before or after the decode may belong to
-	// another regime. The decode of each round lasts as long as the copy
-	// measurement (--seconds) or decodes --decode-tokens, whichever is
-	// longer.
+	// Batch 1 against the memory: the copy bandwidth, the read bandwidth
+	// and the decode speed are measured in alternating rounds and compared
+	// within each round, because the bandwidth of the shared machines this
+	// runs on changes from one second to the next (by up to 2× here, as
+	// neighbours come and go); a ceiling measured before or after the
+	// decode may belong to another regime. The decode of each round lasts
+	// as long as a bandwidth measurement (--seconds) or decodes
+	// --decode-tokens, whichever is longer. The copy bandwidth sets the
+	// limit the goal names; the read loop (loads only, as decode
+	// does) is the second row, with its own ratio to the copy: a decode
+	// that streams its weights cannot pass the read loop, so read/copy
+	// bounds the first ratio on this machine.
 	if _, err := decode(1, 0); err != nil { // warm-up
 		return err
 	}
@@ -392,19 +396,25 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	defer meter.Free()
 	d := time.Duration(f.seconds * float64(time.Second))
 	wbytes := weightBytesPerToken(cfg)
-	var tpsR, bwR, ratioR []float64
+	var tpsR, bwR, ratioR, rdR, rdRatioR, rdCopyR []float64
 	for range max(1, f.rounds) {
 		bw := meter.Copy(th, d)
+		rd := meter.Read(th, d)
 		tps, err := decode(1, d)
 		if err != nil {
 			return err
 		}
 		tpsR, bwR, ratioR = append(tpsR, tps), append(bwR, bw), append(ratioR, tps*wbytes/(bw*1e9))
+		rdR, rdRatioR, rdCopyR = append(rdR, rd), append(rdRatioR, tps*wbytes/(rd*1e9)), append(rdCopyR, rd/bw)
 	}
 	tps, bw, rat := median(tpsR), median(bwR), median(ratioR)
 	row("  decode, batch 1", fmt.Sprintf("%.1f", tps), "tok/s",
 		fmt.Sprintf("%.0f%% of limit (median of %d rounds: %.0f–%.0f%%; limit %.0f tok/s = copy BW %.1f GB/s / %.1f MB of weights)",
 			100*rat, len(ratioR), 100*slices.Min(ratioR), 100*slices.Max(ratioR), bw*1e9/wbytes, bw, wbytes/1e6))
+	row("  decode, batch 1, vs read loop", fmt.Sprintf("%.1f", tps*wbytes/1e9), "GB/s",
+		fmt.Sprintf("%.0f%% of the read loop (rounds %.0f–%.0f%%; read %.1f GB/s, %.0f%% of copy BW, rounds %.0f–%.0f%%)",
+			100*median(rdRatioR), 100*slices.Min(rdRatioR), 100*slices.Max(rdRatioR), median(rdR),
+			100*median(rdCopyR), 100*slices.Min(rdCopyR), 100*slices.Max(rdCopyR)))
 	if tps8, err := decode(8, d); err == nil {
 		row("  decode, batch 8", fmt.Sprintf("%.1f", tps8), "tok/s", fmt.Sprintf("%.1f× batch 1", tps8/tps))
 	} else {
