@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "dpbf16_amd64.h"
 
 // AVX-512 kernels of paged flash attention (see attention_asm.go). Keys
 // and values are read through a table of the byte offsets of their rows:
@@ -172,6 +173,269 @@ GLOBL flashconst<>(SB), RODATA|NOPTR, $128
 	ADDQ  st+0(FP), DI; \
 	ADDQ  0(SP), DI
 
+// QKROWB is QKROW for BF16: the pair of elements at byte o + SI of the
+// key row at ptr, broadcast, dot the three vectors of query pairs
+// Z24..Z26 (VDPBF16PS; da, db, dc name its accumulators' macros).
+#define QKROWB(o, ptr, da, db, dc) \
+	VBROADCASTSS o(ptr)(SI*1), Z27; \
+	da; \
+	db; \
+	dc
+
+// QKSTEP3B(o) is QKSTEP3 for a BF16 cache and BF16 queries: one step takes
+// a pair of elements of each key row (4 bytes, as QKSTEP3's one float32)
+// against the next row of query pairs.
+#define QKSTEP3B(o) \
+	VMOVUPS (DI), Z24; \
+	VMOVUPS 64(DI), Z25; \
+	VMOVUPS 128(DI), Z26; \
+	QKROWB(o, AX, DP_0_24_27, DP_1_25_27, DP_2_26_27); \
+	QKROWB(o, BX, DP_3_24_27, DP_4_25_27, DP_5_26_27); \
+	QKROWB(o, CX, DP_6_24_27, DP_7_25_27, DP_8_26_27); \
+	QKROWB(o, DX, DP_9_24_27, DP_10_25_27, DP_11_26_27); \
+	QKROWB(o, R8, DP_12_24_27, DP_13_25_27, DP_14_26_27); \
+	QKROWB(o, R9, DP_15_24_27, DP_16_25_27, DP_17_26_27); \
+	QKROWB(o, R10, DP_18_24_27, DP_19_25_27, DP_20_26_27); \
+	QKROWB(o, R11, DP_21_24_27, DP_22_25_27, DP_23_26_27); \
+	ADDQ R13, DI
+
+// QKSTEP1B(o) is QKSTEP1 for BF16 (one vector of query pairs).
+#define QKSTEP1B(o) \
+	VMOVUPS      (DI), Z24; \
+	VBROADCASTSS o(AX)(SI*1), Z27; \
+	DP_0_24_27; \
+	VBROADCASTSS o(BX)(SI*1), Z27; \
+	DP_1_24_27; \
+	VBROADCASTSS o(CX)(SI*1), Z27; \
+	DP_2_24_27; \
+	VBROADCASTSS o(DX)(SI*1), Z27; \
+	DP_3_24_27; \
+	VBROADCASTSS o(R8)(SI*1), Z27; \
+	DP_4_24_27; \
+	VBROADCASTSS o(R9)(SI*1), Z27; \
+	DP_5_24_27; \
+	VBROADCASTSS o(R10)(SI*1), Z27; \
+	DP_6_24_27; \
+	VBROADCASTSS o(R11)(SI*1), Z27; \
+	DP_7_24_27; \
+	ADDQ R13, DI
+
+// QKSCALE3 and QKSCALE1 multiply the sums of a tile by the scale (the BF16
+// kernel's queries are not scaled: see attention_asm.go); NOSCALE leaves
+// them.
+#define QKSCALE1 \
+	VBROADCASTSS scale+72(FP), Z28; \
+	VMULPS       Z28, Z0, Z0; \
+	VMULPS       Z28, Z1, Z1; \
+	VMULPS       Z28, Z2, Z2; \
+	VMULPS       Z28, Z3, Z3; \
+	VMULPS       Z28, Z4, Z4; \
+	VMULPS       Z28, Z5, Z5; \
+	VMULPS       Z28, Z6, Z6; \
+	VMULPS       Z28, Z7, Z7
+
+#define QKSCALE3 \
+	QKSCALE1; \
+	VMULPS Z28, Z8, Z8; \
+	VMULPS Z28, Z9, Z9; \
+	VMULPS Z28, Z10, Z10; \
+	VMULPS Z28, Z11, Z11; \
+	VMULPS Z28, Z12, Z12; \
+	VMULPS Z28, Z13, Z13; \
+	VMULPS Z28, Z14, Z14; \
+	VMULPS Z28, Z15, Z15; \
+	VMULPS Z28, Z16, Z16; \
+	VMULPS Z28, Z17, Z17; \
+	VMULPS Z28, Z18, Z18; \
+	VMULPS Z28, Z19, Z19; \
+	VMULPS Z28, Z20, Z20; \
+	VMULPS Z28, Z21, Z21; \
+	VMULPS Z28, Z22, Z22; \
+	VMULPS Z28, Z23, Z23
+
+#define NOSCALE
+
+// QKKERNEL is the body of flashQK512 and flashQK512BF16: esh is the shift
+// from elements of a key row to its bytes, step3 and step1 the steps of
+// the 48- and 16-column tiles, epi3 and epi1 what is done to a tile's sums
+// before they are stored; the rest are the labels.
+#define QKKERNEL(esh, step3, step1, epi3, epi1, cols3, keys3, p3, cols1, keys1, p1, done) \
+	MOVQ mp+16(FP), R13; \
+	SHLQ $2, R13; \
+	MOVQ hd+56(FP), R12; \
+	SHLQ $esh, R12; \
+	MOVQ R12, 24(SP); \
+	MOVQ $0, 0(SP); \
+cols3:; \
+	MOVQ R13, DI; \
+	SUBQ 0(SP), DI; \
+	CMPQ DI, $192; \
+	JLT cols1; \
+	MOVQ $0, 8(SP); \
+keys3:; \
+	QKPTRS; \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+	VPXORD Z2, Z2, Z2; \
+	VPXORD Z3, Z3, Z3; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	VPXORD Z8, Z8, Z8; \
+	VPXORD Z9, Z9, Z9; \
+	VPXORD Z10, Z10, Z10; \
+	VPXORD Z11, Z11, Z11; \
+	VPXORD Z12, Z12, Z12; \
+	VPXORD Z13, Z13, Z13; \
+	VPXORD Z14, Z14, Z14; \
+	VPXORD Z15, Z15, Z15; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	VPXORD Z20, Z20, Z20; \
+	VPXORD Z21, Z21, Z21; \
+	VPXORD Z22, Z22, Z22; \
+	VPXORD Z23, Z23, Z23; \
+	MOVQ   qt+8(FP), DI; \
+	ADDQ   0(SP), DI; \
+	XORQ   SI, SI; \
+p3:; \
+	QKBLOCK(step3); \
+	CMPQ SI, 24(SP); \
+	JLT p3; \
+	epi3; \
+	VMAXPS  Z3, Z0, Z24; \
+	VMAXPS  Z4, Z1, Z25; \
+	VMAXPS  Z5, Z2, Z26; \
+	VMAXPS  Z6, Z24, Z24; \
+	VMAXPS  Z7, Z25, Z25; \
+	VMAXPS  Z8, Z26, Z26; \
+	VMAXPS  Z9, Z24, Z24; \
+	VMAXPS  Z10, Z25, Z25; \
+	VMAXPS  Z11, Z26, Z26; \
+	VMAXPS  Z12, Z24, Z24; \
+	VMAXPS  Z13, Z25, Z25; \
+	VMAXPS  Z14, Z26, Z26; \
+	VMAXPS  Z15, Z24, Z24; \
+	VMAXPS  Z16, Z25, Z25; \
+	VMAXPS  Z17, Z26, Z26; \
+	VMAXPS  Z18, Z24, Z24; \
+	VMAXPS  Z19, Z25, Z25; \
+	VMAXPS  Z20, Z26, Z26; \
+	VMAXPS  Z21, Z24, Z24; \
+	VMAXPS  Z22, Z25, Z25; \
+	VMAXPS  Z23, Z26, Z26; \
+	MOVQ    cmax+64(FP), DI; \
+	ADDQ    0(SP), DI; \
+	VMAXPS  (DI), Z24, Z24; \
+	VMAXPS  64(DI), Z25, Z25; \
+	VMAXPS  128(DI), Z26, Z26; \
+	VMOVUPS Z24, (DI); \
+	VMOVUPS Z25, 64(DI); \
+	VMOVUPS Z26, 128(DI); \
+	QKOUT; \
+	VMOVUPS Z0, (DI); \
+	VMOVUPS Z1, 64(DI); \
+	VMOVUPS Z2, 128(DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z3, (DI); \
+	VMOVUPS Z4, 64(DI); \
+	VMOVUPS Z5, 128(DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z6, (DI); \
+	VMOVUPS Z7, 64(DI); \
+	VMOVUPS Z8, 128(DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z9, (DI); \
+	VMOVUPS Z10, 64(DI); \
+	VMOVUPS Z11, 128(DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z12, (DI); \
+	VMOVUPS Z13, 64(DI); \
+	VMOVUPS Z14, 128(DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z15, (DI); \
+	VMOVUPS Z16, 64(DI); \
+	VMOVUPS Z17, 128(DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z18, (DI); \
+	VMOVUPS Z19, 64(DI); \
+	VMOVUPS Z20, 128(DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z21, (DI); \
+	VMOVUPS Z22, 64(DI); \
+	VMOVUPS Z23, 128(DI); \
+	MOVQ 8(SP), DI; \
+	ADDQ $8, DI; \
+	MOVQ DI, 8(SP); \
+	CMPQ DI, nk+48(FP); \
+	JLT keys3; \
+	ADDQ $192, 0(SP); \
+	JMP cols3; \
+cols1:; \
+	CMPQ DI, $0; \
+	JEQ done; \
+	MOVQ $0, 8(SP); \
+keys1:; \
+	QKPTRS; \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+	VPXORD Z2, Z2, Z2; \
+	VPXORD Z3, Z3, Z3; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	MOVQ   qt+8(FP), DI; \
+	ADDQ   0(SP), DI; \
+	XORQ   SI, SI; \
+p1:; \
+	QKBLOCK(step1); \
+	CMPQ SI, 24(SP); \
+	JLT p1; \
+	epi1; \
+	VMAXPS  Z1, Z0, Z24; \
+	VMAXPS  Z2, Z24, Z24; \
+	VMAXPS  Z3, Z24, Z24; \
+	VMAXPS  Z4, Z24, Z24; \
+	VMAXPS  Z5, Z24, Z24; \
+	VMAXPS  Z6, Z24, Z24; \
+	VMAXPS  Z7, Z24, Z24; \
+	MOVQ    cmax+64(FP), DI; \
+	ADDQ    0(SP), DI; \
+	VMAXPS  (DI), Z24, Z24; \
+	VMOVUPS Z24, (DI); \
+	QKOUT; \
+	VMOVUPS Z0, (DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z1, (DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z2, (DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z3, (DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z4, (DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z5, (DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z6, (DI); \
+	ADDQ    R13, DI; \
+	VMOVUPS Z7, (DI); \
+	MOVQ 8(SP), DI; \
+	ADDQ $8, DI; \
+	MOVQ DI, 8(SP); \
+	CMPQ DI, nk+48(FP); \
+	JLT keys1; \
+	ADDQ $64, 0(SP); \
+	MOVQ R13, DI; \
+	SUBQ 0(SP), DI; \
+	JMP cols1; \
+done:; \
+	VZEROUPPER; \
+	RET
+
 // func flashQK512(st, qt *float32, mp int, k, v *float32, offs *int64, nk, hd int, cmax *float32)
 //
 // st[j·mp + c] = Σ_p K_j[p]·qt[p·mp + c] for j < nk (a multiple of 8) and
@@ -184,193 +448,17 @@ GLOBL flashconst<>(SB), RODATA|NOPTR, $128
 // Locals: 0(SP) column c0 (bytes), 8(SP) key j, 16(SP) &offs[j],
 // 24(SP) bytes of a key row.
 TEXT ·flashQK512(SB), NOSPLIT, $32-72
-	MOVQ mp+16(FP), R13
-	SHLQ $2, R13          // row stride of qt and st, bytes
-	MOVQ hd+56(FP), R12
-	SHLQ $2, R12
-	MOVQ R12, 24(SP)
-	MOVQ $0, 0(SP)
+	QKKERNEL(2, QKSTEP3, QKSTEP1, NOSCALE, NOSCALE, qkcols3, qkkeys3, qkp3, qkcols1, qkkeys1, qkp1, qkdone)
 
-qkcols3:
-	MOVQ R13, DI
-	SUBQ 0(SP), DI
-	CMPQ DI, $192
-	JLT  qkcols1
-	MOVQ $0, 8(SP)
-
-qkkeys3:
-	QKPTRS
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
-	VPXORD Z16, Z16, Z16
-	VPXORD Z17, Z17, Z17
-	VPXORD Z18, Z18, Z18
-	VPXORD Z19, Z19, Z19
-	VPXORD Z20, Z20, Z20
-	VPXORD Z21, Z21, Z21
-	VPXORD Z22, Z22, Z22
-	VPXORD Z23, Z23, Z23
-	MOVQ   qt+8(FP), DI
-	ADDQ   0(SP), DI
-	XORQ   SI, SI
-
-qkp3:
-	QKBLOCK(QKSTEP3)
-	CMPQ SI, 24(SP)
-	JLT  qkp3
-
-	// Fold the maxima of the 8 keys into cmax.
-	VMAXPS  Z3, Z0, Z24
-	VMAXPS  Z4, Z1, Z25
-	VMAXPS  Z5, Z2, Z26
-	VMAXPS  Z6, Z24, Z24
-	VMAXPS  Z7, Z25, Z25
-	VMAXPS  Z8, Z26, Z26
-	VMAXPS  Z9, Z24, Z24
-	VMAXPS  Z10, Z25, Z25
-	VMAXPS  Z11, Z26, Z26
-	VMAXPS  Z12, Z24, Z24
-	VMAXPS  Z13, Z25, Z25
-	VMAXPS  Z14, Z26, Z26
-	VMAXPS  Z15, Z24, Z24
-	VMAXPS  Z16, Z25, Z25
-	VMAXPS  Z17, Z26, Z26
-	VMAXPS  Z18, Z24, Z24
-	VMAXPS  Z19, Z25, Z25
-	VMAXPS  Z20, Z26, Z26
-	VMAXPS  Z21, Z24, Z24
-	VMAXPS  Z22, Z25, Z25
-	VMAXPS  Z23, Z26, Z26
-	MOVQ    cmax+64(FP), DI
-	ADDQ    0(SP), DI
-	VMAXPS  (DI), Z24, Z24
-	VMAXPS  64(DI), Z25, Z25
-	VMAXPS  128(DI), Z26, Z26
-	VMOVUPS Z24, (DI)
-	VMOVUPS Z25, 64(DI)
-	VMOVUPS Z26, 128(DI)
-
-	QKOUT
-	VMOVUPS Z0, (DI)
-	VMOVUPS Z1, 64(DI)
-	VMOVUPS Z2, 128(DI)
-	ADDQ    R13, DI
-	VMOVUPS Z3, (DI)
-	VMOVUPS Z4, 64(DI)
-	VMOVUPS Z5, 128(DI)
-	ADDQ    R13, DI
-	VMOVUPS Z6, (DI)
-	VMOVUPS Z7, 64(DI)
-	VMOVUPS Z8, 128(DI)
-	ADDQ    R13, DI
-	VMOVUPS Z9, (DI)
-	VMOVUPS Z10, 64(DI)
-	VMOVUPS Z11, 128(DI)
-	ADDQ    R13, DI
-	VMOVUPS Z12, (DI)
-	VMOVUPS Z13, 64(DI)
-	VMOVUPS Z14, 128(DI)
-	ADDQ    R13, DI
-	VMOVUPS Z15, (DI)
-	VMOVUPS Z16, 64(DI)
-	VMOVUPS Z17, 128(DI)
-	ADDQ    R13, DI
-	VMOVUPS Z18, (DI)
-	VMOVUPS Z19, 64(DI)
-	VMOVUPS Z20, 128(DI)
-	ADDQ    R13, DI
-	VMOVUPS Z21, (DI)
-	VMOVUPS Z22, 64(DI)
-	VMOVUPS Z23, 128(DI)
-
-	MOVQ 8(SP), DI
-	ADDQ $8, DI
-	MOVQ DI, 8(SP)
-	CMPQ DI, nk+48(FP)
-	JLT  qkkeys3
-	ADDQ $192, 0(SP)
-	JMP  qkcols3
-
-qkcols1:
-	CMPQ DI, $0
-	JEQ  qkdone
-	MOVQ $0, 8(SP)
-
-qkkeys1:
-	QKPTRS
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	MOVQ   qt+8(FP), DI
-	ADDQ   0(SP), DI
-	XORQ   SI, SI
-
-qkp1:
-	QKBLOCK(QKSTEP1)
-	CMPQ SI, 24(SP)
-	JLT  qkp1
-
-	VMAXPS  Z1, Z0, Z24
-	VMAXPS  Z2, Z24, Z24
-	VMAXPS  Z3, Z24, Z24
-	VMAXPS  Z4, Z24, Z24
-	VMAXPS  Z5, Z24, Z24
-	VMAXPS  Z6, Z24, Z24
-	VMAXPS  Z7, Z24, Z24
-	MOVQ    cmax+64(FP), DI
-	ADDQ    0(SP), DI
-	VMAXPS  (DI), Z24, Z24
-	VMOVUPS Z24, (DI)
-
-	QKOUT
-	VMOVUPS Z0, (DI)
-	ADDQ    R13, DI
-	VMOVUPS Z1, (DI)
-	ADDQ    R13, DI
-	VMOVUPS Z2, (DI)
-	ADDQ    R13, DI
-	VMOVUPS Z3, (DI)
-	ADDQ    R13, DI
-	VMOVUPS Z4, (DI)
-	ADDQ    R13, DI
-	VMOVUPS Z5, (DI)
-	ADDQ    R13, DI
-	VMOVUPS Z6, (DI)
-	ADDQ    R13, DI
-	VMOVUPS Z7, (DI)
-
-	MOVQ 8(SP), DI
-	ADDQ $8, DI
-	MOVQ DI, 8(SP)
-	CMPQ DI, nk+48(FP)
-	JLT  qkkeys1
-	ADDQ $64, 0(SP)
-	MOVQ R13, DI
-	SUBQ 0(SP), DI
-	JMP  qkcols1
-
-qkdone:
-	VZEROUPPER
-	RET
+// func flashQK512BF16(st *float32, qt *uint32, mp int, k, v *uint16, offs *int64, nk, hd int, cmax *float32, scale float32)
+//
+// flashQK512 for a BF16 cache (k, v and the offsets in it) and queries in
+// BF16 pairs: qt[p·mp + c] holds the elements 2p and 2p+1 of query row c
+// (the even one in the low half), p < hd/2; st[j·mp + c] = scale ·
+// Σ_p K_j[p]·Q_c[p], the products exact and the sums in float32
+// (VDPBF16PS). hd is a multiple of 32.
+TEXT ·flashQK512BF16(SB), NOSPLIT, $32-76
+	QKKERNEL(1, QKSTEP3B, QKSTEP1B, QKSCALE3, QKSCALE1, qbcols3, qbkeys3, qbp3, qbcols1, qbkeys1, qbp1, qbdone)
 
 // func flashSoftmax512(st *float32, mp, nk int, lim *int32, mx, l, alpha, cmax *float32)
 //

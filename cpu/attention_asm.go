@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"unsafe"
 
 	"github.com/clawrl/clawrl/cpu/kernels"
 )
@@ -13,7 +14,8 @@ import (
 // the byte offsets of a key tile's rows (offsets), whatever the order of
 // the cache blocks: the decode kernels from an F32 or a BF16 cache, the
 // tile kernels from an F32 one; a BF16 cache's tile is first widened to
-// contiguous F32 rows in the thread's scratch (widen) for them.
+// contiguous F32 rows in the thread's scratch (widen) for them, except the
+// keys at BF16 products (dpQK), which flashQK512BF16 reads in place.
 //
 // The tile path (runTiles) holds the task's queries transposed, Qᵀ (hd ×
 // mp: one lane per query row, mp = m rounded up to 16), and so the scores
@@ -52,25 +54,18 @@ func (f *flashCall) runTiles(w flashWork, sc *flashScratch) {
 	hd, group := f.hd, f.group
 	m := t.tokens * group
 	mp := (m + 15) &^ 15
-	gw := group * hd
 	Qt, Ot := sc.q[:hd*mp], sc.o[:hd*mp]
 	mx, l, alpha := sc.mx[:mp], sc.l[:mp], sc.alpha[:mp]
 
-	// Qᵀ[p, i] = scale·log2e·q[i, p]; the padding columns are zero.
+	// Qᵀ[p, i] = scale·log2e·q[i, p] (loadQT), or with dpQK pairs of
+	// BF16 queries, unscaled (loadQPairs: the QK kernel scales the scores).
 	sl := f.scale * log2e
-	for tok := range t.tokens {
-		src := f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw]
-		for j := range group {
-			i := tok*group + j
-			for p, x := range src[j*hd : (j+1)*hd] {
-				Qt[p*mp+i] = x * sl
-			}
-		}
-	}
-	if m < mp {
-		for p := range hd {
-			clear(Qt[p*mp+m : (p+1)*mp])
-		}
+	var Qp []uint32
+	if f.dpQK {
+		Qp = unsafe.Slice((*uint32)(unsafe.Pointer(&Qt[0])), hd/2*mp)
+		f.loadQPairs(Qp, t, m, mp)
+	} else {
+		f.loadQT(Qt, t, m, mp, sl)
 	}
 	clear(Ot)
 	clear(l)
@@ -82,9 +77,8 @@ func (f *flashCall) runTiles(w flashWork, sc *flashScratch) {
 	for k0 := w.k0; k0 < w.k1; k0 += f.tl.keys {
 		nk := min(f.tl.keys, w.k1-k0)
 		nk8 := (nk + 7) &^ 7
-		kb, vb, ob := f.tile(sc, blocks, k0, nk, nk8, t.g)
-		// The column maxima of the tile come out of flashQK512; they serve
-		// unless the causal mask hides part of the tile, whose scores
+		// The column maxima of the tile come out of the QK kernel; they
+		// serve unless the causal mask hides part of the tile, whose scores
 		// flashSoftmax512 then masks with lim: key k0+j counts for the
 		// rows of the tokens at or after its position, rows ≥
 		// (k0+j − first)·group.
@@ -93,7 +87,19 @@ func (f *flashCall) runTiles(w flashWork, sc *flashScratch) {
 			cmax[i] = negInf32
 		}
 		S := sc.s[:nk8*mp]
-		flashQK512(&S[0], &Qt[0], mp, kb, vb, ob, nk8, hd, &cmax[0])
+		var vb *float32
+		var ob *int64
+		if f.dpQK {
+			// Keys in place, in BF16; values widened for flashPV512.
+			kob := f.offsets(sc.offs, blocks, k0, nk, nk8+offsAhead, t.g)
+			f.widen(sc.v[:nk8*hd], f.v16, blocks, k0, nk, t.g)
+			flashQK512BF16(&S[0], &Qp[0], mp, &f.k16[0], &f.v16[0], &kob[0], nk8, hd, &cmax[0], sl)
+			vb, ob = &sc.v[0], &sc.seq[0]
+		} else {
+			var kb *float32
+			kb, vb, ob = f.tile(sc, blocks, k0, nk, nk8, t.g)
+			flashQK512(&S[0], &Qt[0], mp, kb, vb, ob, nk8, hd, &cmax[0])
+		}
 		if k0+nk-1 > t.first {
 			lim := sc.lim[:nk]
 			for j := range lim {
@@ -117,6 +123,56 @@ func (f *flashCall) runTiles(w flashWork, sc *flashScratch) {
 	f.finish(t, w.part, O, mx[:m], l[:m])
 }
 
+// loadQT writes the queries of task t, m rows, transposed into Qt (hd ×
+// mp) times sc, rounded to BF16 first with roundQ; the padding columns are
+// zero.
+func (f *flashCall) loadQT(Qt []float32, t *flashTask, m, mp int, sc float32) {
+	hd, group := f.hd, f.group
+	gw := group * hd
+	for tok := range t.tokens {
+		src := f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw]
+		for j := range group {
+			i := tok*group + j
+			for p, x := range src[j*hd : (j+1)*hd] {
+				if f.roundQ {
+					x = math.Float32frombits(uint32(kernels.F32ToBF16One(x)) << 16)
+				}
+				Qt[p*mp+i] = x * sc
+			}
+		}
+	}
+	if m < mp {
+		for p := range hd {
+			clear(Qt[p*mp+m : (p+1)*mp])
+		}
+	}
+}
+
+// loadQPairs writes the queries of task t, m rows, rounded to BF16, as
+// pairs into Qp (hd/2 × mp): Qp[p·mp + i] holds elements 2p (low half) and
+// 2p+1 of row i, the layout of flashQK512BF16; the padding columns are
+// zero.
+func (f *flashCall) loadQPairs(Qp []uint32, t *flashTask, m, mp int) {
+	hd, group := f.hd, f.group
+	gw := group * hd
+	for tok := range t.tokens {
+		src := f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw]
+		for j := range group {
+			i := tok*group + j
+			row := src[j*hd : (j+1)*hd]
+			for p := range hd / 2 {
+				lo, hi := kernels.F32ToBF16One(row[2*p]), kernels.F32ToBF16One(row[2*p+1])
+				Qp[p*mp+i] = uint32(lo) | uint32(hi)<<16
+			}
+		}
+	}
+	if m < mp {
+		for p := range hd / 2 {
+			clear(Qp[p*mp+m : (p+1)*mp])
+		}
+	}
+}
+
 // runDecode computes one piece of work of a task of at most decRows query
 // rows with the AVX-512 decode kernels.
 func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
@@ -137,8 +193,7 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 	mx, l, alpha := sc.mx[:mr], sc.l[:mr], sc.alpha[:mr]
 	for tok := range t.tokens {
 		dst := Q[tok*gw : (tok+1)*gw]
-		copy(dst, f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw])
-		kernels.Scale(f.scale, dst)
+		f.loadQ(dst, f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw])
 	}
 	clear(Q[m*hd:])
 	clear(O)

@@ -31,8 +31,9 @@ var peakGFLOPS = sync.OnceValue(func() float64 {
 // query (two products) and %peak compares it with kernels.PeakGFLOPS
 // measured in the same process. Decode is bound by reading the cache:
 // kv-GB/s is the bytes of keys and values of every sequence's context (one
-// read) per second. The decode cases run with an F32 and a BF16 cache
-// (half the bytes; compare their ns/op).
+// read) per second. Every case runs with an F32 and a BF16 cache (half the
+// bytes; compare their ns/op), and the prefill cases also with a BF16
+// cache at kernels.PrecisionBF16 (bf16-products).
 //
 //	go test -run '^$' -bench PagedAttention ./cpu/
 func BenchmarkPagedAttention(b *testing.B) {
@@ -69,24 +70,29 @@ func BenchmarkPagedAttention(b *testing.B) {
 		batch = append(batch, pagedSeq{ctx: 4096, nNew: 1})
 	}
 	cases = append(cases, bench{"decode-32x4096-h6-kv2-d64", pagedShape{6, 2, 64, 16, batch, "scattered"}})
+	type variant struct {
+		name string
+		dt   compute.DType
+		prec kernels.Precision
+	}
 	for _, c := range cases {
-		dts := []compute.DType{compute.F32}
-		if strings.HasPrefix(c.name, "decode") {
-			dts = append(dts, compute.BF16)
+		// Decode with an F32 and a BF16 cache; prefill also with a BF16
+		// cache at BF16 products (queries rounded to BF16; VDPBF16PS for
+		// the scores where the CPU has it).
+		vs := []variant{{"/f32", compute.F32, kernels.PrecisionF32}, {"/bf16", compute.BF16, kernels.PrecisionF32}}
+		if !strings.HasPrefix(c.name, "decode") {
+			vs = append(vs, variant{"/bf16-products", compute.BF16, kernels.PrecisionBF16})
 		}
-		for _, dt := range dts {
-			name := c.name
-			if len(dts) > 1 {
-				name += "/" + strings.ToLower(dt.String())
-			}
-			b.Run(name, func(b *testing.B) { benchPaged(b, c.sh, dt) })
+		for _, v := range vs {
+			b.Run(c.name+v.name, func(b *testing.B) { benchPaged(b, c.sh, v.dt, v.prec) })
 		}
 	}
 }
 
-// benchPaged runs one case of BenchmarkPagedAttention with a cache of dt.
-func benchPaged(b *testing.B, sh pagedShape, dt compute.DType) {
-	be := New()
+// benchPaged runs one case of BenchmarkPagedAttention with a cache of dt,
+// at precision prec.
+func benchPaged(b *testing.B, sh pagedShape, dt compute.DType, prec kernels.Precision) {
+	be := NewWithOptions(Options{Precision: prec})
 	p := newPagedProblemOf(b, be, rand.New(rand.NewPCG(1, 2)), sh, dt)
 	p.keys, p.vals = nil, nil // the reference is not run; free its copy
 	flops, kvBytes := 0.0, 0.0

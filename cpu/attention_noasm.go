@@ -47,3 +47,7 @@ func flashDecPV512x2(o *float32, hd int, p *float32, ldp int, v *float32, offs *
 func flashDecPV512x2BF16(o *float32, hd int, p *float32, ldp int, v *uint16, offs *int64, nk int, alpha *float32) {
 	panic("cpu: flashDecPV512x2BF16 without assembly")
 }
+
+func flashQK512BF16(st *float32, qt *uint32, mp int, k, v *uint16, offs *int64, nk, hd int, cmax *float32, scale float32) {
+	panic("cpu: flashQK512BF16 without assembly")
+}

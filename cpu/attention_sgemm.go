@@ -26,8 +26,7 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 	for tok := range t.tokens {
 		src := f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw]
 		dst := Q[tok*gw : (tok+1)*gw]
-		copy(dst, src)
-		kernels.Scale(f.scale, dst)
+		f.loadQ(dst, src)
 	}
 	clear(O)
 	clear(l)

@@ -35,6 +35,16 @@ type pagedProblem struct {
 	qv             []float32
 	keys, vals     [][]float32 // [seq] → ctx rows of kvHeads·hd, in position order
 	qstart         []int32
+	prec           kernels.Precision // of the backend that run uses
+}
+
+// roundedBF16 returns x rounded to BF16 precision (to nearest even).
+func roundedBF16(x []float32) []float32 {
+	r := make([]float32, len(x))
+	for i, v := range x {
+		r[i] = math.Float32frombits(uint32(kernels.F32ToBF16One(v)) << 16)
+	}
+	return r
 }
 
 // newPagedProblem fills a cache with random keys and values for sh's
@@ -155,7 +165,12 @@ func newPagedProblemOf(tb testing.TB, b *Backend, r *rand.Rand, sh pagedShape, d
 // reference computes the attention of p in float64: for each query row and
 // head, softmax of the scaled dot products with the keys at positions up to
 // its own, times the values.
-func (p *pagedProblem) reference() []float64 {
+func (p *pagedProblem) reference() []float64 { return p.referenceRounded(false) }
+
+// referenceRounded is reference with, when roundQ, the queries rounded to
+// BF16 first (as Attention does at kernels.PrecisionBF16 with a BF16
+// cache).
+func (p *pagedProblem) referenceRounded(roundQ bool) []float64 {
 	sh := p.shape
 	qdim, kvdim, group := sh.heads*sh.hd, sh.kvHeads*sh.hd, sh.heads/sh.kvHeads
 	scale := float64(p.attn.Scale)
@@ -168,6 +183,9 @@ func (p *pagedProblem) reference() []float64 {
 			for h := range sh.heads {
 				g := h / group
 				qv := p.qv[r*qdim+h*sh.hd : r*qdim+(h+1)*sh.hd]
+				if roundQ {
+					qv = roundedBF16(qv)
+				}
 				w = w[:0]
 				m := math.Inf(-1)
 				for t := 0; t <= pos; t++ {
@@ -235,14 +253,25 @@ func TestPagedAttention(t *testing.T) {
 			tile: &flashTiles{rows: 256, keys: 16, minSplit: 16, pieces: 400}},
 		{name: "empty-sequence", sh: pagedShape{6, 2, 64, 16, []pagedSeq{{ctx: 20, nNew: 0}, {ctx: 40, nNew: 3}}, "scattered"}},
 	} {
-		for _, dt := range []compute.DType{compute.F32, compute.BF16} {
-			p := newPagedProblemOf(t, New(), rand.New(rand.NewPCG(3, uint64(len(tt.name)))), tt.sh, dt)
-			want := p.reference()
+		// Every case on an F32 and a BF16 cache; with the BF16 cache also
+		// at PrecisionBF16, where the queries are rounded to BF16 (and the
+		// AVX-512 tile path multiplies them with VDPBF16PS).
+		for _, pc := range []struct {
+			dt   compute.DType
+			prec kernels.Precision
+		}{{compute.F32, kernels.PrecisionF32}, {compute.BF16, kernels.PrecisionF32}, {compute.BF16, kernels.PrecisionBF16}} {
+			p := newPagedProblemOf(t, New(), rand.New(rand.NewPCG(3, uint64(len(tt.name)))), tt.sh, pc.dt)
+			p.prec = pc.prec
+			want := p.referenceRounded(pc.prec == kernels.PrecisionBF16)
 			for _, v := range attnVariants() {
 				if v.set == kernels.KernelsGeneric && tt.sh.work() > 1e7 {
 					continue // the pure-Go products are slow, and the same code
 				}
-				t.Run(fmt.Sprintf("%s/%v/%s", tt.name, dt, v.name), func(t *testing.T) {
+				name := fmt.Sprintf("%s/%v/%s", tt.name, pc.dt, v.name)
+				if pc.prec == kernels.PrecisionBF16 {
+					name += "/bf16-products"
+				}
+				t.Run(name, func(t *testing.T) {
 					v.use(t)
 					if tt.tile != nil {
 						defer func(old flashTiles) { tiles = old }(tiles)
@@ -259,7 +288,7 @@ func TestPagedAttention(t *testing.T) {
 // run computes p's attention into p.dst, clearing it first.
 func (p *pagedProblem) run() {
 	clear(Float32s(p.dst))
-	New().Attention(p.dst, p.q, p.kc, p.vc, &p.attn)
+	NewWithOptions(Options{Precision: p.prec}).Attention(p.dst, p.q, p.kc, p.vc, &p.attn)
 }
 
 // attnVariant is a way Attention can run: a kernel set, and whether the

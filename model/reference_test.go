@@ -28,7 +28,11 @@ type refModel struct {
 	// roundKV rounds keys and values to BF16 (after RoPE), as a BF16 KV
 	// cache stores them.
 	roundKV bool
-	bf16    map[string]bool // the weights stored as BF16
+	// roundQ rounds the queries to BF16 (after RoPE) before their products
+	// with the keys, as attention does at kernels.PrecisionBF16 with a BF16
+	// cache.
+	roundQ bool
+	bf16   map[string]bool // the weights stored as BF16
 }
 
 func loadRef(t *testing.T, dir string) *refModel {
@@ -194,6 +198,9 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 			r.rope(ks[i], i)
 			if r.roundKV {
 				ks[i], vs[i] = roundBF16s(ks[i]), roundBF16s(vs[i])
+			}
+			if r.roundQ {
+				qs[i] = roundBF16s(qs[i])
 			}
 		}
 		for i := range n {
