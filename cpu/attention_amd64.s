@@ -2,6 +2,7 @@
 
 #include "textflag.h"
 #include "dpbf16_amd64.h"
+#include "zero_amd64.h"
 
 // AVX-512 kernels of paged flash attention (see attention_asm.go). Keys
 // and values are read through a table of the byte offsets of their rows:
@@ -274,30 +275,7 @@ cols3:; \
 	MOVQ $0, 8(SP); \
 keys3:; \
 	QKPTRS; \
-	VPXORD Z0, Z0, Z0; \
-	VPXORD Z1, Z1, Z1; \
-	VPXORD Z2, Z2, Z2; \
-	VPXORD Z3, Z3, Z3; \
-	VPXORD Z4, Z4, Z4; \
-	VPXORD Z5, Z5, Z5; \
-	VPXORD Z6, Z6, Z6; \
-	VPXORD Z7, Z7, Z7; \
-	VPXORD Z8, Z8, Z8; \
-	VPXORD Z9, Z9, Z9; \
-	VPXORD Z10, Z10, Z10; \
-	VPXORD Z11, Z11, Z11; \
-	VPXORD Z12, Z12, Z12; \
-	VPXORD Z13, Z13, Z13; \
-	VPXORD Z14, Z14, Z14; \
-	VPXORD Z15, Z15, Z15; \
-	VPXORD Z16, Z16, Z16; \
-	VPXORD Z17, Z17, Z17; \
-	VPXORD Z18, Z18, Z18; \
-	VPXORD Z19, Z19, Z19; \
-	VPXORD Z20, Z20, Z20; \
-	VPXORD Z21, Z21, Z21; \
-	VPXORD Z22, Z22, Z22; \
-	VPXORD Z23, Z23, Z23; \
+	ZERO24; \
 	MOVQ   qt+8(FP), DI; \
 	ADDQ   0(SP), DI; \
 	XORQ   SI, SI; \
@@ -380,14 +358,7 @@ cols1:; \
 	MOVQ $0, 8(SP); \
 keys1:; \
 	QKPTRS; \
-	VPXORD Z0, Z0, Z0; \
-	VPXORD Z1, Z1, Z1; \
-	VPXORD Z2, Z2, Z2; \
-	VPXORD Z3, Z3, Z3; \
-	VPXORD Z4, Z4, Z4; \
-	VPXORD Z5, Z5, Z5; \
-	VPXORD Z6, Z6, Z6; \
-	VPXORD Z7, Z7, Z7; \
+	ZERO8; \
 	MOVQ   qt+8(FP), DI; \
 	ADDQ   0(SP), DI; \
 	XORQ   SI, SI; \

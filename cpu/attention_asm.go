@@ -123,26 +123,33 @@ func (f *flashCall) runTiles(w flashWork, sc *flashScratch) {
 	f.finish(t, w.part, O, mx[:m], l[:m])
 }
 
-// loadQT writes the queries of task t, m rows, transposed into Qt (hd ×
-// mp) times sc, rounded to BF16 first with roundQ; the padding columns are
-// zero.
-func (f *flashCall) loadQT(Qt []float32, t *flashTask, m, mp int, sc float32) {
+// taskRows calls fn for each query row of task t: row i = tok·group + j is
+// query head g·group + j of the task's token tok.
+func (f *flashCall) taskRows(t *flashTask, fn func(i int, row []float32)) {
 	hd, group := f.hd, f.group
 	gw := group * hd
 	for tok := range t.tokens {
 		src := f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw]
 		for j := range group {
-			i := tok*group + j
-			for p, x := range src[j*hd : (j+1)*hd] {
-				if f.roundQ {
-					x = math.Float32frombits(uint32(kernels.F32ToBF16One(x)) << 16)
-				}
-				Qt[p*mp+i] = x * sc
-			}
+			fn(tok*group+j, src[j*hd:(j+1)*hd])
 		}
 	}
+}
+
+// loadQT writes the queries of task t, m rows, transposed into Qt (hd ×
+// mp) times sc, rounded to BF16 first with roundQ; the padding columns are
+// zero.
+func (f *flashCall) loadQT(Qt []float32, t *flashTask, m, mp int, sc float32) {
+	f.taskRows(t, func(i int, row []float32) {
+		for p, x := range row {
+			if f.roundQ {
+				x = math.Float32frombits(uint32(kernels.F32ToBF16One(x)) << 16)
+			}
+			Qt[p*mp+i] = x * sc
+		}
+	})
 	if m < mp {
-		for p := range hd {
+		for p := range f.hd {
 			clear(Qt[p*mp+m : (p+1)*mp])
 		}
 	}
@@ -153,21 +160,14 @@ func (f *flashCall) loadQT(Qt []float32, t *flashTask, m, mp int, sc float32) {
 // 2p+1 of row i, the layout of flashQK512BF16; the padding columns are
 // zero.
 func (f *flashCall) loadQPairs(Qp []uint32, t *flashTask, m, mp int) {
-	hd, group := f.hd, f.group
-	gw := group * hd
-	for tok := range t.tokens {
-		src := f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw]
-		for j := range group {
-			i := tok*group + j
-			row := src[j*hd : (j+1)*hd]
-			for p := range hd / 2 {
-				lo, hi := kernels.F32ToBF16One(row[2*p]), kernels.F32ToBF16One(row[2*p+1])
-				Qp[p*mp+i] = uint32(lo) | uint32(hi)<<16
-			}
+	f.taskRows(t, func(i int, row []float32) {
+		for p := range len(row) / 2 {
+			lo, hi := kernels.F32ToBF16One(row[2*p]), kernels.F32ToBF16One(row[2*p+1])
+			Qp[p*mp+i] = uint32(lo) | uint32(hi)<<16
 		}
-	}
+	})
 	if m < mp {
-		for p := range hd / 2 {
+		for p := range f.hd / 2 {
 			clear(Qp[p*mp+m : (p+1)*mp])
 		}
 	}

@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "zero_amd64.h"
 
 // DPF is how many keys ahead the decode kernels prefetch (offsAhead in
 // attention.go must be at least this). In decode after a 16K-token prompt
@@ -158,25 +159,6 @@ label:; \
 	ROWS2(stride); \
 	LEAQ (R9)(stride*1), R10; \
 	LEAQ (R10)(stride*1), R11
-
-// ZERO16 zeroes the sums Z0..Z15.
-#define ZERO16 \
-	VPXORD Z0, Z0, Z0; \
-	VPXORD Z1, Z1, Z1; \
-	VPXORD Z2, Z2, Z2; \
-	VPXORD Z3, Z3, Z3; \
-	VPXORD Z4, Z4, Z4; \
-	VPXORD Z5, Z5, Z5; \
-	VPXORD Z6, Z6, Z6; \
-	VPXORD Z7, Z7, Z7; \
-	VPXORD Z8, Z8, Z8; \
-	VPXORD Z9, Z9, Z9; \
-	VPXORD Z10, Z10, Z10; \
-	VPXORD Z11, Z11, Z11; \
-	VPXORD Z12, Z12, Z12; \
-	VPXORD Z13, Z13, Z13; \
-	VPXORD Z14, Z14, Z14; \
-	VPXORD Z15, Z15, Z15
 
 // KEYPTR(o, r) sets r to the key row whose offset is at byte o of the
 // offsets table at DI.
