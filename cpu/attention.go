@@ -61,9 +61,10 @@ import (
 // lie in the cache with VDPBF16PS (flashQK512BF16), two elements per
 // instruction: prefill attention at 4K tokens ran 20-26% faster
 // (BenchmarkPagedAttention, bf16-products against bf16). The products
-// of the weights with the values stay in float32: VDPBF16PS would need
-// the weights rounded to BF16, which the reference cannot model through
-// the online softmax's rescaling.
+// of the attention probabilities with the values stay in float32:
+// VDPBF16PS would need the probabilities rounded to BF16 relative to each
+// tile's running maximum, which a reference cannot model short of
+// repeating the tiling.
 //
 // The cache is laid out by blocks, head-major inside a block
 // (compute.Attention.KVIndex), so a task reads BlockSize·HeadDim
@@ -123,12 +124,12 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		claimFn: claimFn, mergeFn: mergeFn,
 		q: qs.f32, out: out.f32, k: kc.f32, v: vc.f32, k16: kc.u16, v16: vc.u16,
 		bf16: kc.dt == compute.BF16, geo: a, table: table,
-		roundQ: b.opts.Precision == kernels.PrecisionBF16 && kc.dt == compute.BF16,
-		hd:     hd, bs: bs, group: a.Heads / a.KVHeads, qdim: qdim, kvdim: kvdim,
+		hd: hd, bs: bs, group: a.Heads / a.KVHeads, qdim: qdim, kvdim: kvdim,
 		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles,
 		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512,
 		tasks: f.tasks[:0], work: f.work[:0],
 	}
+	f.roundQ = b.opts.Precision == kernels.PrecisionBF16 && f.bf16
 	f.dpQK = f.roundQ && f.asm && hd%32 == 0 && kernels.HasBF16Dot()
 	defer f.release()
 	f.plan(a, qstart, ctxLen)
