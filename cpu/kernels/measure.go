@@ -29,6 +29,26 @@ const DefaultBandwidthBytes = 1 << (30 + ^uint(0)>>63)
 // kernel set is active. One FMA lane counts as 2 floating-point operations.
 func PeakGFLOPS(threads int, d time.Duration) float64 {
 	loop, lanes := peakLoop()
+	return loopGFLOPS(threads, d, loop, 2*float64(lanes))
+}
+
+// PeakBF16DotGFLOPS measures the peak of the BF16 dot-product instruction
+// that the products at PrecisionBF16 run on (VDPBF16PS, AVX512_BF16): a
+// loop of independent ones on registers only, each counting 64
+// floating-point operations (16 lanes of two products and two adds). It
+// returns 0 where the active kernels do not use the instruction
+// (HasBF16Dot).
+func PeakBF16DotGFLOPS(threads int, d time.Duration) float64 {
+	loop, flops := dotPeakLoop()
+	if loop == nil || !HasBF16Dot() {
+		return 0
+	}
+	return loopGFLOPS(threads, d, loop, flops)
+}
+
+// loopGFLOPS runs loop on threads goroutines for about d and returns the
+// rate of flopsPerIter floating-point operations per iteration.
+func loopGFLOPS(threads int, d time.Duration, loop func(n int), flopsPerIter float64) float64 {
 	const iters = 1 << 16
 	var total float64
 	var mu sync.Mutex
@@ -45,7 +65,7 @@ func PeakGFLOPS(threads int, d time.Duration) float64 {
 		total += n
 		mu.Unlock()
 	})
-	return total * float64(lanes) * 2 / secs / 1e9
+	return total * flopsPerIter / secs / 1e9
 }
 
 // ReadBandwidthGBs measures memory read bandwidth: each goroutine sums its

@@ -14,6 +14,16 @@ func peakLoop() (loop func(n int), lanesPerIter int) {
 	return fmaLoopGo, fmaLoopGoLanes
 }
 
+// dotPeakLoop returns the register-only VDPBF16PS loop and the flops of
+// one iteration: 16 instructions of 16 lanes, two products and two adds
+// each.
+func dotPeakLoop() (loop func(n int), flopsPerIter float64) {
+	if _, ok := sets[KernelsAVX512]; ok {
+		return dpLoop512, 16 * 16 * 4
+	}
+	return nil, 0
+}
+
 // readSum sums b (a multiple of 256 bytes) as float32.
 func readSum(b []byte) float32 {
 	if _, ok := sets[KernelsAVX2]; ok {
@@ -24,6 +34,9 @@ func readSum(b []byte) float32 {
 
 //go:noescape
 func fmaLoop512(n int)
+
+//go:noescape
+func dpLoop512(n int)
 
 //go:noescape
 func fmaLoop256(n int)

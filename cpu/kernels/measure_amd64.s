@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "dpbf16_amd64.h"
 
 // Measurement loops for PeakGFLOPS and ReadBandwidthGBs.
 
@@ -84,6 +85,63 @@ loop256:
 	JNZ         loop256
 
 done256:
+	VZEROUPPER
+	RET
+
+// func dpLoop512(n int)
+// 16 independent VDPBF16PS chains on registers only (the matrix-vector dot
+// kernel's 4×4 tile: sums Z0..Z15, sources Z16..Z19 and Z24..Z27, all
+// zero). Only called where the CPU has AVX512_BF16.
+TEXT ·dpLoop512(SB), NOSPLIT, $0-8
+	MOVQ   n+0(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	VPXORD Z26, Z26, Z26
+	VPXORD Z27, Z27, Z27
+	TESTQ  CX, CX
+	JLE    dpdone
+
+dploop:
+	DP_0_24_16
+	DP_1_25_16
+	DP_2_26_16
+	DP_3_27_16
+	DP_4_24_17
+	DP_5_25_17
+	DP_6_26_17
+	DP_7_27_17
+	DP_8_24_18
+	DP_9_25_18
+	DP_10_26_18
+	DP_11_27_18
+	DP_12_24_19
+	DP_13_25_19
+	DP_14_26_19
+	DP_15_27_19
+	DECQ CX
+	JNZ  dploop
+
+dpdone:
 	VZEROUPPER
 	RET
 
