@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "zero_amd64.h"
 
 // Matrix-vector kernels for decode: C[i, j] = alpha·Σp A[i,p]·W[j,p] +
 // beta·C[i, j] for up to four rows of A (two with AVX2) against n weight
@@ -34,12 +35,6 @@
 	MOVQ  k+56(FP), R10; \
 	SHRQ  $ksh, R10; \
 	JZ    done
-
-#define ZERO4(a, b, c, d) \
-	VPXORD a, a, a; \
-	VPXORD b, b, b; \
-	VPXORD c, c, c; \
-	VPXORD d, d, d
 
 // acc_j += W_j · x for the four weight rows in Z16..Z19.
 #define FMA4(x, a0, a1, a2, a3) \
