@@ -193,11 +193,11 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 		}
 		ps.a16 = (*buf)[:m*k]
 		a16 := ps.a16
-		ParallelFor(m, max(1, (64<<10)/k), func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				F32ToBF16(a16[i*k:(i+1)*k], a[i*lda:i*lda+k])
-			}
-		})
+		if grain := max(1, (64<<10)/k); m <= grain {
+			roundRows(a16, a, lda, k, 0, m) // decode: no fork, no closure
+		} else {
+			ParallelFor(m, grain, func(lo, hi int) { roundRows(a16, a, lda, k, lo, hi) })
+		}
 	case bf16:
 		buf := gemvScratch.Get().(*[]float32)
 		defer gemvScratch.Put(buf)
@@ -210,11 +210,11 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 		case kvh == 0:
 		case g.deint != nil:
 			ak := ps.ak
-			ParallelFor(m, max(1, (64<<10)/kvh), func(lo, hi int) {
-				for i := lo; i < hi; i++ {
-					g.deint(&ak[i*kvh], &a[i*lda], kvh/g.vlBF16)
-				}
-			})
+			if grain := max(1, (64<<10)/kvh); m <= grain {
+				g.deintRows(ak, a, lda, kvh, 0, m)
+			} else {
+				ParallelFor(m, grain, func(lo, hi int) { g.deintRows(ak, a, lda, kvh, lo, hi) })
+			}
 		default:
 			deinterleave(ps.ak, a, m, lda, kvh, g.vlBF16)
 		}
@@ -313,6 +313,22 @@ func (ps *gemvPass) run(parts []gemvPart, lo, hi int) {
 			continue
 		}
 		ps.g.partRows(p, ps.m, ps.k, kv, ps.alpha, ps.a, ps.lda, pa, la, 4*g0, 4*g1)
+	}
+}
+
+// roundRows writes rows [lo, hi) of A (m × k, row stride lda) rounded to
+// BF16 into a16 (row stride k).
+func roundRows(a16 []uint16, a []float32, lda, k, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		F32ToBF16(a16[i*k:(i+1)*k], a[i*lda:i*lda+k])
+	}
+}
+
+// deintRows de-interleaves rows [lo, hi) of A (row stride lda), kvh
+// columns each, into ak (row stride kvh) for the widening BF16 kernels.
+func (g *gemvArch) deintRows(ak, a []float32, lda, kvh, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		g.deint(&ak[i*kvh], &a[i*lda], kvh/g.vlBF16)
 	}
 }
 
