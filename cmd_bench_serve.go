@@ -14,7 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/clawrl/clawrl/store"
 )
 
 // The serving benchmark runs the real daemon path in-process (HTTP server,
@@ -195,7 +198,20 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 		return err
 	}
 	defer e.stop()
-	srv, _, _, _, err := a.newServer(e)
+	// Turns are recorded into a store of their own, as the daemon records
+	// them (group-committed before each response's last chunk).
+	dataDir, err := os.MkdirTemp("", "clawrl-bench-data-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dataDir)
+	reg := prometheus.NewRegistry()
+	db, err := store.Open(dataDir, store.Options{Log: a.log})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	srv, _, err := a.newServer(e, db, reg)
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -11,18 +14,22 @@ import (
 	"runtime/debug"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/clawrl/clawrl/bundled"
 	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/loop"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/reward"
 	"github.com/clawrl/clawrl/server"
 	"github.com/clawrl/clawrl/session"
+	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/trainer"
+	"github.com/clawrl/clawrl/weights"
 )
 
 func (a *app) serveCmd() *cobra.Command {
@@ -52,22 +59,73 @@ stage. SIGINT or SIGTERM stops it gracefully.`,
 
 // runServe runs the daemon until ctx ends. If ready is not nil it receives
 // the listening address once the API accepts requests (for tests).
+//
+// Start: open the store in the data directory (refusing another base
+// model's), load the model, resume the newest checkpoint of the lineage
+// (weights, optimizer, step count) and serve it under its own number,
+// reserve every number the store has seen issued, reconcile the store
+// with the checkpoint (steps after it are lost; their samples queue
+// again), give the session tracker back the turns that were waiting for a
+// next state, and only then listen. Stop (SIGINT/SIGTERM): stop accepting,
+// let streams finish, stop the loop after its current step, checkpoint the
+// current version if it has none, and close the store.
 func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- string) error {
 	dir, err := a.modelDir(modelFlag)
 	if err != nil {
 		return err
 	}
+	base, err := baseFingerprint(dir)
+	if err != nil {
+		return err
+	}
+	dataDir, err := a.cfg.DataDir()
+	if err != nil {
+		return err
+	}
+	ckptDir, err := a.cfg.CheckpointDir()
+	if err != nil {
+		return err
+	}
 	setMemoryLimit()
+	reg := prometheus.NewRegistry()
+	db, err := store.Open(dataDir, store.Options{
+		BaseModel: base, NoRedact: !a.cfg.Data.Redact, MaxBytes: int64(a.cfg.Data.MaxMB) << 20,
+		Registry: reg, Log: a.log,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			a.log.Error().Err(err).Msg("closing the store")
+		}
+	}()
 	e, err := a.openEngine(dir)
 	if err != nil {
 		return err
 	}
 	defer e.stop()
+	if err := db.RecordVersion(e.store.Current(), 0, 0, "base: "+base); err != nil {
+		return err
+	}
 
-	srv, sink, vars, reg, err := a.newServer(e)
+	srv, vars, err := a.newServer(e, db, reg)
 	if err != nil {
 		return err
 	}
+	pipeline, closeLoop, err := a.newLoop(e, db, vars, reg, base, ckptDir)
+	if err != nil {
+		return err
+	}
+	defer closeLoop()
+	if err := a.resume(e, db, srv, pipeline); err != nil {
+		return err
+	}
+	if a.cfg.Data.RetentionDays > 0 {
+		stopPurge := a.purgeLoop(db)
+		defer stopPurge()
+	}
+
 	sc := a.cfg.Server
 	ln, err := net.Listen("tcp", net.JoinHostPort(sc.Host, strconv.Itoa(sc.Port)))
 	if err != nil {
@@ -77,38 +135,177 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 		ready <- ln.Addr().String()
 	}
 
-	// The loop scores the turn records and trains on them in the
+	// The loop scores the stored turns and trains on them in the
 	// background; serving never waits on it.
-	pipeline, closeLoop, err := a.newLoop(e, sink, vars, reg)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	defer closeLoop()
 	loopCtx, loopCancel := context.WithCancel(context.Background())
 	loopDone := make(chan error, 1)
-	go func() { loopDone <- pipeline.Run(loopCtx) }()
-	defer func() {
-		loopCancel()
-		if err := <-loopDone; err != nil {
-			a.log.Error().Err(err).Msg("training loop stopped with an error")
-		}
-	}()
+	go func() { loopDone <- pipeline.loop.Run(loopCtx) }()
 
 	err = srv.Serve(ctx, ln)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
+	a.log.Info().Msg("shutting down: streams finished; stopping the training loop")
+	loopCancel()
+	if lerr := <-loopDone; lerr != nil {
+		a.log.Error().Err(lerr).Msg("training loop stopped with an error")
+	}
+	if err := db.Flush(); err != nil {
+		a.log.Error().Err(err).Msg("flushing the store")
+	}
+	if st, serr := db.Stats(); serr == nil {
+		a.log.Info().Uint64("version", e.store.Current()).Any("turns", st.Turns).Any("samples", st.Samples).
+			Str("store", db.Path()).Msg("stopped: store flushed")
+	}
 	return err
 }
 
-// newServer builds the API server over an engine, with the sink its turn
-// records leave through, the template variables it renders with, and the
-// metrics registry it serves.
-func (a *app) newServer(e *engine) (*server.Server, *session.ChanSink, map[string]any, *prometheus.Registry, error) {
-	reg := prometheus.NewRegistry()
+// resume serves the newest checkpoint of the lineage and reconciles the
+// store and the session tracker with it.
+func (a *app) resume(e *engine, db *store.DB, srv *server.Server, p *pipeline) error {
+	var step int64
+	if p.trainer != nil && p.ckpt.Root != "" {
+		c, refused, err := weights.OpenLatest(p.ckpt.Root)
+		for _, r := range refused {
+			a.log.Warn().Err(r).Msg("checkpoint refused")
+		}
+		switch {
+		case err != nil:
+			return fmt.Errorf("resume: %w (move the damaged checkpoints aside to start from the base model)", err)
+		case c != nil && c.Manifest.Meta.Base != "" && c.Manifest.Meta.Base != p.ckpt.Base:
+			return fmt.Errorf("resume: checkpoint %s was trained from base model %s, and this daemon serves base model %s: "+
+				"use another data.dir / trainer.checkpoint_dir for this model", c.Dir(), c.Manifest.Meta.Base, p.ckpt.Base)
+		case c != nil:
+			if err := p.trainer.Restore(c); err != nil {
+				return fmt.Errorf("resume: %w", err)
+			}
+			v, err := p.trainer.Publish(e.store)
+			if err != nil {
+				return fmt.Errorf("resume: %w", err)
+			}
+			if err := db.RecordVersion(v.Number(), v.Parent(), p.trainer.StepCount(), "resumed from "+c.Dir()); err != nil {
+				return err
+			}
+			p.loop.SetCheckpointed(v.Number())
+			step = p.trainer.StepCount()
+			a.log.Info().Uint64("version", v.Number()).Int64("step", step).Str("checkpoint", c.Dir()).Msg("resumed the newest checkpoint")
+		}
+	}
+	last, err := db.LastVersion()
+	if err != nil {
+		return err
+	}
+	e.store.Reserve(last)
+	r, err := db.Resume(step)
+	if err != nil {
+		return err
+	}
+	open, err := db.OpenTurns(a.cfg.Sessions.MaxSessions * a.cfg.Sessions.MaxTurns)
+	if err != nil {
+		return err
+	}
+	srv.RestoreTurns(open)
+	ev := a.log.Info().Uint64("serving", e.store.Current()).Uint64("next_version", e.store.Last()+1).
+		Int("open_turns", len(open)).Int("ready_turns", r.ReadyTurns).Int("queued_samples", r.QueuedSamples).Str("store", db.Path())
+	if r.LostSteps > 0 {
+		ev = ev.Int("lost_steps", r.LostSteps).Int("requeued_samples", r.Requeued)
+	}
+	ev.Msg("store opened")
+	if r.LostSteps > 0 {
+		a.log.Warn().Int("lost_steps", r.LostSteps).Int64("checkpoint_step", step).Int64("last_step", r.LastStep).
+			Int("requeued_samples", r.Requeued).Msg("steps after the last checkpoint were lost with the previous process; their samples will train again")
+	}
+	return nil
+}
+
+// purgeLoop deletes records older than data.retention_days, hourly, until
+// the returned func is called.
+func (a *app) purgeLoop(db *store.DB) func() {
+	days := a.cfg.Data.RetentionDays
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	purge := func() {
+		f, err := db.Purge(time.Now().AddDate(0, 0, -days))
+		if err != nil {
+			a.log.Error().Err(err).Msg("retention purge failed")
+		} else if f.Turns > 0 {
+			a.log.Info().Int("turns", f.Turns).Int("days", days).Msg("retention: old records deleted")
+		}
+	}
+	go func() {
+		defer close(done)
+		purge()
+		t := time.NewTicker(time.Hour)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				purge()
+			}
+		}
+	}()
+	return func() { close(stop); <-done }
+}
+
+// forgetter adapts the store to the server's DataStore.
+type forgetter struct{ db *store.DB }
+
+func (f forgetter) ForgetSession(id string) (server.Forgotten, error) {
+	r, err := f.db.ForgetSession(id)
+	return server.Forgotten{Turns: r.Turns, Feedback: r.Feedback, Samples: r.Samples}, err
+}
+
+// baseFingerprint identifies a base checkpoint directory: the bundled
+// model by its embedded hash, any other by the SHA-256 of its config, the
+// sizes of its weight files, their headers and their first and last MiB
+// (reading a multi-GB checkpoint whole at every start would cost seconds).
+func baseFingerprint(dir string) (string, error) {
+	if d, err := bundled.Dir(); err == nil && filepath.Clean(d) == filepath.Clean(dir) {
+		return bundled.Name + "-" + bundled.Hash()[:16], nil
+	}
+	h := sha256.New()
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return "", fmt.Errorf("model %s: %w", dir, err)
+	}
+	h.Write(cfg)
+	names, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	if len(names) == 0 {
+		return "", fmt.Errorf("model %s: no *.safetensors file", dir)
+	}
+	for _, name := range names {
+		f, err := os.Open(name)
+		if err != nil {
+			return "", fmt.Errorf("model %s: %w", dir, err)
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return "", fmt.Errorf("model %s: %w", dir, err)
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.Base(name), st.Size())
+		const chunk = 1 << 20
+		if _, err := io.Copy(h, io.NewSectionReader(f, 0, chunk)); err != nil {
+			f.Close()
+			return "", fmt.Errorf("model %s: %w", name, err)
+		}
+		if st.Size() > chunk {
+			if _, err := io.Copy(h, io.NewSectionReader(f, max(chunk, st.Size()-chunk), chunk)); err != nil {
+				f.Close()
+				return "", fmt.Errorf("model %s: %w", name, err)
+			}
+		}
+		f.Close()
+	}
+	return filepath.Base(filepath.Clean(dir)) + "-" + hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// newServer builds the API server over an engine, with the store its
+// turn records go to, and returns the template variables it renders with.
+func (a *app) newServer(e *engine, db *store.DB, reg *prometheus.Registry) (*server.Server, map[string]any, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), e.sched.Collector())
-	sink := session.NewChanSink(256)
 	sc := a.cfg.Server
 	vars := map[string]any{}
 	if sc.EnableThinking != "auto" {
@@ -127,22 +324,34 @@ func (a *app) newServer(e *engine) (*server.Server, *session.ChanSink, map[strin
 		StopTokens:       e.stopTokens(),
 		TemplateVars:     vars,
 		ShutdownTimeout:  sc.ShutdownTimeout,
-		Sink:             sink,
+		Sink:             db,
+		Data:             forgetter{db},
 		Sessions: session.Options{
 			MaxSessions:        a.cfg.Sessions.MaxSessions,
 			IdleTimeout:        a.cfg.Sessions.IdleTimeout,
 			MaxTurnsPerSession: a.cfg.Sessions.MaxTurns,
+			Archive:            db,
 		},
 		Logger:   a.log,
 		Registry: reg,
 	})
-	return srv, sink, vars, reg, err
+	return srv, vars, err
+}
+
+// pipeline is the loop with the trainer and checkpoint options it runs
+// with.
+type pipeline struct {
+	loop    *loop.Loop
+	trainer *trainer.Trainer // nil when training is off and nothing is resumed
+	ckpt    trainer.CheckpointOptions
 }
 
 // newLoop builds the reward stage (judge and teacher) and the trainer
-// over the engine, and the loop that connects them to the turn records.
-// The returned func frees what it built, after the loop has stopped.
-func (a *app) newLoop(e *engine, sink *session.ChanSink, vars map[string]any, reg *prometheus.Registry) (*loop.Loop, func(), error) {
+// over the engine, and the loop that connects them through the store. The
+// trainer is built when training is on, or when there are checkpoints to
+// resume (their weights are served even with training off). The returned
+// func frees what it built, after the loop has stopped.
+func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometheus.Registry, base, ckptDir string) (*pipeline, func(), error) {
 	rc, tc := a.cfg.Reward, a.cfg.Trainer
 	var closers []func()
 	closeAll := func() {
@@ -150,7 +359,7 @@ func (a *app) newLoop(e *engine, sink *session.ChanSink, vars map[string]any, re
 			closers[i]()
 		}
 	}
-	fail := func(err error) (*loop.Loop, func(), error) {
+	fail := func(err error) (*pipeline, func(), error) {
 		closeAll()
 		return nil, nil, err
 	}
@@ -216,7 +425,11 @@ func (a *app) newLoop(e *engine, sink *session.ChanSink, vars map[string]any, re
 	}
 
 	var tr *trainer.Trainer
-	if tc.Enabled {
+	existing, err := weights.List(ckptDir)
+	if err != nil {
+		return fail(err)
+	}
+	if tc.Enabled || len(existing) > 0 {
 		opts := trainer.DefaultOptions()
 		opts.LR, opts.WarmupSteps, opts.WeightDecay, opts.GradClip = tc.LR, tc.WarmupSteps, tc.WeightDecay, tc.GradClip
 		opts.EpsLow, opts.EpsHigh = tc.ClipEpsLow, tc.ClipEpsHigh
@@ -234,16 +447,26 @@ func (a *app) newLoop(e *engine, sink *session.ChanSink, vars map[string]any, re
 		tr.SetVersion(e.store.Current())
 		closers = append(closers, tr.Close)
 	}
-	var ck trainer.CheckpointOptions
-	if tc.CheckpointDir != "" {
-		cfgJSON, err := os.ReadFile(filepath.Join(e.dir, "config.json"))
-		if err != nil {
-			return fail(err)
+	// Checkpoints are self-contained: the model's config and tokenizer
+	// files travel with the weights, so `generate --model` and
+	// `serve --model` load one as they load the base.
+	cfgJSON, err := os.ReadFile(filepath.Join(e.dir, "config.json"))
+	if err != nil {
+		return fail(err)
+	}
+	extra := map[string][]byte{}
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"} {
+		if b, err := os.ReadFile(filepath.Join(e.dir, name)); err == nil {
+			extra[name] = b
 		}
-		ck = trainer.CheckpointOptions{Root: tc.CheckpointDir, Keep: tc.KeepCheckpoints, ConfigJSON: cfgJSON}
+	}
+	ck := trainer.CheckpointOptions{Root: ckptDir, Keep: tc.KeepCheckpoints, ConfigJSON: cfgJSON, ExtraFiles: extra, Base: base}
+	training := tr
+	if !tc.Enabled {
+		training = nil
 	}
 	l, err := loop.New(loop.Options{
-		Records: sink.C(), Scorer: scorer, Trainer: tr, Store: e.store,
+		DB: db, Scorer: scorer, Trainer: training, Versions: e.store,
 		BatchSize: tc.BatchSize, MaxWait: tc.MaxWait, TemplateVars: vars,
 		Checkpoint: ck, CheckpointEvery: tc.CheckpointEvery,
 		Registry: reg, Log: a.log,
@@ -259,8 +482,8 @@ func (a *app) newLoop(e *engine, sink *session.ChanSink, vars map[string]any, re
 		}
 	}
 	a.log.Info().Str("judge", rc.Judge).Str("teacher", rc.Teacher).Str("training", mode).
-		Int("batch_size", tc.BatchSize).Msg("feedback loop ready")
-	return l, closeAll, nil
+		Int("batch_size", tc.BatchSize).Str("checkpoints", ckptDir).Msg("feedback loop ready")
+	return &pipeline{loop: l, trainer: tr, ckpt: ck}, closeAll, nil
 }
 
 // setMemoryLimit gives the garbage collector a soft limit of 90% of the

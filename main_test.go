@@ -15,6 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/weights"
 )
 
@@ -189,7 +192,12 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.stop()
-	srv, _, _, _, err := a.newServer(e)
+	db, err := store.Open(t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	srv, _, err := a.newServer(e, db, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,4 +287,18 @@ func TestKVBudget(t *testing.T) {
 	if runtime.GOOS == "linux" && (memAvailable() <= 0 || memInfo("MemTotal") < memAvailable()) {
 		t.Errorf("/proc/meminfo: available %d, total %d", memAvailable(), memInfo("MemTotal"))
 	}
+}
+
+// TestMain keeps the tests' data (the store, checkpoints) out of the
+// user's data directory: a test that does not set data.dir gets a
+// temporary XDG_DATA_HOME.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "clawrl-test-data-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_DATA_HOME", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }

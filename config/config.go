@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -31,6 +32,7 @@ type Config struct {
 	Sessions Sessions `mapstructure:"sessions"`
 	Trainer  Trainer  `mapstructure:"trainer"`
 	Reward   Reward   `mapstructure:"reward"`
+	Data     Data     `mapstructure:"data"`
 }
 
 // Trainer configures training from feedback.
@@ -73,6 +75,44 @@ type Reward struct {
 	Timeout          time.Duration `mapstructure:"timeout"`
 	Workers          int           `mapstructure:"workers"`
 	TeacherKVCacheMB int           `mapstructure:"teacher_kv_cache_mb"`
+}
+
+// Data is the data section: where turns, feedback, samples and
+// checkpoints are kept, and for how long.
+type Data struct {
+	Dir           string `mapstructure:"dir"`
+	MaxMB         int    `mapstructure:"max_mb"`
+	RetentionDays int    `mapstructure:"retention_days"`
+	Redact        bool   `mapstructure:"redact"`
+}
+
+// DataDir is data.dir, or the per-user default: $XDG_DATA_HOME/clawrl,
+// else ~/.local/share/clawrl.
+func (c *Config) DataDir() (string, error) {
+	if c.Data.Dir != "" {
+		return c.Data.Dir, nil
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "clawrl"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return "", errors.New("data.dir: no home directory to put the data in; set data.dir (or CLAWRL_DATA_DIR)")
+	}
+	return filepath.Join(home, ".local", "share", "clawrl"), nil
+}
+
+// CheckpointDir is trainer.checkpoint_dir, or checkpoints/ under the data
+// directory.
+func (c *Config) CheckpointDir() (string, error) {
+	if c.Trainer.CheckpointDir != "" {
+		return c.Trainer.CheckpointDir, nil
+	}
+	d, err := c.DataDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, "checkpoints"), nil
 }
 
 // Log configures logging.
@@ -324,6 +364,12 @@ func (c *Config) Validate() error {
 	positive("rollout.step_tokens", c.Rollout.StepTokens)
 	positive("sessions.max_sessions", c.Sessions.MaxSessions)
 	positive("sessions.max_turns", c.Sessions.MaxTurns)
+	if c.Data.MaxMB < 0 {
+		errs = append(errs, fmt.Errorf("data.max_mb: %d must be >= 0 (0 = no budget)", c.Data.MaxMB))
+	}
+	if c.Data.RetentionDays < 0 {
+		errs = append(errs, fmt.Errorf("data.retention_days: %d must be >= 0 (0 = keep forever)", c.Data.RetentionDays))
+	}
 	if c.Rollout.StepTokens < c.Rollout.MaxBatch {
 		errs = append(errs, fmt.Errorf("rollout.step_tokens: %d must be >= rollout.max_batch (%d): every running sequence decodes one token per step",
 			c.Rollout.StepTokens, c.Rollout.MaxBatch))

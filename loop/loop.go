@@ -1,19 +1,22 @@
-// Package loop connects the stages that follow serving: the turn records
-// the session tracker emits are scored by the reward stage, scored turns
-// become training samples, the trainer takes one optimizer step per batch
-// of them, and every step publishes a new weight version that the
-// scheduler picks up for the generations that start after it.
+// Package loop connects the stages that follow serving, through the
+// durable store: turns that the session tracker wrote and completed are
+// taken out of the store (newest first) and scored by the reward stage;
+// each result is written back as a sample; queued samples are trained in
+// batches, each applied step recorded in the store with the samples it
+// trained, in one transaction, before the new weight version is published
+// and (every CheckpointEvery steps, and at shutdown) checkpointed.
 //
-// Serving never waits on any of this: records arrive on a bounded channel
-// that the tracker offers to without blocking, and the loop itself never
-// blocks its input for longer than a hand-off to the scorer's queue.
+// Serving never waits on any of this, and nothing is dropped because a
+// stage is busy: a turn that the scorer cannot take now stays ready in the
+// store and is offered again later; a crash loses only what the store
+// says it lost (steps after the last checkpoint, whose samples the next
+// start queues again).
 package loop
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -21,37 +24,39 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawrl/clawrl/reward"
-	"github.com/clawrl/clawrl/session"
+	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/trainer"
 	"github.com/clawrl/clawrl/weights"
 )
 
 // Options wire the loop.
 type Options struct {
-	// Records are the session tracker's output (turns and feedback).
-	Records <-chan session.Record
+	// DB is the durable store: the queue of turns and samples.
+	DB *store.DB
 	// Scorer scores turns; the loop runs it (Scorer.Run) and owns it.
 	Scorer *reward.Scorer
 	// Trainer steps on batches of samples; nil scores turns without
-	// training (the scores are still counted and logged).
+	// training (the samples stay queued in the store).
 	Trainer *trainer.Trainer
-	// Store receives the published versions.
-	Store *weights.Store
+	// Versions receives the published versions.
+	Versions *weights.Store
 	// BatchSize is how many trainable samples make one optimizer step.
 	BatchSize int
 	// MaxWait trains a partial batch when its oldest sample has waited
 	// this long (0: wait for a full batch).
 	MaxWait time.Duration
-	// Backlog bounds the turns waiting for the scorer's queue (default
-	// 1024); beyond it turns are dropped and counted.
-	Backlog int
 	// TemplateVars are the chat-template variables the server rendered
 	// prompts with; the teacher context is rendered with the same.
 	TemplateVars map[string]any
 	// Checkpoint, if its Root is set, saves a checkpoint every
-	// CheckpointEvery published versions.
+	// CheckpointEvery published versions and when Run ends.
 	Checkpoint      trainer.CheckpointOptions
 	CheckpointEvery int
+	// Poll is how often the store is looked at without a signal (default
+	// 1s).
+	Poll time.Duration
+	// OnPublish, if set, is called with every version the loop publishes.
+	OnPublish func(v *weights.Version)
 	// Registry receives the loop's metrics (nil: none registered).
 	Registry prometheus.Registerer
 	Log      zerolog.Logger
@@ -61,38 +66,47 @@ type Options struct {
 type Loop struct {
 	opts Options
 	met  metrics
+	warn *store.RateLimited
 
-	mu      sync.Mutex
-	last    trainer.Metrics
-	backlog []reward.Turn
+	mu           sync.Mutex
+	last         trainer.Metrics
+	inflight     map[string]inflight // by sample id
+	checkpointed uint64              // version of the newest checkpoint written
+
+	samples chan struct{} // pinged when a sample was queued
+}
+
+type inflight struct {
+	turnID string
+	gen    int
 }
 
 type metrics struct {
-	records   *prometheus.CounterVec
-	dropped   prometheus.Counter
+	submitted prometheus.Counter
 	scored    *prometheus.CounterVec
 	steps     *prometheus.CounterVec
 	loss      prometheus.Gauge
 	published prometheus.Counter
+	stale     prometheus.Counter
+	inflight  prometheus.GaugeFunc
 }
 
 // New checks the options.
 func New(opts Options) (*Loop, error) {
-	if opts.Records == nil || opts.Scorer == nil || opts.Store == nil {
-		return nil, errors.New("loop: Records, Scorer and Store are required")
+	if opts.DB == nil || opts.Scorer == nil || opts.Versions == nil {
+		return nil, errors.New("loop: DB, Scorer and Versions are required")
 	}
 	if opts.BatchSize < 1 {
 		return nil, fmt.Errorf("loop: batch size %d must be >= 1", opts.BatchSize)
 	}
-	if opts.Backlog == 0 {
-		opts.Backlog = 1024
+	if opts.Poll <= 0 {
+		opts.Poll = time.Second
 	}
-	l := &Loop{opts: opts}
+	l := &Loop{opts: opts, inflight: map[string]inflight{}, samples: make(chan struct{}, 1),
+		warn: store.NewRateLimited(opts.Log, 10*time.Second)}
 	l.met = metrics{
-		records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "clawrl_loop_records_total",
-			Help: "Records received from the session tracker, by kind."}, []string{"kind"}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_turns_dropped_total",
-			Help: "Turns dropped because the scoring backlog was full."}),
+		submitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_turns_submitted_total",
+			Help: "Turns taken from the store and submitted to the scorer."}),
 		scored: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "clawrl_loop_scored_total",
 			Help: "Scored turns, by sample kind."}, []string{"kind"}),
 		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "clawrl_loop_train_steps_total",
@@ -101,10 +115,18 @@ func New(opts Options) (*Loop, error) {
 			Help: "Loss of the last applied training step."}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_versions_published_total",
 			Help: "Weight versions published by training."}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_samples_stale_total",
+			Help: "Queued samples dropped because their generating version was more than max_staleness versions old."}),
+		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "clawrl_loop_scoring_inflight",
+			Help: "Turns submitted to the scorer and not yet scored."}, func() float64 {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return float64(len(l.inflight))
+		}),
 	}
 	if opts.Registry != nil {
-		for _, c := range []prometheus.Collector{l.met.records, l.met.dropped, l.met.scored, l.met.steps,
-			l.met.loss, l.met.published} {
+		for _, c := range []prometheus.Collector{l.met.submitted, l.met.scored, l.met.steps, l.met.loss,
+			l.met.published, l.met.stale, l.met.inflight} {
 			if err := opts.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("loop: metrics: %w", err)
 			}
@@ -120,8 +142,18 @@ func (l *Loop) LastStep() trainer.Metrics {
 	return l.last
 }
 
-// Run runs the pipeline until ctx ends: it feeds records to the scorer,
-// runs the scorer, and trains on its results. It returns after every
+// SetCheckpointed tells the loop that version n is already checkpointed
+// (the version a restart resumed from), so Run does not write it again.
+func (l *Loop) SetCheckpointed(n uint64) {
+	l.mu.Lock()
+	l.checkpointed = n
+	l.mu.Unlock()
+}
+
+// Run runs the pipeline until ctx ends: it feeds ready turns to the
+// scorer, stores its results, and trains on queued samples. When ctx ends
+// it stops taking work, lets the step in progress finish, checkpoints the
+// current version if it is not checkpointed yet, and returns after every
 // goroutine it started has stopped.
 func (l *Loop) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -130,172 +162,275 @@ func (l *Loop) Run(ctx context.Context) error {
 	scoreErr := make(chan error, 1)
 	wg.Go(func() { scoreErr <- l.opts.Scorer.Run(ctx) })
 	wg.Go(func() { l.feed(ctx) })
-	l.train(ctx) // returns when the scorer's results close
-	cancel()
+	wg.Go(func() { l.collect() }) // ends when the scorer's results close
+	if l.opts.Trainer != nil {
+		wg.Go(func() { l.train(ctx) })
+	}
+	<-ctx.Done()
 	wg.Wait()
+	l.finalCheckpoint()
 	if err := <-scoreErr; err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
 }
 
-// feed turns records into scorer submissions. When the scorer's queue is
-// full, turns wait in a bounded backlog and are offered again shortly.
+// feed submits ready turns from the store to the scorer, newest first,
+// until the scorer is busy; it looks again when the store signals new
+// turns, and every Poll.
 func (l *Loop) feed(ctx context.Context) {
-	retry := time.NewTicker(100 * time.Millisecond)
-	defer retry.Stop()
+	tick := time.NewTicker(l.opts.Poll)
+	defer tick.Stop()
+	for {
+		l.fill()
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.opts.DB.Ready():
+		case <-tick.C:
+		}
+	}
+}
+
+// fill submits ready turns until the scorer's queue is full.
+func (l *Loop) fill() {
+	for {
+		l.mu.Lock()
+		busy := make(map[string]bool, len(l.inflight))
+		for _, f := range l.inflight {
+			busy[f.turnID] = true
+		}
+		l.mu.Unlock()
+		turns, err := l.opts.DB.ReadyTurns(8, busy)
+		if err != nil {
+			l.warn.Warn("ready_turns", err, "loop: reading turns to score failed")
+			return
+		}
+		if len(turns) == 0 {
+			return
+		}
+		for _, t := range turns {
+			id := store.SampleID(t.ID, t.Gen)
+			l.mu.Lock()
+			l.inflight[id] = inflight{turnID: t.ID, gen: t.Gen}
+			l.mu.Unlock()
+			err := l.opts.Scorer.Submit(ToRewardTurn(t, l.opts.TemplateVars))
+			switch {
+			case err == nil:
+				l.met.submitted.Inc()
+				continue
+			case errors.Is(err, reward.ErrBusy), errors.Is(err, reward.ErrClosed):
+				l.forget(id)
+				return
+			default:
+				l.forget(id)
+				l.opts.Log.Warn().Err(err).Str("turn", t.ID).Msg("turn cannot be scored")
+				if err := l.opts.DB.FailTurn(t.ID, t.Gen, err.Error()); err != nil {
+					l.warn.Warn("fail_turn", err, "loop: marking a turn failed")
+					return
+				}
+			}
+		}
+	}
+}
+
+func (l *Loop) forget(sampleID string) {
+	l.mu.Lock()
+	delete(l.inflight, sampleID)
+	l.mu.Unlock()
+}
+
+// collect stores the scorer's results as samples until the results close.
+func (l *Loop) collect() {
+	for res := range l.opts.Scorer.Results() {
+		l.mu.Lock()
+		f, ok := l.inflight[res.TurnID]
+		l.mu.Unlock()
+		if !ok {
+			continue
+		}
+		if res.Err != nil {
+			l.opts.Log.Warn().Err(res.Err).Str("turn", f.turnID).Msg("turn not scored")
+			if err := l.opts.DB.FailTurn(f.turnID, f.gen, res.Err.Error()); err != nil {
+				l.warn.Warn("fail_turn", err, "loop: marking a turn failed")
+			}
+			l.forget(res.TurnID)
+			continue
+		}
+		s := res.Sample
+		l.met.scored.WithLabelValues(s.Kind.String()).Inc()
+		err := l.opts.DB.AddSample(store.Sample{
+			TurnID: f.turnID, Gen: f.gen, Version: s.Version, Kind: s.Kind.String(), Reward: s.Reward,
+			Source: string(s.Source), Votes: s.Votes, Hint: s.Hint, Teacher: s.TeacherLogProbs,
+		})
+		l.forget(res.TurnID)
+		if err != nil {
+			l.warn.Warn("add_sample", err, "loop: storing a scored turn failed (it will be scored again)")
+			continue
+		}
+		l.opts.Log.Debug().Str("turn", f.turnID).Int("gen", f.gen).Str("kind", s.Kind.String()).
+			Int("reward", s.Reward).Str("source", string(s.Source)).Bool("hint", s.Hint != "").Msg("turn scored")
+		select {
+		case l.samples <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// train steps the trainer whenever a full batch is queued, or a partial
+// one has waited MaxWait.
+func (l *Loop) train(ctx context.Context) {
+	tick := time.NewTicker(l.opts.Poll)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case rec := <-l.opts.Records:
-			l.met.records.WithLabelValues(rec.Kind.String()).Inc()
-			if rec.Kind != session.KindTurn || rec.Turn == nil {
-				// Feedback that arrives before its turn is emitted travels
-				// inside the turn; a record of its own adds nothing.
-				continue
-			}
-			l.enqueue(ToRewardTurn(rec.Turn, l.opts.TemplateVars))
-		case <-retry.C:
+		case <-l.samples:
+		case <-tick.C:
 		}
-		l.flush()
-	}
-}
-
-func (l *Loop) enqueue(t reward.Turn) {
-	if len(l.backlog) >= l.opts.Backlog {
-		l.met.dropped.Inc()
-		l.opts.Log.Warn().Str("turn", t.ID).Msg("scoring backlog full: turn dropped")
-		return
-	}
-	l.backlog = append(l.backlog, t)
-}
-
-// flush offers backlogged turns to the scorer, oldest first, until it is
-// busy.
-func (l *Loop) flush() {
-	n := 0
-	for _, t := range l.backlog {
-		if err := l.opts.Scorer.Submit(t); err != nil {
-			break
-		}
-		n++
-	}
-	l.backlog = append(l.backlog[:0], l.backlog[n:]...)
-}
-
-// train collects scored samples into batches and steps the trainer.
-func (l *Loop) train(ctx context.Context) {
-	var batch []trainer.Sample
-	var oldest time.Time
-	var wait <-chan time.Time
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	results := l.opts.Scorer.Results()
-	for {
-		select {
-		case res, ok := <-results:
-			if !ok {
-				return
-			}
-			if res.Err != nil {
-				l.opts.Log.Warn().Err(res.Err).Str("turn", res.TurnID).Msg("turn not scored")
-				continue
-			}
-			l.met.scored.WithLabelValues(res.Sample.Kind.String()).Inc()
-			s, ok := ToTrainerSample(res.Sample)
-			l.opts.Log.Debug().Str("turn", res.TurnID).Str("kind", res.Sample.Kind.String()).
-				Int("reward", res.Sample.Reward).Str("source", string(res.Sample.Source)).
-				Bool("hint", res.Sample.Hint != "").Msg("turn scored")
-			if !ok || l.opts.Trainer == nil {
-				continue
-			}
-			if len(batch) == 0 {
-				oldest = time.Now()
-				if l.opts.MaxWait > 0 {
-					if timer == nil {
-						timer = time.NewTimer(l.opts.MaxWait)
-					} else {
-						timer.Reset(l.opts.MaxWait)
-					}
-					wait = timer.C
-				}
-			}
-			batch = append(batch, s)
-			if len(batch) >= l.opts.BatchSize {
-				l.step(batch)
-				batch, wait = nil, nil
-			}
-		case <-wait:
-			if len(batch) > 0 && time.Since(oldest) >= l.opts.MaxWait {
-				l.step(batch)
-				batch = nil
-			}
-			wait = nil
-		case <-ctx.Done():
-			// Drain nothing more: the scorer closes its results when it
-			// stops, which ends this loop.
-			ctx = context.Background()
+		for ctx.Err() == nil && l.maybeStep() {
 		}
 	}
 }
 
-// step runs one optimizer step and publishes the result.
-func (l *Loop) step(batch []trainer.Sample) {
+// maybeStep trains one batch if one is due; it reports whether it did.
+func (l *Loop) maybeStep() bool {
+	tr := l.opts.Trainer
+	if cur, keep := tr.Version(), uint64(tr.Options().MaxStaleness); cur > keep {
+		n, err := l.opts.DB.DropStale(cur - keep)
+		if err != nil {
+			l.warn.Warn("drop_stale", err, "loop: dropping stale samples failed")
+		}
+		if n > 0 {
+			l.met.stale.Add(float64(n))
+			l.warn.Warn("stale", fmt.Errorf("%d samples older than version %d", n, cur-keep),
+				"loop: stale samples dropped (scoring is behind training)")
+		}
+	}
+	queued, oldest, err := l.opts.DB.Queued(l.opts.BatchSize)
+	if err != nil {
+		l.warn.Warn("queued", err, "loop: reading queued samples failed")
+		return false
+	}
+	if len(queued) == 0 {
+		return false
+	}
+	if len(queued) < l.opts.BatchSize && (l.opts.MaxWait <= 0 || time.Since(oldest) < l.opts.MaxWait) {
+		return false
+	}
+	batch := make([]trainer.Sample, len(queued))
+	ids := make([]string, len(queued))
+	for i, s := range queued {
+		batch[i], ids[i] = ToTrainerSample(s), s.ID
+	}
+	l.step(batch, ids)
+	return true
+}
+
+// step runs one optimizer step, records it with its samples, publishes
+// the result and checkpoints it when due.
+func (l *Loop) step(batch []trainer.Sample, ids []string) {
+	tr := l.opts.Trainer
 	start := time.Now()
-	met, err := l.opts.Trainer.Step(batch)
+	met, err := tr.Step(batch)
 	l.mu.Lock()
 	l.last = met
 	l.mu.Unlock()
+	drop := func(reason string) {
+		if err := l.opts.DB.DropSamples(ids, reason); err != nil {
+			l.warn.Warn("drop", err, "loop: dropping samples failed")
+		}
+	}
 	switch {
 	case err != nil:
 		l.met.steps.WithLabelValues("error").Inc()
-		l.opts.Log.Error().Err(err).Int("samples", len(batch)).Msg("training step failed")
+		l.opts.Log.Error().Err(err).Int("samples", len(batch)).Msg("training step failed; its samples are dropped")
+		drop("error: " + err.Error())
 		return
 	case met.Skipped:
 		l.met.steps.WithLabelValues("skipped").Inc()
-		l.opts.Log.Warn().Str("reason", met.SkipReason).Msg("training step skipped")
+		l.opts.Log.Warn().Str("reason", met.SkipReason).Msg("training step skipped; its samples are dropped")
+		drop("nonfinite: " + met.SkipReason)
 		return
 	case !met.Applied:
 		l.met.steps.WithLabelValues("empty").Inc()
 		l.opts.Log.Info().Int("dropped", met.Dropped).Msg("training step had no usable samples")
+		drop("unusable")
+		return
+	}
+	next := l.opts.Versions.Last() + 1
+	if err := l.opts.DB.CommitStep(store.Step{Step: met.Step, Version: next, Parent: tr.Version(), Samples: ids, Loss: met.Loss}); err != nil {
+		// The step is applied in memory but not on record: publishing it
+		// would serve weights the store does not know. Leave the samples
+		// queued; the trainer moves on from the new parameters.
+		l.opts.Log.Error().Err(err).Msg("recording the training step failed; not publishing it")
 		return
 	}
 	l.met.steps.WithLabelValues("applied").Inc()
 	l.met.loss.Set(met.Loss)
-	v, err := l.opts.Trainer.Publish(l.opts.Store)
+	v, err := tr.Publish(l.opts.Versions)
 	if err != nil {
 		l.opts.Log.Error().Err(err).Msg("publishing the new weights failed")
 		return
 	}
+	if v.Number() != next {
+		l.opts.Log.Error().Uint64("version", v.Number()).Uint64("recorded", next).Msg("published version number differs from the recorded one")
+	}
 	l.met.published.Inc()
+	if l.opts.OnPublish != nil {
+		l.opts.OnPublish(v)
+	}
 	l.opts.Log.Info().Uint64("version", v.Number()).Int64("step", met.Step).Int("samples", met.Samples).
 		Int("tokens", met.Tokens).Float64("loss", met.Loss).Float64("grad_norm", met.GradNorm).
 		Float64("entropy", met.Entropy).Dur("took", time.Since(start).Round(time.Millisecond)).
 		Msg("trained and published a new version")
-	if l.opts.Checkpoint.Root != "" && l.opts.CheckpointEvery > 0 && met.Step%int64(l.opts.CheckpointEvery) == 0 {
-		if c, err := l.opts.Trainer.Save(l.opts.Store, l.opts.Checkpoint); err != nil {
-			l.opts.Log.Error().Err(err).Msg("checkpoint failed")
-		} else {
-			l.opts.Log.Info().Str("dir", c.Dir()).Msg("checkpoint saved")
-		}
+	if l.opts.CheckpointEvery > 0 && met.Step%int64(l.opts.CheckpointEvery) == 0 {
+		l.checkpoint()
 	}
 }
 
-// ToRewardTurn adapts a session turn record to the reward stage's input.
-func ToRewardTurn(t *session.Turn, vars map[string]any) reward.Turn {
+// checkpoint saves the trainer's current version.
+func (l *Loop) checkpoint() {
+	if l.opts.Checkpoint.Root == "" || l.opts.Trainer == nil {
+		return
+	}
+	c, err := l.opts.Trainer.Save(l.opts.Versions, l.opts.Checkpoint)
+	if err != nil {
+		l.opts.Log.Error().Err(err).Msg("checkpoint failed")
+		return
+	}
+	l.mu.Lock()
+	l.checkpointed = c.Info().Version
+	l.mu.Unlock()
+	l.opts.Log.Info().Str("dir", c.Dir()).Uint64("version", c.Info().Version).Msg("checkpoint saved")
+}
+
+// finalCheckpoint checkpoints the trainer's version at shutdown unless it
+// is checkpointed already.
+func (l *Loop) finalCheckpoint() {
+	if l.opts.Trainer == nil || l.opts.Checkpoint.Root == "" {
+		return
+	}
+	l.mu.Lock()
+	done := l.checkpointed == l.opts.Trainer.Version()
+	l.mu.Unlock()
+	if !done {
+		l.checkpoint()
+	}
+}
+
+// ToRewardTurn adapts a stored turn to the reward stage's input; its ID is
+// the id of the sample it will become.
+func ToRewardTurn(t store.ReadyTurn, vars map[string]any) reward.Turn {
 	rt := reward.Turn{
-		ID:             t.ResponseID + "/" + strconv.Itoa(t.Choice),
+		ID:             store.SampleID(t.ID, t.Gen),
 		Messages:       t.Messages,
 		Tools:          t.Tools,
 		TemplateVars:   vars,
 		Response:       t.Reply,
-		PromptTokens:   t.PromptTokens,
-		ResponseTokens: t.ResponseTokens,
+		PromptTokens:   t.Prompt,
+		ResponseTokens: t.Response,
 		LogProbs:       t.LogProbs,
 		Version:        t.Version,
 		NextState:      t.NextState,
@@ -306,24 +441,20 @@ func ToRewardTurn(t *session.Turn, vars map[string]any) reward.Turn {
 	return rt
 }
 
-// ToTrainerSample adapts a scored turn to a training sample; ok is false
-// when it carries no training signal.
-func ToTrainerSample(s reward.Sample) (trainer.Sample, bool) {
-	if s.Kind == reward.KindNone {
-		return trainer.Sample{}, false
-	}
+// ToTrainerSample adapts a queued sample to the trainer's input.
+func ToTrainerSample(s store.Sample) trainer.Sample {
 	ts := trainer.Sample{
-		TurnID:          s.TurnID,
-		Prompt:          s.PromptTokens,
-		Response:        s.ResponseTokens,
+		TurnID:          s.ID,
+		Prompt:          s.Prompt,
+		Response:        s.Response,
 		Version:         s.Version,
 		RolloutLogProbs: s.LogProbs,
 	}
-	if s.Kind == reward.KindBinary || s.Kind == reward.KindBoth {
+	if s.Kind == reward.KindBinary.String() || s.Kind == reward.KindBoth.String() {
 		ts.Reward = float32(s.Reward)
 	}
-	if s.Kind == reward.KindDistill || s.Kind == reward.KindBoth {
-		ts.TeacherLogProbs = s.TeacherLogProbs
+	if s.Kind == reward.KindDistill.String() || s.Kind == reward.KindBoth.String() {
+		ts.TeacherLogProbs = s.Teacher
 	}
-	return ts, true
+	return ts
 }

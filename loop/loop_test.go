@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/sample"
 	"github.com/clawrl/clawrl/session"
+	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/tokenizer"
 	"github.com/clawrl/clawrl/trainer"
 	"github.com/clawrl/clawrl/weights"
@@ -103,10 +105,24 @@ func (r *rig) generate(t *testing.T, prompt []int32) *session.Turn {
 	return turn
 }
 
-func TestLoopTrainsAndPublishes(t *testing.T) {
-	r := newRig(t)
-	records := make(chan session.Record, 8)
-	j := &judge{verdict: `\boxed{1}`}
+// put writes a turn through the store's sink as the tracker would: recorded
+// at generation, completed when its next state arrives.
+func put(t *testing.T, db *store.DB, turn *session.Turn, next []tokenizer.Message) {
+	t.Helper()
+	db.Offer(session.Record{Kind: session.KindRecorded, Turn: turn})
+	done := *turn
+	done.NextState, done.End, done.Completed = next, session.EndNextState, time.Now()
+	if next == nil {
+		done.End = session.EndExpired
+	}
+	db.Offer(session.Record{Kind: session.KindTurn, Turn: &done})
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newLoop(t *testing.T, r *rig, db *store.DB, j reward.Backend, batch int) (*Loop, *trainer.Trainer) {
+	t.Helper()
 	cfg := reward.DefaultConfig()
 	cfg.HintVotes = 0
 	scorer, err := reward.New(reward.Options{Config: cfg, Judge: j, Log: zerolog.Nop()})
@@ -119,13 +135,51 @@ func TestLoopTrainsAndPublishes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
+	t.Cleanup(tr.Close)
 	tr.SetVersion(r.store.Current())
-	reg := prometheus.NewRegistry()
-	l, err := New(Options{Records: records, Scorer: scorer, Trainer: tr, Store: r.store, BatchSize: 2, Registry: reg, Log: zerolog.Nop()})
+	l, err := New(Options{DB: db, Scorer: scorer, Trainer: tr, Versions: r.store, BatchSize: batch,
+		Poll: 20 * time.Millisecond, Registry: prometheus.NewRegistry(), Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l, tr
+}
+
+func openDB(t *testing.T) *store.DB {
+	t.Helper()
+	db, err := store.Open(t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func count(t *testing.T, db *store.DB, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := db.SQL().QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestLoopTrainsAndPublishes(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	j := &judge{verdict: `\boxed{1}`}
+	l, _ := newLoop(t, r, db, j, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
@@ -133,23 +187,18 @@ func TestLoopTrainsAndPublishes(t *testing.T) {
 	before := r.store.Current()
 	for i := range 2 {
 		turn := r.generate(t, []int32{1, 2, 3, int32(4 + i)})
+		turn.ResponseID = fmt.Sprintf("chatcmpl-%d", i)
 		if turn.Version != before {
 			t.Fatalf("generation on version %d, want %d", turn.Version, before)
 		}
-		turn.NextState = []tokenizer.Message{{Role: "user", Content: "thanks, next question"}}
-		turn.End = session.EndNextState
-		records <- session.Record{Kind: session.KindTurn, Turn: turn}
+		put(t, db, turn, []tokenizer.Message{{Role: "user", Content: "thanks, next question"}})
 	}
 	// A turn with no evidence scores nothing and trains nothing.
-	records <- session.Record{Kind: session.KindTurn, Turn: r.generate(t, []int32{9, 9})}
+	none := r.generate(t, []int32{9, 9})
+	none.ResponseID = "chatcmpl-none"
+	put(t, db, none, nil)
 
-	deadline := time.Now().Add(30 * time.Second)
-	for r.store.Current() == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("no version published; last step %+v", l.LastStep())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "a published version", func() bool { return r.store.Current() != before })
 	after := r.store.Current()
 	if got := r.generate(t, []int32{1, 2, 3}); got.Version != after {
 		t.Errorf("next generation on version %d, want the published %d", got.Version, after)
@@ -157,6 +206,7 @@ func TestLoopTrainsAndPublishes(t *testing.T) {
 	if st := l.LastStep(); !st.Applied || st.Samples != 2 {
 		t.Errorf("last step %+v, want 2 samples applied", st)
 	}
+	waitFor(t, "the empty turn scored", func() bool { return count(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'nosignal'") == 1 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -164,51 +214,108 @@ func TestLoopTrainsAndPublishes(t *testing.T) {
 	if n := testutil.ToFloat64(l.met.published); n != 1 {
 		t.Errorf("%v versions published, want 1", n)
 	}
-	if n := testutil.ToFloat64(l.met.scored.WithLabelValues(reward.KindNone.String())); n != 1 {
-		t.Errorf("%v turns scored as nothing, want 1", n)
-	}
 	if j.calls.Load() != 2 {
 		t.Errorf("judge called %d times, want 2 (the turn without evidence is not judged)", j.calls.Load())
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'trained' AND step_id IS NOT NULL"); n != 2 {
+		t.Errorf("%d samples recorded as trained, want 2", n)
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM steps WHERE status = 'applied' AND version = ?", after); n != 1 {
+		t.Errorf("%d applied steps recorded for version %d, want 1", n, after)
+	}
+}
+
+// Late feedback on a turn that has already trained becomes a new sample,
+// trained in a later step; the first sample is not trained again.
+func TestLateFeedbackTrains(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	l, _ := newLoop(t, r, db, &judge{verdict: `\boxed{1}`}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	turn := r.generate(t, []int32{1, 2, 3})
+	turn.ResponseID = "chatcmpl-late"
+	put(t, db, turn, []tokenizer.Message{{Role: "user", Content: "ok thanks"}})
+	waitFor(t, "the first step", func() bool { return count(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'trained'") == 1 })
+	db.Offer(session.Record{Kind: session.KindFeedback, Feedback: &session.Feedback{ID: "fb-1", ResponseID: "chatcmpl-late", Thumb: -1, Received: time.Now()}})
+	waitFor(t, "the late sample trained", func() bool { return count(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'trained'") == 2 })
+	var reward int
+	if err := db.SQL().QueryRow("SELECT reward FROM samples WHERE id = ?", store.SampleID(store.TurnID("chatcmpl-late", 0), 1)).Scan(&reward); err != nil {
+		t.Fatal(err)
+	}
+	if reward != -1 {
+		t.Errorf("late thumb-down sample has reward %d, want -1 (the thumb overrides the judge)", reward)
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM steps WHERE status = 'applied'"); n != 2 {
+		t.Errorf("%d steps, want 2", n)
+	}
+}
+
+// A restart from an older checkpoint marks the steps after it lost and
+// queues their samples again, so each trains exactly once on the resumed
+// lineage.
+func TestResumeRequeuesLostSteps(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	l, tr := newLoop(t, r, db, &judge{verdict: `\boxed{1}`}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	for i := range 3 {
+		turn := r.generate(t, []int32{1, 2, int32(3 + i)})
+		turn.ResponseID = fmt.Sprintf("chatcmpl-r%d", i)
+		put(t, db, turn, []tokenizer.Message{{Role: "user", Content: "thanks"}})
+	}
+	waitFor(t, "three steps", func() bool { return count(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'trained'") == 3 })
+	cancel()
+	<-done
+	if tr.StepCount() != 3 {
+		t.Fatalf("trainer at step %d, want 3", tr.StepCount())
+	}
+	res, err := db.Resume(1) // the checkpoint held step 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.LostSteps != 2 || res.Requeued != 2 || res.QueuedSamples != 2 {
+		t.Errorf("resume %+v, want 2 lost steps and 2 samples queued again", res)
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'trained'"); n != 1 {
+		t.Errorf("%d samples still trained, want 1", n)
 	}
 }
 
 func TestToTrainerSample(t *testing.T) {
-	base := reward.Sample{TurnID: "r/0", PromptTokens: []int32{1}, ResponseTokens: []int32{2}, LogProbs: []float32{-1}, Version: 3,
-		Reward: -1, TeacherLogProbs: []float32{-0.5}}
+	base := store.Sample{ID: "r/0#0", Prompt: []int32{1}, Response: []int32{2}, LogProbs: []float32{-1}, Version: 3,
+		Reward: -1, Teacher: []float32{-0.5}}
 	tests := []struct {
 		kind        reward.Kind
-		ok          bool
 		reward      float32
 		withTeacher bool
 	}{
-		{reward.KindNone, false, 0, false},
-		{reward.KindBinary, true, -1, false},
-		{reward.KindDistill, true, 0, true},
-		{reward.KindBoth, true, -1, true},
+		{reward.KindBinary, -1, false},
+		{reward.KindDistill, 0, true},
+		{reward.KindBoth, -1, true},
 	}
 	for _, tt := range tests {
 		s := base
-		s.Kind = tt.kind
-		got, ok := ToTrainerSample(s)
-		if ok != tt.ok {
-			t.Fatalf("%v: ok = %v", tt.kind, ok)
-		}
-		if !ok {
-			continue
-		}
+		s.Kind = tt.kind.String()
+		got := ToTrainerSample(s)
 		if got.Reward != tt.reward || (got.TeacherLogProbs != nil) != tt.withTeacher || got.Version != 3 ||
-			!slices.Equal(got.RolloutLogProbs, base.LogProbs) || got.TurnID != "r/0" {
+			!slices.Equal(got.RolloutLogProbs, base.LogProbs) || got.TurnID != "r/0#0" {
 			t.Errorf("%v: got %+v", tt.kind, got)
 		}
 	}
 }
 
 func TestToRewardTurn(t *testing.T) {
-	st := &session.Turn{ResponseID: "chatcmpl-a", Choice: 1, PromptTokens: []int32{1}, ResponseTokens: []int32{2},
+	st := store.ReadyTurn{ID: "chatcmpl-a/1", Gen: 2, Prompt: []int32{1}, Response: []int32{2},
 		LogProbs: []float32{-1}, Version: 2, Feedback: []session.Feedback{{Thumb: 1, Text: "great"}},
 		NextState: []tokenizer.Message{{Role: "user", Content: "ok"}}}
 	rt := ToRewardTurn(st, map[string]any{"enable_thinking": false})
-	if rt.ID != "chatcmpl-a/1" || rt.Version != 2 || len(rt.Feedback) != 1 || rt.Feedback[0].Thumb != 1 ||
+	if rt.ID != "chatcmpl-a/1#2" || rt.Version != 2 || len(rt.Feedback) != 1 || rt.Feedback[0].Thumb != 1 ||
 		rt.TemplateVars["enable_thinking"] != false || len(rt.NextState) != 1 {
 		t.Errorf("got %+v", rt)
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/clawrl/clawrl/session"
 )
 
@@ -87,3 +89,36 @@ func (s *Server) handleFeedback(w http.ResponseWriter, r *http.Request) {
 		"turn": fb.TurnIndex, "choice": fb.Choice, "thumb": fb.Thumb, "text": fb.Text,
 	})
 }
+
+// handleForgetSession deletes everything stored of a session: the tracker
+// forgets it (its pending turns are not emitted) and the store deletes its
+// turns, feedback and samples.
+func (s *Server) handleForgetSession(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if strings.TrimSpace(id) == "" {
+		writeError(w, invalid("id", "missing_required_parameter", "Name the session: DELETE /v1/sessions/{id}."))
+		return
+	}
+	if s.opts.Data == nil {
+		writeError(w, &apiError{Status: http.StatusNotImplemented, Type: typeInvalidRequest, Code: "not_implemented",
+			Message: "This server keeps no store of sessions to delete."})
+		return
+	}
+	inMemory := s.tracker.Forget(id)
+	f, err := s.opts.Data.ForgetSession(id)
+	if err != nil {
+		writeError(w, internalError(err))
+		return
+	}
+	if !inMemory && f.Turns == 0 && f.Feedback == 0 {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "id", Code: "session_not_found",
+			Message: "No session with this id is remembered or stored."})
+		return
+	}
+	writeJSON(w, map[string]any{"id": id, "object": "session.deleted", "deleted": true,
+		"turns": f.Turns, "feedback": f.Feedback, "samples": f.Samples})
+}
+
+// RestoreTurns gives the session tracker turns that were waiting for their
+// next state when the daemon last stopped (see session.Tracker.Restore).
+func (s *Server) RestoreTurns(turns []*session.Turn) { s.tracker.Restore(turns) }

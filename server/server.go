@@ -97,6 +97,9 @@ type Options struct {
 	// Sessions bounds session memory; its Sink field is ignored (Sink above
 	// is used).
 	Sessions session.Options
+	// Data, if set, deletes a user's records: DELETE /v1/sessions/{id}.
+	// Without it the route answers 501.
+	Data DataStore
 
 	// Logger receives request and startup logs.
 	Logger zerolog.Logger
@@ -104,6 +107,17 @@ type Options struct {
 	// /metrics (so other packages' metrics can share it); nil makes a new
 	// one with the Go and process collectors.
 	Registry *prometheus.Registry
+}
+
+// DataStore deletes the stored records of a session (its turns, feedback
+// and untrained samples) and reports what it removed.
+type DataStore interface {
+	ForgetSession(id string) (Forgotten, error)
+}
+
+// Forgotten counts a session's deleted records.
+type Forgotten struct {
+	Turns, Feedback, Samples int
 }
 
 // Server is the HTTP API. Create it with New.
@@ -262,6 +276,7 @@ func (s *Server) routes() http.Handler {
 		r.Get("/v1/models", s.handleModels)
 		r.Get("/v1/models/*", s.handleModel) // model ids may hold slashes
 		r.Post("/v1/feedback", s.handleFeedback)
+		r.Delete("/v1/sessions/{id}", s.handleForgetSession)
 		r.Group(func(r chi.Router) {
 			r.Use(s.limitBody, s.requireReady)
 			r.Post("/v1/chat/completions", s.handleChat)

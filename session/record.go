@@ -115,6 +115,12 @@ type Turn struct {
 	// with the same ID.
 	Feedback []Feedback
 
+	// Keys are the digests under which the Tracker matches a request that
+	// continues this turn (opaque; they reveal nothing of the text). A
+	// store keeps them so that a restarted Tracker can match the turn
+	// again (Tracker.Restore).
+	Keys [][32]byte
+
 	Received   time.Time // the request arrived
 	FirstToken time.Time // the first response token arrived
 	Finished   time.Time // the generation ended
@@ -141,6 +147,11 @@ type Kind int
 const (
 	KindTurn     Kind = iota + 1 // a completed turn
 	KindFeedback                 // explicit feedback on a turn
+	// KindRecorded is a turn just generated, before its response's last
+	// bytes reach the client and long before its next state: a durable
+	// sink stores it then, and the Tracker waits for that (Flusher). The
+	// same turn comes again as KindTurn when it completes.
+	KindRecorded
 )
 
 func (k Kind) String() string {
@@ -149,6 +160,8 @@ func (k Kind) String() string {
 		return "turn"
 	case KindFeedback:
 		return "feedback"
+	case KindRecorded:
+		return "recorded"
 	}
 	return "unknown"
 }
@@ -167,6 +180,22 @@ type Record struct {
 // before (or instead of) queueing it never has to refuse.
 type Sink interface {
 	Offer(rec Record) bool
+}
+
+// Flusher is a Sink that stores records durably. Flush returns once every
+// record offered before it is durable; the Tracker calls it after offering
+// a recorded turn, outside its lock, so that a turn is on disk before its
+// response completes.
+type Flusher interface {
+	Flush() error
+}
+
+// Archive finds turns the Tracker no longer remembers (a session that
+// ended or expired, a turn from before a restart), so that feedback on
+// them is still taken. FindTurn returns the turn's identity (SessionID,
+// Index, Choice, ResponseID set) or an error wrapping ErrUnknownTurn.
+type Archive interface {
+	FindTurn(req FeedbackRequest) (Feedback, error)
 }
 
 // ChanSink is a Sink over a bounded channel.

@@ -30,6 +30,9 @@ type Options struct {
 	// MaxDroppedTrailing is how many trailing messages of a request may be
 	// missing from the request that continues it (default 2; -1 for none).
 	MaxDroppedTrailing int
+	// Archive, if set, finds turns for feedback that the Tracker has
+	// forgotten.
+	Archive Archive
 	// Now replaces time.Now (for tests).
 	Now func() time.Time
 }
@@ -227,7 +230,12 @@ func (t *Tracker) Record(b *Binding, turns []*Turn, done bool) {
 	now := t.opts.Now()
 
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			t.mu.Unlock()
+		}
+	}()
 	if t.closed {
 		for _, tr := range turns {
 			tr.SessionID, tr.Inferred = b.SessionID, b.Inferred
@@ -252,27 +260,118 @@ func (t *Tracker) Record(b *Binding, turns []*Turn, done bool) {
 		tr.SessionID, tr.Inferred, tr.Index = sess.id, sess.inferred, index
 		e := &entry{sess: sess, index: index, choice: tr.Choice, responseID: tr.ResponseID, turn: tr}
 		for _, cut := range t.cuts(b.roles) {
-			key := hs.link(b.chain[cut], replies[i])
-			e.keys = append(e.keys, key)
-			list := append([]*entry{e}, t.index[key]...)
-			if len(list) > maxPerDigest {
-				list = list[:maxPerDigest]
-			}
-			t.index[key] = list
+			e.keys = append(e.keys, hs.link(b.chain[cut], replies[i]))
 		}
-		if e.responseID != "" {
-			t.byResponse[e.responseID] = append(t.byResponse[e.responseID], e)
-		}
-		sess.entries = append(sess.entries, e)
-		sess.pending = append(sess.pending, e)
+		tr.Keys = append(tr.Keys[:0:0], digestsAsArrays(e.keys)...)
+		t.insertLocked(e)
+		t.offerRecordedLocked(tr)
 	}
+	t.trimLocked(sess, now)
+	if done {
+		t.endSessionLocked(sess, EndSessionDone, now)
+	}
+	locked = false
+	t.mu.Unlock()
+	t.flush()
+}
+
+// insertLocked indexes a new entry by its keys and response id and adds
+// it to its session as remembered and pending.
+func (t *Tracker) insertLocked(e *entry) {
+	for _, key := range e.keys {
+		list := append([]*entry{e}, t.index[key]...)
+		if len(list) > maxPerDigest {
+			list = list[:maxPerDigest]
+		}
+		t.index[key] = list
+	}
+	if e.responseID != "" {
+		t.byResponse[e.responseID] = append(t.byResponse[e.responseID], e)
+	}
+	e.sess.entries = append(e.sess.entries, e)
+	e.sess.pending = append(e.sess.pending, e)
+}
+
+// trimLocked forgets a session's oldest turns beyond MaxTurnsPerSession.
+func (t *Tracker) trimLocked(sess *sessionState, now time.Time) {
 	for len(sess.entries) > t.opts.MaxTurnsPerSession {
 		t.forgetEntryLocked(sess.entries[0], EndExpired, now)
 		sess.entries = sess.entries[1:]
 	}
-	if done {
-		t.endSessionLocked(sess, EndSessionDone, now)
+}
+
+// offerRecordedLocked offers a just-recorded turn to the sink as a
+// KindRecorded record carrying a copy of the turn (the Tracker goes on
+// filling in the original).
+func (t *Tracker) offerRecordedLocked(tr *Turn) {
+	if _, ok := t.opts.Sink.(Flusher); !ok {
+		return
 	}
+	cp := *tr
+	t.offerLocked(Record{Kind: KindRecorded, Turn: &cp})
+}
+
+// flush waits for a durable sink; its error is the sink's to report.
+func (t *Tracker) flush() {
+	if f, ok := t.opts.Sink.(Flusher); ok {
+		_ = f.Flush()
+	}
+}
+
+// Restore gives the Tracker turns that were waiting for their next state
+// when an earlier process stopped (from a durable store), so that a
+// request continuing one of them completes it as if there had been no
+// restart. Each turn needs SessionID, Index, Choice, ResponseID and Keys;
+// turns of sessions the Tracker already knows are added to them.
+func (t *Tracker) Restore(turns []*Turn) {
+	now := t.opts.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tr := range turns {
+		sess := t.sessions[tr.SessionID]
+		if sess == nil {
+			sess = &sessionState{id: tr.SessionID, inferred: tr.Inferred}
+			sess.elem = t.lru.PushFront(sess)
+			t.sessions[sess.id] = sess
+		}
+		sess.lastSeen = now
+		sess.next = max(sess.next, tr.Index+1)
+		e := &entry{sess: sess, index: tr.Index, choice: tr.Choice, responseID: tr.ResponseID, turn: tr}
+		for _, k := range tr.Keys {
+			e.keys = append(e.keys, digest(k))
+		}
+		t.insertLocked(e)
+		t.trimLocked(sess, now)
+	}
+	t.expireLocked(now)
+}
+
+// Forget drops a session from memory without emitting its pending turns
+// (the user asked for its records to be deleted). It reports whether the
+// session was remembered.
+func (t *Tracker) Forget(sessionID string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sess := t.sessions[sessionID]
+	if sess == nil {
+		return false
+	}
+	for _, e := range sess.entries {
+		e.turn = nil
+		t.forgetEntryLocked(e, EndExpired, t.opts.Now())
+	}
+	sess.entries, sess.pending = nil, nil
+	t.lru.Remove(sess.elem)
+	delete(t.sessions, sess.id)
+	return true
+}
+
+func digestsAsArrays(ds []digest) [][32]byte {
+	out := make([][32]byte, len(ds))
+	for i, d := range ds {
+		out[i] = d
+	}
+	return out
 }
 
 // cuts returns the prefix lengths of a request's messages under which its
@@ -324,7 +423,18 @@ type FeedbackRequest struct {
 // AddFeedback attaches feedback to a remembered turn and emits it as a
 // KindFeedback record. A turn still waiting for its next state also lists
 // it in Turn.Feedback.
+//
+// With a durable sink (Flusher), AddFeedback returns once the feedback is
+// stored. A turn the Tracker has forgotten is looked up in the Archive.
 func (t *Tracker) AddFeedback(req FeedbackRequest) (Feedback, error) {
+	fb, err := t.addFeedback(req)
+	if err == nil {
+		t.flush()
+	}
+	return fb, err
+}
+
+func (t *Tracker) addFeedback(req FeedbackRequest) (Feedback, error) {
 	now := t.opts.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -342,21 +452,22 @@ func (t *Tracker) AddFeedback(req FeedbackRequest) (Feedback, error) {
 			}
 		}
 	}
-	if target == nil {
+	var fb Feedback
+	switch {
+	case target != nil:
+		fb = Feedback{SessionID: target.sess.id, TurnIndex: target.index, Choice: target.choice, ResponseID: target.responseID}
+	case t.opts.Archive != nil:
+		found, err := t.opts.Archive.FindTurn(req)
+		if err != nil {
+			return Feedback{}, err
+		}
+		fb = found
+	default:
 		return Feedback{}, fmt.Errorf("feedback for response %q / session %q turn %d: %w",
 			req.ResponseID, req.SessionID, req.Turn, ErrUnknownTurn)
 	}
-	fb := Feedback{
-		ID:         newID("fb-"),
-		SessionID:  target.sess.id,
-		TurnIndex:  target.index,
-		Choice:     target.choice,
-		ResponseID: target.responseID,
-		Thumb:      req.Thumb,
-		Text:       req.Text,
-		Received:   now,
-	}
-	if target.turn != nil {
+	fb.ID, fb.Thumb, fb.Text, fb.Received = newID("fb-"), req.Thumb, req.Text, now
+	if target != nil && target.turn != nil {
 		target.turn.Feedback = append(target.turn.Feedback, fb)
 	}
 	t.met.feedback.Inc()

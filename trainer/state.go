@@ -64,6 +64,9 @@ type CheckpointOptions struct {
 	// tokenizer_config.json, generation_config.json), so that other tools
 	// can load the checkpoint too.
 	ExtraFiles map[string][]byte
+	// Base identifies the base model (weights.Meta.Base); Save records it
+	// in the manifest and Restore refuses a checkpoint of another base.
+	Base string
 }
 
 // Save writes a checkpoint of the trainer's current version, which must be
@@ -130,7 +133,11 @@ func (t *Trainer) Save(store *weights.Store, co CheckpointOptions) (*weights.Che
 	for _, name := range names {
 		files = append(files, weights.File{Name: name, Write: bytesWriter(co.ExtraFiles[name])})
 	}
-	c, err := weights.Save(co.Root, weights.InfoOf(v), files, co.Keep)
+	info := weights.InfoOf(v)
+	if co.Base != "" {
+		info.Meta.Base = co.Base
+	}
+	c, err := weights.Save(co.Root, info, files, co.Keep)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}

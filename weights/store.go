@@ -20,6 +20,9 @@ type Meta struct {
 	// Note says how the version came to be when it is not a training step:
 	// "base", "resumed from <path>", "rollback to 7".
 	Note string `json:"note,omitempty"`
+	// Base identifies the base model the lineage trains from (a
+	// fingerprint of its files); a checkpoint of another base is refused.
+	Base string `json:"base_model,omitempty"`
 }
 
 // Version is one published parameter set. Its fields are read through
@@ -171,6 +174,16 @@ func (s *Store) Last() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.last
+}
+
+// Reserve makes the numbering continue after n (if it is not past n
+// already): a restart that resumes from an older checkpoint than the
+// newest version it had published reserves the numbers it had issued, so
+// no number ever names two parameter sets.
+func (s *Store) Reserve(n uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = max(s.last, n)
 }
 
 // Current is the number of the current version (0 before the first

@@ -1,0 +1,653 @@
+package store
+
+import (
+	"cmp"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Redact returns s with the secrets it finds replaced by typed
+// placeholders, and the number of replacements:
+//
+//   - API keys of well-known shapes: OpenAI and Anthropic (sk-…, sk-proj-…,
+//     sk-ant-…), GitHub (ghp_…, gho_…, ghu_…, ghs_…, ghr_…, github_pat_…),
+//     Slack (xoxb-… and kin), Google (AIza…), Stripe (sk_live_…, rk_live_…,
+//     and their _test_ twins), Hugging Face (hf_…): [REDACTED:api_key];
+//     AWS access key ids (AKIA…, ASIA…): [REDACTED:aws_key];
+//   - the value of an assignment to a secret-looking name (api_key=…,
+//     "apiKey": "…", client_secret: …, DB_PASSWORD=…, access_token=…), the
+//     name kept: [REDACTED:api_key], [REDACTED:secret], [REDACTED:password]
+//     or [REDACTED:token] after the name. Values that are plainly not
+//     secrets are left alone: code (getenv(…), os.environ[…], $VAR, null,
+//     type names such as str), placeholders (YOUR_API_KEY, <token>, xxxx)
+//     and, for a bare "token" (a word LLM code uses for other things), a
+//     value that does not look like a credential;
+//   - the token after "Bearer" (16 characters or more) or after an
+//     Authorization header's Bearer, Token or Basic scheme, the scheme
+//     kept: [REDACTED:bearer], [REDACTED:token], [REDACTED:basic_auth];
+//   - the password in a URL (scheme://user:password@host):
+//     [REDACTED:password];
+//   - JSON web tokens (eyJ….….…): [REDACTED:jwt];
+//   - PEM private key blocks, BEGIN line through END line (or through the
+//     base64 lines that follow when the END line is missing):
+//     [REDACTED:private_key];
+//   - e-mail addresses: [REDACTED:email];
+//   - payment card numbers: 13 to 19 digits, together or in groups split
+//     by single spaces or dashes (4-4-4-4, 4-6-5, …), that pass the Luhn
+//     check and start with 2 to 9 (so millisecond and nanosecond Unix
+//     times never qualify), not glued to letters, to a '+' (a phone
+//     number) or to a decimal point: [REDACTED:card].
+//
+// Every rule looks at the same input; where matches overlap they are
+// replaced by one placeholder, of the rule listed first above. Replacing
+// is repeated on the result until nothing changes (in practice once more
+// at most), so Redact(Redact(s)) returns its input with a count of 0.
+// Placeholders are never matched again.
+//
+// Text with nothing that could start a secret costs one scan of its bytes
+// and no regular-expression work. Redact is safe for concurrent use,
+// accepts any bytes (invalid UTF-8 included) and keeps valid UTF-8 valid.
+// Replacements never take a JSON string's quote or backslash, so JSON
+// text stays valid JSON.
+func Redact(s string) (string, int) {
+	return redactWith(s, redactCandidates)
+}
+
+// redactMaxPasses bounds the passes over a text; a second pass only finds
+// something when a replacement uncovered a match (an e-mail address
+// glued to a card number, say), a third never has in fuzzing.
+const redactMaxPasses = 4
+
+func redactWith(s string, candidates func(string) uint64) (string, int) {
+	total := 0
+	var spans []redactSpan
+	for range redactMaxPasses {
+		mask := candidates(s)
+		if mask == 0 {
+			break
+		}
+		spans = redactFind(s, mask, spans[:0])
+		if len(spans) == 0 {
+			break
+		}
+		var n int
+		s, n = redactReplace(s, spans)
+		total += n
+	}
+	return s, total
+}
+
+// Placeholders.
+const (
+	redactPhAPIKey     = "[REDACTED:api_key]"
+	redactPhAWSKey     = "[REDACTED:aws_key]"
+	redactPhSecret     = "[REDACTED:secret]"
+	redactPhPassword   = "[REDACTED:password]"
+	redactPhToken      = "[REDACTED:token]"
+	redactPhBearer     = "[REDACTED:bearer]"
+	redactPhBasicAuth  = "[REDACTED:basic_auth]"
+	redactPhJWT        = "[REDACTED:jwt]"
+	redactPhPrivateKey = "[REDACTED:private_key]"
+	redactPhEmail      = "[REDACTED:email]"
+	redactPhCard       = "[REDACTED:card]"
+)
+
+// redactSpan is a stretch of text to replace by placeholder ph; prio is
+// the index of the rule that found it (lower wins an overlap).
+type redactSpan struct {
+	start, end int
+	ph         string
+	prio       int
+}
+
+// redactRule finds one kind of secret: a regular expression whose match
+// (or the first of groups that took part in it) is replaced, or find for
+// rules written by hand.
+type redactRule struct {
+	name   string
+	re     *regexp.Regexp
+	groups []int
+	ph     string
+	phOf   func(s string, m []int) string                // placeholder by match, instead of ph
+	valid  func(s string, m []int, start, end int) bool // extra checks on the span s[start:end]
+	find   func(s string, prio int, dst []redactSpan) []redactSpan
+}
+
+// Rule indexes: their order is their priority, and bit i of a candidates
+// mask says rule i may match.
+const (
+	rdPEM = iota
+	rdJWT
+	rdOpenAI
+	rdStripe
+	rdGitHub
+	rdSlack
+	rdGoogle
+	rdAWS
+	rdHF
+	rdBearer
+	rdAuth
+	rdURL
+	rdAssign
+	rdEmail
+	rdCard
+	rdCount
+)
+
+// redactCI spells an ASCII word so that it matches in any case, without
+// (?i): that would also fold in K (the Kelvin sign) and ſ, which the
+// byte-wise pre-check does not look for.
+func redactCI(word string) string {
+	var b strings.Builder
+	for i := 0; i < len(word); i++ {
+		c := word[i]
+		if c >= 'a' && c <= 'z' {
+			b.WriteByte('[')
+			b.WriteByte(c - 'a' + 'A')
+			b.WriteByte(c)
+			b.WriteByte(']')
+		} else {
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	return b.String()
+}
+
+var redactRules = func() [rdCount]redactRule {
+	ci := redactCI
+	// An assignment: a name ending in a secret-looking word, maybe quoted,
+	// an operator (=, :, :=, =>, or a type annotation ": str ="), then a
+	// double-, single- or escaped-double-quoted value, or a bare one.
+	assignName := `\b([A-Za-z0-9_.-]*(?:` +
+		ci("api") + `[_-]?` + ci("key") + `|` +
+		ci("secret") + `[_-]?(?:` + ci("access") + `[_-]?)?` + ci("key") + `|` +
+		ci("access") + `[_-]?` + ci("key") + `|` +
+		ci("private") + `[_-]?` + ci("key") + `|` +
+		ci("secret") + `|` + ci("token") + `|` +
+		ci("passwd") + `|` + ci("password") + `|` + ci("passphrase") + `))`
+	assignOp := `(?:\\?["'])?[ \t]*(?::[ \t]*[A-Za-z_][A-Za-z0-9_.\[\]]*[ \t]+=|:=|=>|[:=])[ \t]*`
+	assignValue := `(?:"((?:[^"\\\r\n]|\\.)+)"` +
+		`|'((?:[^'\\\r\n]|\\.)+)'` +
+		`|\\"([^"\\\r\n]+)\\"` +
+		"|([^\\s\"'`\\\\,;&<>(){}=][^\\s\"'`\\\\,;&<>(){}]*))"
+	pemLabel := `[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`
+	var r [rdCount]redactRule
+	r[rdPEM] = redactRule{name: "private_key", ph: redactPhPrivateKey, re: regexp.MustCompile(
+		`-----BEGIN` + pemLabel + `(?:[\s\S]*?-----END` + pemLabel +
+			// no END line: what follows on the BEGIN line if it is long
+			// base64, then lines of base64 and PEM headers
+			`|(?:[ \t]+[A-Za-z0-9+/=]{16,})*(?:(?:\r?\n|\\r?\\n)[ \t]*(?:(?:Proc-Type|DEK-Info|Comment):[^\r\n\\"]*|[A-Za-z0-9+/=]+)?)*)`)}
+	r[rdJWT] = redactRule{name: "jwt", ph: redactPhJWT, re: regexp.MustCompile(
+		`\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*`)}
+	r[rdOpenAI] = redactRule{name: "openai", ph: redactPhAPIKey, re: regexp.MustCompile(
+		`\bsk-[A-Za-z0-9_-]{20,}`)}
+	r[rdStripe] = redactRule{name: "stripe", ph: redactPhAPIKey, re: regexp.MustCompile(
+		`\b[rs]k_(?:live|test)_[A-Za-z0-9]{10,}`)}
+	r[rdGitHub] = redactRule{name: "github", ph: redactPhAPIKey, re: regexp.MustCompile(
+		`\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})`)}
+	r[rdSlack] = redactRule{name: "slack", ph: redactPhAPIKey, re: regexp.MustCompile(
+		`\bxox[abposr]-[A-Za-z0-9-]{10,}`)}
+	r[rdGoogle] = redactRule{name: "google", ph: redactPhAPIKey, re: regexp.MustCompile(
+		`\bAIza[A-Za-z0-9_-]{35,}`)}
+	r[rdAWS] = redactRule{name: "aws", ph: redactPhAWSKey, re: regexp.MustCompile(
+		`\b(?:AKIA|ASIA)[A-Z0-9]{16}\b`)}
+	r[rdHF] = redactRule{name: "huggingface", ph: redactPhAPIKey, re: regexp.MustCompile(
+		`\bhf_[A-Za-z0-9]{30,}`)}
+	r[rdBearer] = redactRule{name: "bearer", ph: redactPhBearer, groups: []int{1}, valid: redactBearerValid,
+		re: regexp.MustCompile(`\b(?:[Bb]earer|BEARER)[ \t]+([A-Za-z0-9._~+/-]{16,}=*)`)}
+	r[rdAuth] = redactRule{name: "authorization", groups: []int{2}, phOf: redactAuthPh, re: regexp.MustCompile(
+		`\b(?:` + ci("proxy-") + `)?` + ci("authorization") + `(?:\\?["'])?[ \t]*[:=][ \t]*(?:\\?["'])?` +
+			`(` + ci("bearer") + `|` + ci("token") + `|` + ci("basic") + `)[ \t]+([A-Za-z0-9._~+/-]+=*)`)}
+	r[rdURL] = redactRule{name: "url_password", ph: redactPhPassword, groups: []int{1}, re: regexp.MustCompile(
+		`\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@\[\]"'<>\\]*:([^\s/?#@\[\]"'<>\\]+)@`)}
+	r[rdAssign] = redactRule{name: "assignment", groups: []int{2, 3, 4, 5}, phOf: redactAssignPh, valid: redactAssignValid,
+		re: regexp.MustCompile(assignName + assignOp + assignValue)}
+	r[rdEmail] = redactRule{name: "email", ph: redactPhEmail, valid: redactEmailValid, re: regexp.MustCompile(
+		`[\p{L}\p{N}._%+-]+@[\p{L}\p{N}-]+(?:\.[\p{L}\p{N}-]+)*\.\p{L}{2,}`)}
+	r[rdCard] = redactRule{name: "card", find: redactCards}
+	return r
+}()
+
+// redactFind returns the spans that the rules in mask find in s.
+func redactFind(s string, mask uint64, dst []redactSpan) []redactSpan {
+	for i := range redactRules {
+		if mask&(1<<i) != 0 {
+			dst = redactRules[i].spans(s, i, dst)
+		}
+	}
+	return dst
+}
+
+func (r *redactRule) spans(s string, prio int, dst []redactSpan) []redactSpan {
+	if r.find != nil {
+		return r.find(s, prio, dst)
+	}
+	for _, m := range r.re.FindAllStringSubmatchIndex(s, -1) {
+		start, end := m[0], m[1]
+		if len(r.groups) > 0 {
+			start = -1
+			for _, g := range r.groups {
+				if m[2*g] >= 0 {
+					start, end = m[2*g], m[2*g+1]
+					break
+				}
+			}
+		}
+		if start < 0 || start == end || redactIsPlaceholder(s[start:end]) {
+			continue
+		}
+		if r.valid != nil && !r.valid(s, m, start, end) {
+			continue
+		}
+		ph := r.ph
+		if r.phOf != nil {
+			ph = r.phOf(s, m)
+		}
+		dst = append(dst, redactSpan{start: start, end: end, ph: ph, prio: prio})
+	}
+	return dst
+}
+
+// redactReplace replaces spans (in any order, maybe overlapping) in s;
+// overlapping spans become one, with the placeholder of the rule first in
+// order. It returns the text and the number of placeholders written.
+func redactReplace(s string, spans []redactSpan) (string, int) {
+	slices.SortFunc(spans, func(a, b redactSpan) int {
+		if c := cmp.Compare(a.start, b.start); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.prio, b.prio)
+	})
+	var b strings.Builder
+	b.Grow(len(s) + 16*len(spans))
+	last, n := 0, 0
+	for i := 0; i < len(spans); {
+		cur := spans[i]
+		for i++; i < len(spans) && spans[i].start < cur.end; i++ {
+			cur.end = max(cur.end, spans[i].end)
+			if spans[i].prio < cur.prio {
+				cur.prio, cur.ph = spans[i].prio, spans[i].ph
+			}
+		}
+		b.WriteString(s[last:cur.start])
+		b.WriteString(cur.ph)
+		last = cur.end
+		n++
+	}
+	b.WriteString(s[last:])
+	return b.String(), n
+}
+
+// redactIsPlaceholder reports whether v is exactly one placeholder.
+func redactIsPlaceholder(v string) bool {
+	const p = "[REDACTED:"
+	return len(v) > len(p)+1 && v[:len(p)] == p && strings.IndexByte(v[len(p):], ']') == len(v)-len(p)-1
+}
+
+func redactBearerValid(s string, _ []int, start, end int) bool {
+	// "bearer" followed by a long plain word is prose, not a token
+	for i := start; i < end; i++ {
+		if c := s[i]; c < 'a' || c > 'z' {
+			return true
+		}
+	}
+	return false
+}
+
+func redactAuthPh(s string, m []int) string {
+	switch s[m[4]] | 0x20 {
+	case 'b':
+		if m[5]-m[4] == len("basic") {
+			return redactPhBasicAuth
+		}
+		return redactPhBearer
+	default:
+		return redactPhToken
+	}
+}
+
+func redactAssignPh(s string, m []int) string {
+	name := strings.ToLower(s[m[2]:m[3]])
+	switch {
+	case strings.Contains(name, "pass"):
+		return redactPhPassword
+	case strings.HasSuffix(name, "token"):
+		return redactPhToken
+	case strings.HasSuffix(name, "key"):
+		return redactPhAPIKey
+	default:
+		return redactPhSecret
+	}
+}
+
+// redactNotSecret are assigned values that are code, not secrets.
+var redactNotSecret = map[string]bool{
+	"str": true, "string": true, "String": true, "bytes": true, "int": true, "bool": true,
+	"boolean": true, "number": true, "any": true, "object": true, "SecretStr": true,
+	"None": true, "null": true, "nil": true, "undefined": true, "NULL": true,
+	"true": true, "false": true, "True": true, "False": true,
+}
+
+func redactAssignValid(s string, m []int, start, end int) bool {
+	v := s[start:end]
+	bare := m[10] >= 0
+	if bare && end < len(s) && (s[end] == '(' || s[end] == '[') {
+		return false // a call or an index: getenv("X"), os.environ["X"]
+	}
+	if redactNotSecret[v] || v[0] == '$' || v[0] == '%' || v[0] == '{' || v[0] == '<' {
+		return false // code, ${VAR}, %(name)s, {{ template }}, <your key>
+	}
+	alnum, letter, digit, space := false, false, false, false
+	filler := true // only x, *, . and the like: a placeholder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case c >= '0' && c <= '9':
+			alnum, digit = true, true
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80:
+			alnum, letter = true, true
+		case c == ' ' || c == '\t':
+			space = true
+		}
+		if !strings.ContainsRune("xX*.-_#", rune(c)) {
+			filler = false
+		}
+	}
+	if !alnum || filler {
+		return false
+	}
+	lower := strings.ToLower(v)
+	for _, p := range []string{"your", "process.env", "os.environ", "os.getenv", "env."} {
+		if strings.HasPrefix(lower, p) {
+			return false
+		}
+	}
+	name := s[m[2]:m[3]]
+	if redactFoldSuffix(name, "token") {
+		// LLM code is full of "token": " the", token = 15496, eos_token:
+		// "</s>"; ask for something that looks like a credential.
+		return !space && (len(v) >= 20 || len(v) >= 6 && letter && digit)
+	}
+	return true
+}
+
+func redactEmailValid(s string, m []int, start, end int) bool {
+	v := s[start:end]
+	at := strings.IndexByte(v, '@')
+	if v[:at] == "git" {
+		return false // git@github.com:owner/repo, an SSH remote
+	}
+	switch strings.ToLower(v[strings.LastIndexByte(v, '.')+1:]) {
+	case "png", "jpg", "jpeg", "gif", "svg", "webp", "ico":
+		return false // icon@2x.png
+	}
+	return true
+}
+
+// redactCards finds card numbers: maximal runs of digit groups joined by
+// single spaces or dashes, in which a window of whole groups is a card.
+func redactCards(s string, prio int, dst []redactSpan) []redactSpan {
+	var groups [][2]int
+	for i := 0; i < len(s); {
+		if !redactIsDigit(s[i]) {
+			i++
+			continue
+		}
+		groups = groups[:0]
+		j := i
+		for {
+			g := j
+			for j < len(s) && redactIsDigit(s[j]) {
+				j++
+			}
+			groups = append(groups, [2]int{g, j})
+			if j+1 < len(s) && (s[j] == ' ' || s[j] == '-') && redactIsDigit(s[j+1]) {
+				j++
+				continue
+			}
+			break
+		}
+		if j-i >= 13 {
+			dst = redactCardRun(s, groups, prio, dst)
+		}
+		i = j
+	}
+	return dst
+}
+
+func redactCardRun(s string, groups [][2]int, prio int, dst []redactSpan) []redactSpan {
+	start, end := groups[0][0], groups[len(groups)-1][1]
+	// glued to a word, a phone's '+' or a number's decimal point: not a card
+	gluedBefore, gluedAfter := false, false
+	if start > 0 {
+		p := s[start-1]
+		var pp byte
+		if start > 1 {
+			pp = s[start-2]
+		}
+		gluedBefore = redactIsAlnum(p) || p == '_' || p == '+' ||
+			(p == '.' || p == ',') && redactIsDigit(pp) ||
+			(p == '-' || p == '.') && redactIsAlnum(pp)
+	}
+	if end < len(s) {
+		q := s[end]
+		var qq byte
+		if end+1 < len(s) {
+			qq = s[end+1]
+		}
+		gluedAfter = redactIsAlnum(q) || q == '_' ||
+			(q == '.' || q == ',') && redactIsDigit(qq) ||
+			q == '-' && redactIsAlnum(qq)
+	}
+	last := len(groups) - 1
+	for a := 0; a <= last; a++ {
+		if a == 0 && gluedBefore {
+			continue
+		}
+		// the longest window of whole groups from a that is a card
+		hi, digits := a-1, 0
+		for b := a; b <= last; b++ {
+			digits += groups[b][1] - groups[b][0]
+			if digits > 19 {
+				break
+			}
+			hi = b
+		}
+		for b := hi; b >= a; b-- {
+			if b == last && gluedAfter {
+				continue
+			}
+			if redactIsCard(s, groups[a:b+1]) {
+				dst = append(dst, redactSpan{start: groups[a][0], end: groups[b][1], ph: redactPhCard, prio: prio})
+				a = b
+				break
+			}
+		}
+	}
+	return dst
+}
+
+// redactIsCard reports whether the digit groups gs of s spell a card
+// number: 13 to 19 digits in one group or grouped the way cards are
+// printed (first group of 4, then groups of 4 to 6, the last 1 to 6),
+// starting with 2 to 9, not one digit repeated, passing the Luhn check.
+func redactIsCard(s string, gs [][2]int) bool {
+	n := 0
+	for k, g := range gs {
+		l := g[1] - g[0]
+		if len(gs) > 1 && (k == 0 && l != 4 || k > 0 && k < len(gs)-1 && (l < 4 || l > 6) || l > 6) {
+			return false
+		}
+		n += l
+	}
+	if n < 13 || n > 19 {
+		return false
+	}
+	first := s[gs[0][0]]
+	if first < '2' {
+		return false
+	}
+	sum, same, double := 0, true, false
+	for k := len(gs) - 1; k >= 0; k-- {
+		for i := gs[k][1] - 1; i >= gs[k][0]; i-- {
+			d := int(s[i] - '0')
+			same = same && s[i] == first
+			if double {
+				if d *= 2; d > 9 {
+					d -= 9
+				}
+			}
+			sum += d
+			double = !double
+		}
+	}
+	return !same && sum%10 == 0
+}
+
+func redactIsDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func redactIsAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// redactFoldSuffix reports whether s ends in suf, a lower-case ASCII
+// word, in any case.
+func redactFoldSuffix(s, suf string) bool {
+	if len(s) < len(suf) {
+		return false
+	}
+	s = s[len(s)-len(suf):]
+	for i := 0; i < len(suf); i++ {
+		if s[i]|0x20 != suf[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Byte classes for the pre-check.
+const (
+	rcNone = iota
+	rcDash
+	rcUnderscore
+	rcOp
+	rcDigit
+)
+
+var redactClass = func() (t [256]uint8) {
+	t['-'] = rcDash
+	t['_'] = rcUnderscore
+	t[':'] = rcOp
+	t['='] = rcOp
+	for c := '0'; c <= '9'; c++ {
+		t[c] = rcDigit
+	}
+	return t
+}()
+
+// redactCandidates is the pre-check: a mask of the rules that may match
+// in s, each bit set on a necessary condition of its rule (a literal the
+// pattern requires, checked with strings.Contains or at a '-', '_', ':',
+// '=' or digit found in one pass over the bytes). Most text sets none.
+func redactCandidates(s string) uint64 {
+	var m uint64
+	if strings.Contains(s, "PRIVATE KEY") {
+		m |= 1 << rdPEM
+	}
+	if strings.Contains(s, "eyJ") {
+		m |= 1 << rdJWT
+	}
+	if strings.Contains(s, "AIza") {
+		m |= 1 << rdGoogle
+	}
+	if strings.Contains(s, "AKIA") || strings.Contains(s, "ASIA") {
+		m |= 1 << rdAWS
+	}
+	if strings.Contains(s, "earer") || strings.Contains(s, "EARER") {
+		m |= 1 << rdBearer
+	}
+	if strings.IndexByte(s, '@') >= 0 {
+		m |= 1 << rdEmail
+		if strings.Contains(s, "://") {
+			m |= 1 << rdURL
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		switch redactClass[s[i]] {
+		case rcNone:
+		case rcDash: // sk-…, xoxb-…
+			if i >= 2 && s[i-2] == 's' && s[i-1] == 'k' {
+				m |= 1 << rdOpenAI
+			}
+			if i >= 4 && s[i-4:i-1] == "xox" {
+				m |= 1 << rdSlack
+			}
+		case rcUnderscore: // sk_live_…, ghp_…, github_pat_…, hf_…
+			if i >= 2 {
+				switch s[i-2 : i] {
+				case "sk", "rk":
+					m |= 1 << rdStripe
+				case "hf":
+					m |= 1 << rdHF
+				}
+			}
+			if i >= 3 && s[i-3] == 'g' && s[i-2] == 'h' && strings.IndexByte("pousr", s[i-1]) >= 0 ||
+				i >= 6 && s[i-6:i] == "github" {
+				m |= 1 << rdGitHub
+			}
+		case rcOp: // name = value, name: value
+			m |= redactNameBefore(s, i)
+		case rcDigit: // a run of 13 digits or more
+			j, digits := i, 0
+			for j < len(s) {
+				if redactIsDigit(s[j]) {
+					digits++
+				} else if !(s[j] == ' ' || s[j] == '-') || j+1 >= len(s) || !redactIsDigit(s[j+1]) {
+					break
+				}
+				j++
+			}
+			if digits >= 13 {
+				m |= 1 << rdCard
+			}
+			i = j - 1
+		}
+	}
+	return m
+}
+
+// redactNameBefore looks at the name before the operator at s[i] and
+// returns the rules it may start: an assignment to a secret or an
+// Authorization header.
+func redactNameBefore(s string, i int) uint64 {
+	j := i
+	for j > 0 && (s[j-1] == ' ' || s[j-1] == '\t') {
+		j--
+	}
+	if j > 0 && (s[j-1] == '"' || s[j-1] == '\'') {
+		j--
+		if j > 0 && s[j-1] == '\\' {
+			j--
+		}
+	}
+	name := s[:j]
+	switch {
+	case redactFoldSuffix(name, "token"), redactFoldSuffix(name, "secret"),
+		redactFoldSuffix(name, "passwd"), redactFoldSuffix(name, "password"),
+		redactFoldSuffix(name, "passphrase"):
+		return 1 << rdAssign
+	case redactFoldSuffix(name, "authorization"):
+		return 1 << rdAuth
+	case redactFoldSuffix(name, "key"):
+		name = name[:len(name)-3]
+		if n := len(name); n > 0 && (name[n-1] == '_' || name[n-1] == '-') {
+			name = name[:n-1]
+		}
+		if redactFoldSuffix(name, "api") || redactFoldSuffix(name, "secret") ||
+			redactFoldSuffix(name, "access") || redactFoldSuffix(name, "private") {
+			return 1 << rdAssign
+		}
+	}
+	return 0
+}

@@ -1,0 +1,280 @@
+package store
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sample statuses.
+const (
+	SampleQueued   = "queued"   // waiting for a training step
+	SampleTrained  = "trained"  // in an applied step
+	SampleDropped  = "dropped"  // never to train; reason says why
+	SampleNoSignal = "nosignal" // scored 0 with no hint: nothing to train
+)
+
+// Sample is a scored turn as the store keeps it.
+type Sample struct {
+	ID      string // turn id "#" gen
+	TurnID  string
+	Gen     int
+	Version uint64 // the version that generated the turn
+	Kind    string // binary, distill, both, none
+	Reward  int
+	Source  string
+	Votes   []int
+	Hint    string
+	// Teacher holds the teacher's log-probs of the response tokens.
+	Teacher []float32
+	Created time.Time
+
+	// Filled when read back for training.
+	Prompt, Response []int32
+	LogProbs         []float32
+}
+
+// SampleID is the id of a turn's sample of scoring generation gen.
+func SampleID(turnID string, gen int) string { return fmt.Sprintf("%s#%d", turnID, gen) }
+
+// AddSample records the result of scoring a turn (generation s.Gen) and
+// marks the turn scored, in one transaction, and waits for the commit. A
+// sample with nothing to train is kept as nosignal (export still has its
+// votes). A result for an older generation than the turn's (feedback came
+// while it was scored) is kept as dropped/superseded and the turn stays
+// ready; a newer sample drops the turn's untrained older ones.
+func (d *DB) AddSample(s Sample) error {
+	return d.enqueue("sample", true, true, func(tx *sql.Tx) error {
+		var gen int
+		err := tx.QueryRow("SELECT gen FROM turns WHERE id = ?", s.TurnID).Scan(&gen)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil // forgotten meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		status, reason := SampleQueued, ""
+		switch {
+		case s.Gen < gen:
+			status, reason = SampleDropped, "superseded"
+		case s.Kind == "none" || s.Kind == "":
+			status = SampleNoSignal
+		}
+		votes, _ := json.Marshal(s.Votes)
+		if s.Votes == nil {
+			votes = []byte("[]")
+		}
+		id := SampleID(s.TurnID, s.Gen)
+		if _, err := tx.Exec(`INSERT INTO samples(id, turn_id, gen, created, version, kind, reward, source, votes, hint, teacher, status, reason)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
+			id, s.TurnID, s.Gen, d.now(), int64(s.Version), s.Kind, s.Reward, s.Source, string(votes), s.Hint,
+			encodeFloat32s(s.Teacher), status, reason); err != nil {
+			return err
+		}
+		d.met.samples.WithLabelValues(status).Inc()
+		if s.Gen < gen {
+			return nil
+		}
+		if _, err := tx.Exec(`UPDATE samples SET status = 'dropped', reason = 'superseded'
+			WHERE turn_id = ? AND gen < ? AND status = 'queued'`, s.TurnID, s.Gen); err != nil {
+			return err
+		}
+		_, err = tx.Exec("UPDATE turns SET status = 'scored' WHERE id = ? AND gen = ?", s.TurnID, s.Gen)
+		return err
+	})
+}
+
+// DropStale marks queued samples generated before version minVersion as
+// dropped (reason stale) and returns how many. Stale samples are dropped
+// rather than re-scored: their behaviour log-probs belong to weights too
+// far from the ones being trained for the importance weights to correct.
+func (d *DB) DropStale(minVersion uint64) (int, error) {
+	var n int64
+	err := d.enqueue("stale", true, false, func(tx *sql.Tx) error {
+		res, err := tx.Exec("UPDATE samples SET status = 'dropped', reason = 'stale' WHERE status = 'queued' AND version < ?", int64(minVersion))
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	if n > 0 {
+		d.met.samples.WithLabelValues("dropped_stale").Add(float64(n))
+	}
+	return int(n), err
+}
+
+// Queued returns up to limit queued samples, newest generating version
+// first, with their turns' tokens, and the time the oldest queued sample
+// was created (zero when none is queued).
+func (d *DB) Queued(limit int) ([]Sample, time.Time, error) {
+	var oldest sql.NullInt64
+	if err := d.db.QueryRow("SELECT MIN(created) FROM samples WHERE status = 'queued'").Scan(&oldest); err != nil {
+		return nil, time.Time{}, fmt.Errorf("store: queued samples: %w", err)
+	}
+	if !oldest.Valid {
+		return nil, time.Time{}, nil
+	}
+	rows, err := d.db.Query(`SELECT s.id, s.turn_id, s.gen, s.version, s.kind, s.reward, s.source, s.votes, s.hint, s.teacher, s.created,
+		t.prompt, t.response, t.logprobs
+		FROM samples s JOIN turns t ON t.id = s.turn_id WHERE s.status = 'queued' ORDER BY s.version DESC, s.created DESC LIMIT ?`, limit)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("store: queued samples: %w", err)
+	}
+	defer rows.Close()
+	var out []Sample
+	for rows.Next() {
+		var s Sample
+		var version, created int64
+		var votes string
+		var teacher, prompt, response, logprobs []byte
+		if err := rows.Scan(&s.ID, &s.TurnID, &s.Gen, &version, &s.Kind, &s.Reward, &s.Source, &votes, &s.Hint, &teacher, &created,
+			&prompt, &response, &logprobs); err != nil {
+			return nil, time.Time{}, fmt.Errorf("store: queued samples: %w", err)
+		}
+		s.Version, s.Created = uint64(version), time.UnixMilli(created)
+		_ = json.Unmarshal([]byte(votes), &s.Votes)
+		s.Teacher = decodeFloat32s(teacher)
+		s.Prompt, s.Response, s.LogProbs = decodeInt32s(prompt), decodeInt32s(response), decodeFloat32s(logprobs)
+		out = append(out, s)
+	}
+	return out, time.UnixMilli(oldest.Int64), rows.Err()
+}
+
+// Step is an applied training step as the store records it.
+type Step struct {
+	Step    int64  // the trainer's step count after it
+	Version uint64 // the version it publishes
+	Parent  uint64
+	Samples []string
+	Loss    float64
+}
+
+// CommitStep records an applied step, the version it will publish and the
+// samples it trained, in one transaction, and waits for the commit: a
+// sample is trained in exactly one applied step. Call it after the
+// optimizer step and before publishing, so that a version number that was
+// ever served is in the store (numbers never repeat).
+func (d *DB) CommitStep(s Step) error {
+	return d.enqueue("step", true, false, func(tx *sql.Tx) error {
+		ids, _ := json.Marshal(s.Samples)
+		res, err := tx.Exec("INSERT INTO steps(step, version, created, samples, loss, status) VALUES (?, ?, ?, ?, ?, 'applied')",
+			s.Step, int64(s.Version), d.now(), string(ids), s.Loss)
+		if err != nil {
+			return err
+		}
+		stepID, err := res.LastInsertId()
+		if err != nil {
+			return err
+		}
+		for _, id := range s.Samples {
+			r, err := tx.Exec("UPDATE samples SET status = 'trained', step_id = ? WHERE id = ? AND status = 'queued'", stepID, id)
+			if err != nil {
+				return err
+			}
+			if n, _ := r.RowsAffected(); n != 1 {
+				return fmt.Errorf("store: step %d: sample %s is not queued (trained twice?)", s.Step, id)
+			}
+		}
+		d.met.samples.WithLabelValues(SampleTrained).Add(float64(len(s.Samples)))
+		return insertVersion(tx, s.Version, s.Parent, s.Step, "", d.now())
+	})
+}
+
+// DropSamples marks queued samples as dropped with a reason (a step that
+// was skipped for a non-finite loss, a sample the trainer refused).
+func (d *DB) DropSamples(ids []string, reason string) error {
+	return d.enqueue("drop", true, false, func(tx *sql.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.Exec("UPDATE samples SET status = 'dropped', reason = ? WHERE id = ? AND status = 'queued'", truncate(reason, 200), id); err != nil {
+				return err
+			}
+		}
+		d.met.samples.WithLabelValues("dropped_" + strings.Fields(reason + " x")[0]).Add(float64(len(ids)))
+		return nil
+	})
+}
+
+// RecordVersion records a version that was published without a step (the
+// base model, a resumed checkpoint, a rollback), so that its number is
+// never issued again.
+func (d *DB) RecordVersion(number, parent uint64, step int64, note string) error {
+	return d.enqueue("version", true, false, func(tx *sql.Tx) error {
+		return insertVersion(tx, number, parent, step, note, d.now())
+	})
+}
+
+func insertVersion(tx *sql.Tx, number, parent uint64, step int64, note string, now int64) error {
+	_, err := tx.Exec(`INSERT INTO versions(number, parent, step, created, note) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT(number) DO NOTHING`, int64(number), int64(parent), step, now, note)
+	return err
+}
+
+// LastVersion is the largest version number the store has seen issued (0
+// for none).
+func (d *DB) LastVersion() (uint64, error) {
+	var n sql.NullInt64
+	if err := d.db.QueryRow("SELECT MAX(number) FROM versions").Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: versions: %w", err)
+	}
+	return uint64(n.Int64), nil
+}
+
+// Resumed is what Resume found.
+type Resumed struct {
+	LostSteps      int // applied steps after the checkpoint, now marked lost
+	Requeued       int // their samples, queued again
+	LastStep       int64
+	ReadyTurns     int
+	QueuedSamples  int
+	OpenTurns      int
+	LastVersion    uint64
+	CheckpointStep int64
+}
+
+// Resume reconciles the store with the checkpoint the daemon resumes from
+// (the trainer's step count at that checkpoint): steps applied after it
+// were lost with the process, so they are marked lost and their samples
+// queued again, to be trained exactly once on the resumed weights.
+func (d *DB) Resume(checkpointStep int64) (Resumed, error) {
+	r := Resumed{CheckpointStep: checkpointStep}
+	err := d.enqueue("resume", true, true, func(tx *sql.Tx) error {
+		res, err := tx.Exec("UPDATE samples SET status = 'queued', step_id = NULL WHERE status = 'trained' AND step_id IN (SELECT id FROM steps WHERE status = 'applied' AND step > ?)", checkpointStep)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		r.Requeued = int(n)
+		res, err = tx.Exec("UPDATE steps SET status = 'lost' WHERE status = 'applied' AND step > ?", checkpointStep)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		r.LostSteps = int(n)
+		return nil
+	})
+	if err != nil {
+		return r, fmt.Errorf("store: resume: %w", err)
+	}
+	q := func(query string, dst any) {
+		if err == nil {
+			err = d.db.QueryRow(query).Scan(dst)
+		}
+	}
+	var last sql.NullInt64
+	q("SELECT MAX(step) FROM steps WHERE status = 'applied'", &last)
+	q("SELECT COUNT(*) FROM turns WHERE status = 'ready'", &r.ReadyTurns)
+	q("SELECT COUNT(*) FROM turns WHERE status = 'open'", &r.OpenTurns)
+	q("SELECT COUNT(*) FROM samples WHERE status = 'queued'", &r.QueuedSamples)
+	r.LastStep = last.Int64
+	if err == nil {
+		r.LastVersion, err = d.LastVersion()
+	}
+	if r.Requeued > 0 {
+		d.met.samples.WithLabelValues("requeued").Add(float64(r.Requeued))
+	}
+	return r, err
+}

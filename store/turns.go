@@ -1,0 +1,450 @@
+package store
+
+import (
+	"database/sql"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/clawrl/clawrl/session"
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// Turn statuses.
+const (
+	TurnOpen     = "open"     // waiting for its next state
+	TurnReady    = "ready"    // complete, waiting to be scored
+	TurnScored   = "scored"   // scored (a sample, or nothing to train)
+	TurnFailed   = "failed"   // could not be scored (invalid input)
+	TurnRedacted = "redacted" // held a secret: kept as redacted text, never trained
+)
+
+// turnBody is the JSON body of a turn row: everything that is not a
+// column or a token array.
+type turnBody struct {
+	Inferred     bool                `json:"inferred,omitempty"`
+	Endpoint     string              `json:"endpoint"`
+	Model        string              `json:"model"`
+	Messages     []tokenizer.Message `json:"messages"`
+	Tools        []json.RawMessage   `json:"tools,omitempty"`
+	Reply        tokenizer.Message   `json:"reply"`
+	NextState    []tokenizer.Message `json:"next_state,omitempty"`
+	Versions     []uint64            `json:"versions,omitempty"`
+	FinishReason string              `json:"finish_reason"`
+	FirstToken   int64               `json:"first_token_ms,omitempty"`
+	Finished     int64               `json:"finished_ms,omitempty"`
+	Keys         [][32]byte          `json:"keys,omitempty"`
+}
+
+// TurnID is the store's id of a turn: its response id and choice.
+func TurnID(responseID string, choice int) string {
+	return fmt.Sprintf("%s/%d", responseID, choice)
+}
+
+// Offer takes a session record (it implements session.Sink). It never
+// refuses: a recorded turn is enqueued for insertion (the Tracker then
+// waits in Flush), a completed turn for its next state, feedback for
+// insertion. When the disk budget is spent new turns are refused with a
+// counted reason; the Tracker still serves them.
+func (d *DB) Offer(rec session.Record) bool {
+	switch rec.Kind {
+	case session.KindRecorded:
+		if rec.Turn == nil {
+			return true
+		}
+		if d.overBudget() {
+			d.met.refused.WithLabelValues("disk_budget").Inc()
+			d.warn.Warn("disk_budget", fmt.Errorf("%s: %d bytes, budget %d", d.path, d.Bytes(), d.opts.MaxBytes),
+				"store: disk budget reached: new turns are not stored for training (raise data.max_mb or forget old data)")
+			return true
+		}
+		t := *rec.Turn
+		_ = d.enqueue("turn", false, false, func(tx *sql.Tx) error { return d.insertTurn(tx, &t) })
+	case session.KindTurn:
+		if rec.Turn == nil {
+			return true
+		}
+		t := *rec.Turn
+		_ = d.enqueue("complete", false, true, func(tx *sql.Tx) error { return d.completeTurn(tx, &t) })
+	case session.KindFeedback:
+		if rec.Feedback == nil {
+			return true
+		}
+		fb := *rec.Feedback
+		_ = d.enqueue("feedback", false, true, func(tx *sql.Tx) error { return d.insertFeedback(tx, &fb) })
+	}
+	return true
+}
+
+// redactMessages redacts the text of msgs in place (they are copies) and
+// reports whether anything was replaced.
+func (d *DB) redactMessages(msgs []tokenizer.Message) bool {
+	if d.opts.NoRedact {
+		return false
+	}
+	hit := false
+	red := func(s *string) {
+		if r, n := Redact(*s); n > 0 {
+			*s, hit = r, true
+		}
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		red(&m.Content)
+		red(&m.ReasoningContent)
+		if len(m.ToolCalls) > 0 {
+			calls := append([]tokenizer.ToolCall(nil), m.ToolCalls...)
+			for j := range calls {
+				args := string(calls[j].Function.Arguments)
+				if r, n := Redact(args); n > 0 {
+					hit = true
+					if json.Valid([]byte(r)) {
+						calls[j].Function.Arguments = json.RawMessage(r)
+					} else {
+						calls[j].Function.Arguments = json.RawMessage(`{}`)
+					}
+				}
+			}
+			m.ToolCalls = calls
+		}
+	}
+	return hit
+}
+
+func (d *DB) insertTurn(tx *sql.Tx, t *session.Turn) error {
+	body := turnBody{
+		Inferred: t.Inferred, Endpoint: t.Endpoint, Model: t.Model,
+		Messages: append([]tokenizer.Message(nil), t.Messages...), Tools: t.Tools,
+		Reply: t.Reply, Versions: t.Versions, FinishReason: t.FinishReason,
+		FirstToken: ms(t.FirstToken), Finished: ms(t.Finished), Keys: t.Keys,
+	}
+	reply := []tokenizer.Message{body.Reply}
+	redacted := d.redactMessages(body.Messages)
+	redacted = d.redactMessages(reply) || redacted
+	body.Reply = reply[0]
+	if len(body.Tools) > 0 && !d.opts.NoRedact {
+		tools := make([]json.RawMessage, len(body.Tools))
+		for i, tl := range body.Tools {
+			tools[i] = tl
+			if r, n := Redact(string(tl)); n > 0 && json.Valid([]byte(r)) {
+				tools[i], redacted = json.RawMessage(r), true
+			}
+		}
+		body.Tools = tools
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("store: turn %s: %w", TurnID(t.ResponseID, t.Choice), err)
+	}
+	var prompt, response, logprobs []byte
+	if !redacted {
+		prompt, response, logprobs = encodeInt32s(t.PromptTokens), encodeInt32s(t.ResponseTokens), encodeFloat32s(t.LogProbs)
+	}
+	_, err = tx.Exec(`INSERT INTO turns(id, session_id, idx, choice, response_id, version, status, received, redacted, body, prompt, response, logprobs)
+		VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
+		TurnID(t.ResponseID, t.Choice), t.SessionID, t.Index, t.Choice, t.ResponseID, int64(t.Version),
+		ms(t.Received), boolInt(redacted), raw, prompt, response, logprobs)
+	if err != nil {
+		return fmt.Errorf("store: turn %s: %w", TurnID(t.ResponseID, t.Choice), err)
+	}
+	d.met.turns.WithLabelValues("recorded").Inc()
+	return nil
+}
+
+// completeTurn stores a turn's next state and makes it ready to score. A
+// turn that ended by shutdown stays open (the next start gives it back to
+// the Tracker). A turn that was never inserted (recorded after the
+// Tracker closed, or refused by the budget) is inserted first.
+func (d *DB) completeTurn(tx *sql.Tx, t *session.Turn) error {
+	id := TurnID(t.ResponseID, t.Choice)
+	if t.End == session.EndShutdown {
+		return nil
+	}
+	var raw []byte
+	var status string
+	err := tx.QueryRow("SELECT body, status FROM turns WHERE id = ?", id).Scan(&raw, &status)
+	if errors.Is(err, sql.ErrNoRows) {
+		if d.overBudget() {
+			return nil
+		}
+		if err := d.insertTurn(tx, t); err != nil {
+			return err
+		}
+		err = tx.QueryRow("SELECT body, status FROM turns WHERE id = ?", id).Scan(&raw, &status)
+	}
+	if err != nil {
+		return fmt.Errorf("store: turn %s: %w", id, err)
+	}
+	if status != TurnOpen {
+		return nil // completed already
+	}
+	var body turnBody
+	if err := json.Unmarshal(raw, &body); err != nil {
+		return fmt.Errorf("store: turn %s: body: %w", id, err)
+	}
+	body.NextState = append([]tokenizer.Message(nil), t.NextState...)
+	redacted := d.redactMessages(body.NextState)
+	body.Keys = nil // matching is over
+	raw, err = json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("store: turn %s: %w", id, err)
+	}
+	next := TurnReady
+	var wasRedacted int
+	if err := tx.QueryRow("SELECT redacted FROM turns WHERE id = ?", id).Scan(&wasRedacted); err != nil {
+		return fmt.Errorf("store: turn %s: %w", id, err)
+	}
+	if wasRedacted != 0 {
+		next = TurnRedacted
+	}
+	completed := ms(t.Completed)
+	if completed == 0 {
+		completed = d.now()
+	}
+	_, err = tx.Exec(`UPDATE turns SET body = ?, status = ?, completed = ?, end_reason = ?,
+		redacted = redacted OR ? WHERE id = ?`, raw, next, completed, string(t.End), boolInt(redacted), id)
+	if err != nil {
+		return fmt.Errorf("store: turn %s: %w", id, err)
+	}
+	d.met.turns.WithLabelValues("completed").Inc()
+	return nil
+}
+
+// insertFeedback stores feedback. Feedback on a turn that is already
+// ready, scored or failed gives it a new scoring generation: it is scored
+// again with the feedback (a thumb decides, a text becomes a hint) and
+// its new sample trains in a later step.
+func (d *DB) insertFeedback(tx *sql.Tx, fb *session.Feedback) error {
+	text := fb.Text
+	if !d.opts.NoRedact {
+		text, _ = Redact(text)
+	}
+	id := TurnID(fb.ResponseID, fb.Choice)
+	if _, err := tx.Exec(`INSERT INTO feedback(id, turn_id, thumb, text, received) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT(id) DO NOTHING`, fb.ID, id, fb.Thumb, text, ms(fb.Received)); err != nil {
+		return fmt.Errorf("store: feedback %s: %w", fb.ID, err)
+	}
+	res, err := tx.Exec(`UPDATE turns SET gen = gen + 1, status = 'ready' WHERE id = ? AND status IN ('ready', 'scored', 'failed')`, id)
+	if err != nil {
+		return fmt.Errorf("store: feedback %s: %w", fb.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		d.met.turns.WithLabelValues("rescored").Inc()
+	}
+	return nil
+}
+
+// FindTurn finds a stored turn for feedback (it implements
+// session.Archive): by response id and choice, or by session and turn
+// index.
+func (d *DB) FindTurn(req session.FeedbackRequest) (session.Feedback, error) {
+	var row *sql.Row
+	if req.ResponseID != "" {
+		row = d.db.QueryRow("SELECT session_id, idx, choice, response_id FROM turns WHERE id = ?", TurnID(req.ResponseID, req.Choice))
+	} else {
+		row = d.db.QueryRow("SELECT session_id, idx, choice, response_id FROM turns WHERE session_id = ? AND idx = ? AND choice = ?",
+			req.SessionID, req.Turn, req.Choice)
+	}
+	var fb session.Feedback
+	err := row.Scan(&fb.SessionID, &fb.TurnIndex, &fb.Choice, &fb.ResponseID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fb, fmt.Errorf("feedback for response %q / session %q turn %d: %w",
+			req.ResponseID, req.SessionID, req.Turn, session.ErrUnknownTurn)
+	}
+	if err != nil {
+		return fb, fmt.Errorf("store: finding turn: %w", err)
+	}
+	return fb, nil
+}
+
+// OpenTurns returns the turns still waiting for their next state, newest
+// last, as the Tracker needs them to resume (ids, session, index, keys).
+func (d *DB) OpenTurns(limit int) ([]*session.Turn, error) {
+	rows, err := d.db.Query(`SELECT session_id, idx, choice, response_id, received, body FROM
+		(SELECT * FROM turns WHERE status = 'open' ORDER BY received DESC LIMIT ?) ORDER BY received`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: open turns: %w", err)
+	}
+	defer rows.Close()
+	var out []*session.Turn
+	for rows.Next() {
+		var t session.Turn
+		var received int64
+		var raw []byte
+		if err := rows.Scan(&t.SessionID, &t.Index, &t.Choice, &t.ResponseID, &received, &raw); err != nil {
+			return nil, fmt.Errorf("store: open turns: %w", err)
+		}
+		var body turnBody
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return nil, fmt.Errorf("store: turn %s: body: %w", TurnID(t.ResponseID, t.Choice), err)
+		}
+		t.Inferred, t.Keys, t.Received = body.Inferred, body.Keys, time.UnixMilli(received)
+		out = append(out, &t)
+	}
+	return out, rows.Err()
+}
+
+// ReadyTurn is a complete turn to score, with its feedback.
+type ReadyTurn struct {
+	ID         string
+	Gen        int
+	SessionID  string
+	ResponseID string
+	Choice     int
+	Version    uint64
+	Messages   []tokenizer.Message
+	Tools      []json.RawMessage
+	Reply      tokenizer.Message
+	NextState  []tokenizer.Message
+	End        string
+	Prompt     []int32
+	Response   []int32
+	LogProbs   []float32
+	Feedback   []session.Feedback
+	Completed  time.Time
+}
+
+// ReadyTurns returns up to limit turns that are ready to score, newest
+// first (under sustained load the newest turns are the ones whose samples
+// can still train within max_staleness; older ones wait for a lull),
+// skipping the ids in busy.
+func (d *DB) ReadyTurns(limit int, busy map[string]bool) ([]ReadyTurn, error) {
+	rows, err := d.db.Query(`SELECT id, gen, session_id, response_id, choice, version, end_reason, completed, body, prompt, response, logprobs
+		FROM turns WHERE status = 'ready' ORDER BY completed DESC LIMIT ?`, limit+len(busy))
+	if err != nil {
+		return nil, fmt.Errorf("store: ready turns: %w", err)
+	}
+	var out []ReadyTurn
+	for rows.Next() {
+		var t ReadyTurn
+		var version, completed int64
+		var raw, prompt, response, logprobs []byte
+		if err := rows.Scan(&t.ID, &t.Gen, &t.SessionID, &t.ResponseID, &t.Choice, &version, &t.End, &completed,
+			&raw, &prompt, &response, &logprobs); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("store: ready turns: %w", err)
+		}
+		if busy[t.ID] || len(out) >= limit {
+			continue
+		}
+		var body turnBody
+		if err := json.Unmarshal(raw, &body); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("store: turn %s: body: %w", t.ID, err)
+		}
+		t.Version, t.Completed = uint64(version), time.UnixMilli(completed)
+		t.Messages, t.Tools, t.Reply, t.NextState = body.Messages, body.Tools, body.Reply, body.NextState
+		t.Prompt, t.Response, t.LogProbs = decodeInt32s(prompt), decodeInt32s(response), decodeFloat32s(logprobs)
+		out = append(out, t)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: ready turns: %w", err)
+	}
+	for i := range out {
+		fbs, err := d.feedbackOf(out[i].ID)
+		if err != nil {
+			return nil, err
+		}
+		out[i].Feedback = fbs
+	}
+	return out, nil
+}
+
+func (d *DB) feedbackOf(turnID string) ([]session.Feedback, error) {
+	rows, err := d.db.Query("SELECT id, thumb, text, received FROM feedback WHERE turn_id = ? ORDER BY received, id", turnID)
+	if err != nil {
+		return nil, fmt.Errorf("store: feedback of %s: %w", turnID, err)
+	}
+	defer rows.Close()
+	var out []session.Feedback
+	for rows.Next() {
+		var fb session.Feedback
+		var received int64
+		if err := rows.Scan(&fb.ID, &fb.Thumb, &fb.Text, &received); err != nil {
+			return nil, fmt.Errorf("store: feedback of %s: %w", turnID, err)
+		}
+		fb.Received = time.UnixMilli(received)
+		out = append(out, fb)
+	}
+	return out, rows.Err()
+}
+
+// FailTurn marks a turn that cannot be scored (invalid input), so that it
+// is not offered again; new feedback makes it ready once more.
+func (d *DB) FailTurn(id string, gen int, reason string) error {
+	return d.enqueue("fail", true, false, func(tx *sql.Tx) error {
+		_, err := tx.Exec("UPDATE turns SET status = 'failed', end_reason = end_reason || ' failed: ' || ? WHERE id = ? AND gen = ? AND status = 'ready'",
+			truncate(reason, 200), id, gen)
+		return err
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func encodeInt32s(v []int32) []byte {
+	if v == nil {
+		return nil
+	}
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return b
+}
+
+func decodeInt32s(b []byte) []int32 {
+	if b == nil {
+		return nil
+	}
+	v := make([]int32, len(b)/4)
+	for i := range v {
+		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+func encodeFloat32s(v []float32) []byte {
+	if v == nil {
+		return nil
+	}
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func decodeFloat32s(b []byte) []float32 {
+	if b == nil {
+		return nil
+	}
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}

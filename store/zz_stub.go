@@ -1,0 +1,3 @@
+package store
+
+func Redact(s string) (string, int) { return s, 0 }
