@@ -321,8 +321,17 @@ func (l *Loop) maybeStep() bool {
 	}
 	batch := make([]trainer.Sample, len(queued))
 	ids := make([]string, len(queued))
+	cur, keep := tr.Version(), uint64(tr.Options().MaxStaleness)
 	for i, s := range queued {
 		batch[i], ids[i] = ToTrainerSample(s), s.ID
+		if s.Source == string(reward.SourceFeedback) && s.Version+keep < cur {
+			// Late explicit feedback on a turn of a version long gone: its
+			// behaviour log-probs say nothing about the current policy, so
+			// the step takes the response as if the current version had
+			// produced it (no importance correction), rather than drop
+			// what the user said.
+			batch[i].Version, batch[i].RolloutLogProbs = cur, nil
+		}
 	}
 	l.step(batch, ids)
 	return true

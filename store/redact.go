@@ -109,8 +109,9 @@ type redactRule struct {
 	re     *regexp.Regexp
 	groups []int
 	ph     string
-	phOf   func(s string, m []int) string                // placeholder by match, instead of ph
+	phOf   func(s string, m []int) string               // placeholder by match, instead of ph
 	valid  func(s string, m []int, start, end int) bool // extra checks on the span s[start:end]
+	trim   func(s string, start, end int) int           // a new end for the span
 	find   func(s string, prio int, dst []redactSpan) []redactSpan
 }
 
@@ -172,12 +173,14 @@ var redactRules = func() [rdCount]redactRule {
 		`|\\"([^"\\\r\n]+)\\"` +
 		"|([^\\s\"'`\\\\,;&<>(){}=][^\\s\"'`\\\\,;&<>(){}]*))"
 	pemLabel := `[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`
+	nl := `(?:\r?\n|\\r?\\n)` // a newline, or one escaped in a JSON string
+	pemLine := `[ \t]*(?:(?:Proc-Type|DEK-Info|Comment):[^\r\n\\"]*|[A-Za-z0-9+/=]+)?[ \t]*`
 	var r [rdCount]redactRule
-	r[rdPEM] = redactRule{name: "private_key", ph: redactPhPrivateKey, re: regexp.MustCompile(
+	r[rdPEM] = redactRule{name: "private_key", ph: redactPhPrivateKey, trim: redactTrimPEM, re: regexp.MustCompile(
 		`-----BEGIN` + pemLabel + `(?:[\s\S]*?-----END` + pemLabel +
 			// no END line: what follows on the BEGIN line if it is long
-			// base64, then lines of base64 and PEM headers
-			`|(?:[ \t]+[A-Za-z0-9+/=]{16,})*(?:(?:\r?\n|\\r?\\n)[ \t]*(?:(?:Proc-Type|DEK-Info|Comment):[^\r\n\\"]*|[A-Za-z0-9+/=]+)?)*)`)}
+			// base64, then whole lines of base64 or PEM headers
+			`|(?:[ \t]+[A-Za-z0-9+/=]{16,})*[ \t]*(?:` + nl + `(?:` + pemLine + nl + `)*(?:` + pemLine + `$)?)?)`)}
 	r[rdJWT] = redactRule{name: "jwt", ph: redactPhJWT, re: regexp.MustCompile(
 		`\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*`)}
 	r[rdOpenAI] = redactRule{name: "openai", ph: redactPhAPIKey, re: regexp.MustCompile(
@@ -234,6 +237,9 @@ func (r *redactRule) spans(s string, prio int, dst []redactSpan) []redactSpan {
 				}
 			}
 		}
+		if r.trim != nil {
+			end = r.trim(s, start, end)
+		}
 		if start < 0 || start == end || redactIsPlaceholder(s[start:end]) {
 			continue
 		}
@@ -285,6 +291,22 @@ func redactIsPlaceholder(v string) bool {
 	return len(v) > len(p)+1 && v[:len(p)] == p && strings.IndexByte(v[len(p):], ']') == len(v)-len(p)-1
 }
 
+// redactTrimPEM gives back the line breaks and blanks that end a PEM
+// block without its END line.
+func redactTrimPEM(s string, start, end int) int {
+	for end > start {
+		switch {
+		case strings.IndexByte(" \t\r\n", s[end-1]) >= 0:
+			end--
+		case end-start >= 2 && s[end-2] == '\\' && (s[end-1] == 'n' || s[end-1] == 'r'):
+			end -= 2
+		default:
+			return end
+		}
+	}
+	return end
+}
+
 func redactBearerValid(s string, _ []int, start, end int) bool {
 	// "bearer" followed by a long plain word is prose, not a token
 	for i := start; i < end; i++ {
@@ -296,9 +318,9 @@ func redactBearerValid(s string, _ []int, start, end int) bool {
 }
 
 func redactAuthPh(s string, m []int) string {
-	switch s[m[4]] | 0x20 {
+	switch s[m[2]] | 0x20 {
 	case 'b':
-		if m[5]-m[4] == len("basic") {
+		if m[3]-m[2] == len("basic") {
 			return redactPhBasicAuth
 		}
 		return redactPhBearer
@@ -331,9 +353,20 @@ var redactNotSecret = map[string]bool{
 
 func redactAssignValid(s string, m []int, start, end int) bool {
 	v := s[start:end]
-	bare := m[10] >= 0
-	if bare && end < len(s) && (s[end] == '(' || s[end] == '[') {
-		return false // a call or an index: getenv("X"), os.environ["X"]
+	if m[10] >= 0 { // bare
+		if end < len(s) && s[end] == '(' {
+			return false // a call: getenv("X")
+		}
+		if i := strings.IndexByte(v, '['); i > 0 && v[len(v)-1] == ']' && redactIsIdent(v[:i]) {
+			return false // an index: tokens[0], os.environ["X"]
+		}
+		if start > 0 && (s[start-1] == ' ' || s[start-1] == '\t') && redactIsAssignment(v) {
+			return false // password= api_key=x: no value, then the next name
+		}
+	} else if t := strings.TrimLeft(v, " \t"); t == "" || strings.IndexByte(",:;)]}+", t[0]) >= 0 {
+		// the quote was the end of a string, as in "password: " + pw or
+		// ["password:", 12, "x"]: what follows is code, not a value
+		return false
 	}
 	if redactNotSecret[v] || v[0] == '$' || v[0] == '%' || v[0] == '{' || v[0] == '<' {
 		return false // code, ${VAR}, %(name)s, {{ template }}, <your key>
@@ -373,6 +406,9 @@ func redactAssignValid(s string, m []int, start, end int) bool {
 }
 
 func redactEmailValid(s string, m []int, start, end int) bool {
+	if redactInURLAuthority(s, start) {
+		return false // user@host or user:password@host in a URL
+	}
 	v := s[start:end]
 	at := strings.IndexByte(v, '@')
 	if v[:at] == "git" {
@@ -383,6 +419,19 @@ func redactEmailValid(s string, m []int, start, end int) bool {
 		return false // icon@2x.png
 	}
 	return true
+}
+
+// redactInURLAuthority reports whether s[i:] starts a URL's user
+// information: it follows "://", maybe with a user name and ':' between.
+func redactInURLAuthority(s string, i int) bool {
+	if i > 0 && s[i-1] == ':' {
+		j := i - 1
+		for j > 0 && strings.IndexByte("/@ \t\r\n", s[j-1]) < 0 {
+			j--
+		}
+		i = j
+	}
+	return strings.HasSuffix(s[:i], "://")
 }
 
 // redactCards finds card numbers: maximal runs of digit groups joined by
@@ -503,6 +552,22 @@ func redactIsCard(s string, gs [][2]int) bool {
 		}
 	}
 	return !same && sum%10 == 0
+}
+
+// redactIsAssignment reports whether v starts with a name and = or :.
+func redactIsAssignment(v string) bool {
+	i := strings.IndexAny(v, "=:")
+	return i > 0 && redactIsIdent(v[:i])
+}
+
+// redactIsIdent reports whether v is an identifier or a dotted path of them.
+func redactIsIdent(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !(redactIsAlnum(c) || c == '_' || c == '.' && i > 0) || i == 0 && redactIsDigit(c) {
+			return false
+		}
+	}
+	return v != ""
 }
 
 func redactIsDigit(c byte) bool { return c >= '0' && c <= '9' }

@@ -88,13 +88,17 @@ func (d *DB) AddSample(s Sample) error {
 }
 
 // DropStale marks queued samples generated before version minVersion as
-// dropped (reason stale) and returns how many. Stale samples are dropped
-// rather than re-scored: their behaviour log-probs belong to weights too
-// far from the ones being trained for the importance weights to correct.
+// dropped (reason stale) and returns how many. Samples the judge scored
+// are dropped rather than re-scored: their behaviour log-probs belong to
+// weights too far from the ones being trained for the importance weights
+// to correct, and fresher turns keep coming. Samples that explicit
+// feedback decided (source feedback) are kept: they are rare and the
+// user's own word, so the trainer takes them against the current policy
+// instead (see the loop).
 func (d *DB) DropStale(minVersion uint64) (int, error) {
 	var n int64
 	err := d.enqueue("stale", true, false, func(tx *sql.Tx) error {
-		res, err := tx.Exec("UPDATE samples SET status = 'dropped', reason = 'stale' WHERE status = 'queued' AND version < ?", int64(minVersion))
+		res, err := tx.Exec("UPDATE samples SET status = 'dropped', reason = 'stale' WHERE status = 'queued' AND version < ? AND source != 'feedback'", int64(minVersion))
 		if err != nil {
 			return err
 		}
