@@ -204,7 +204,9 @@ func startServe(t *testing.T, dir string) (string, func()) {
 		t.Fatal(err)
 	}
 	a.cfg.Server.Port = 0
-	a.cfg.Data.Dir = t.TempDir()
+	if a.cfg.Data.Dir == "" {
+		a.cfg.Data.Dir = t.TempDir()
+	}
 	a.cfg.Trainer.Enabled = false
 	a.cfg.Reward.Votes, a.cfg.Reward.HintVotes = 1, 0
 	ctx, cancel := context.WithCancel(context.Background())

@@ -78,6 +78,7 @@ it with a judge, and trains the served model in the background.`,
 		a.serveCmd(),
 		a.chatCmd(),
 		a.pretrainCmd(),
+		a.dataCmd(),
 		notYet("export", "Export a trained weight version as a Hugging Face checkpoint", "issue #3 (training engine)"),
 	)
 	return root
