@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -116,106 +115,6 @@ func (d *daemon) servedVersion(t *testing.T) uint64 {
 	return v
 }
 
-// clientLog is what the simulated users saw succeed.
-type clientLog struct {
-	mu        sync.Mutex
-	completed map[string]bool // response ids whose stream ended with [DONE]
-	feedback  map[string]bool // feedback ids answered 200
-}
-
-// chatTurn streams one chat completion and returns its id and text when
-// the stream completed.
-func chatTurn(ctx context.Context, url, sessionID string, msgs []map[string]string) (string, string, bool) {
-	body, _ := json.Marshal(map[string]any{"model": "clawrl-small", "messages": msgs, "max_tokens": 24, "stream": true})
-	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", bytes.NewReader(body))
-	req.Header.Set("X-Session-Id", sessionID)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", "", false
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return "", "", false
-	}
-	var id, text string
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "data: [DONE]" {
-			return id, text, id != ""
-		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue
-		}
-		var ck struct {
-			ID      string `json:"id"`
-			Choices []struct {
-				Delta struct {
-					Content *string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if json.Unmarshal([]byte(data), &ck) == nil {
-			id = ck.ID
-			if len(ck.Choices) > 0 && ck.Choices[0].Delta.Content != nil {
-				text += *ck.Choices[0].Delta.Content
-			}
-		}
-	}
-	return "", "", false
-}
-
-// users runs simulated users against url until ctx ends: each holds a
-// conversation, continues it turn after turn, and gives a thumb on most
-// answers.
-func users(ctx context.Context, url string, n int, seed uint64, log *clientLog) {
-	var wg sync.WaitGroup
-	for u := range n {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(seed, uint64(u)))
-			sess := fmt.Sprintf("s%d-%d", seed, u)
-			msgs := []map[string]string{{"role": "system", "content": "You are a helpful assistant."}}
-			for turn := 0; ctx.Err() == nil; turn++ {
-				msgs = append(msgs, map[string]string{"role": "user", "content": fmt.Sprintf("Question %d of user %d: name a colour.", turn, u)})
-				id, text, ok := chatTurn(ctx, url, sess, msgs)
-				if !ok {
-					return
-				}
-				log.mu.Lock()
-				log.completed[id] = true
-				log.mu.Unlock()
-				msgs = append(msgs, map[string]string{"role": "assistant", "content": text})
-				if rng.IntN(4) == 0 {
-					continue
-				}
-				thumb := 1
-				if rng.IntN(2) == 0 {
-					thumb = -1
-				}
-				fb, _ := json.Marshal(map[string]any{"response_id": id, "thumb": thumb})
-				req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/feedback", bytes.NewReader(fb))
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return
-				}
-				var got struct {
-					ID string `json:"id"`
-				}
-				json.NewDecoder(resp.Body).Decode(&got)
-				resp.Body.Close()
-				if resp.StatusCode == 200 && got.ID != "" {
-					log.mu.Lock()
-					log.feedback[got.ID] = true
-					log.mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
-
 // TestKillNineResumes runs the real binary, kills it with SIGKILL at
 // random points (mid-stream, while scoring, training, checkpointing,
 // committing), restarts it each time, and checks what a user relies on:
@@ -253,7 +152,7 @@ data:
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	log := &clientLog{completed: map[string]bool{}, feedback: map[string]bool{}}
+	log := newClientLog()
 	rng := rand.New(rand.NewPCG(1, 2))
 	const restarts = 20
 	var served []uint64

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -217,6 +218,61 @@ func redactSecrets(s string) []map[string]int {
 	return found
 }
 
+// redactSpansFull is what r finds searching all of s with r.full, the
+// plain way that r.spans is a shortcut for.
+func redactSpansFull(r *redactRule, s string) []redactSpan {
+	var dst []redactSpan
+	for _, m := range r.full.FindAllStringSubmatchIndex(s, -1) {
+		start, end := m[0], m[1]
+		if len(r.groups) > 0 {
+			start = -1
+			for _, g := range r.groups {
+				if m[2*g] >= 0 {
+					start, end = m[2*g], m[2*g+1]
+					break
+				}
+			}
+			if start < 0 {
+				continue
+			}
+		}
+		if r.trim != nil {
+			end = r.trim(s, start, end)
+		}
+		if start == end || redactIsPlaceholder(s[start:end]) || r.valid != nil && !r.valid(s, m, start, end) {
+			continue
+		}
+		ph := r.ph
+		if r.phOf != nil {
+			ph = r.phOf(s, m)
+		}
+		dst = append(dst, redactSpan{start: start, end: end, ph: ph})
+	}
+	return dst
+}
+
+// redactCheckSpans checks that each rule finds at its triggers what a
+// search of the whole text finds.
+func redactCheckSpans(t *testing.T, s string) {
+	t.Helper()
+	for i := range redactRules {
+		r := &redactRules[i]
+		if r.find != nil {
+			continue
+		}
+		got, want := r.spans(s, 0, nil), redactSpansFull(r, s)
+		if !slices.Equal(got, want) {
+			t.Fatalf("rule %s on %q: at triggers %v, searching %v", r.name, s, got, want)
+		}
+	}
+}
+
+func TestRedactTriggers(t *testing.T) {
+	for _, in := range append(redactInputs(), redactBenchText(true)) {
+		redactCheckSpans(t, in)
+	}
+}
+
 // redactOccurrences counts the possibly overlapping occurrences of sub in s.
 func redactOccurrences(s, sub string) int {
 	n := 0
@@ -262,6 +318,7 @@ func FuzzRedact(f *testing.F) {
 		if all, an := redactWith(in, redactAll); all != out || an != n {
 			t.Fatalf("pre-check changed the result for %q: %q, %d; without it %q, %d", in, out, n, all, an)
 		}
+		redactCheckSpans(t, in)
 		if utf8.ValidString(in) && !utf8.ValidString(out) {
 			t.Fatalf("Redact(%q) = %q: invalid UTF-8", in, out)
 		}
