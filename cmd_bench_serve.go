@@ -29,6 +29,8 @@ type serveResult struct {
 	tokens   int
 	wall     time.Duration
 	ttft     []time.Duration
+	gaps     []time.Duration // between content chunks of a stream
+	totals   []time.Duration // request sent to the stream's end
 	failures int
 }
 
@@ -46,25 +48,40 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // streamChat sends one streaming chat request and returns the time to the
 // first content chunk and the completion tokens the usage chunk reports.
 func streamChat(ctx context.Context, url string, body any) (time.Duration, int, error) {
+	st, err := streamChatStats(ctx, url, body, nil)
+	return st.ttft, st.tokens, err
+}
+
+// streamStats is what one streamed request measured.
+type streamStats struct {
+	ttft, total time.Duration
+	tokens      int
+}
+
+// streamChatStats is streamChat that also appends the gaps between
+// content chunks to gaps (when not nil) and measures the whole request.
+func streamChatStats(ctx context.Context, url string, body any, gaps *[]time.Duration) (streamStats, error) {
+	var st streamStats
 	b, err := json.Marshal(body)
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(b))
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("status %s", resp.Status)
+		return st, fmt.Errorf("status %s", resp.Status)
 	}
 	var ttft time.Duration
+	var last time.Time
 	tokens := 0
 	sc := bufio.NewScanner(resp.Body)
 	// Lines of up to 1 MiB, in a buffer that grows only when one needs it:
@@ -87,10 +104,16 @@ func streamChat(ctx context.Context, url string, body any) (time.Duration, int, 
 			} `json:"usage"`
 		}
 		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
-			return 0, 0, err
+			return st, err
 		}
-		if ttft == 0 && len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
-			ttft = time.Since(start)
+		if len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
+			now := time.Now()
+			if ttft == 0 {
+				ttft = now.Sub(start)
+			} else if gaps != nil {
+				*gaps = append(*gaps, now.Sub(last))
+			}
+			last = now
 		}
 		if chunk.Usage != nil {
 			tokens = chunk.Usage.CompletionTokens
@@ -99,7 +122,8 @@ func streamChat(ctx context.Context, url string, body any) (time.Duration, int, 
 			}
 		}
 	}
-	return ttft, tokens, sc.Err()
+	st.ttft, st.tokens, st.total = ttft, tokens, time.Since(start)
+	return st, sc.Err()
 }
 
 func chatBody(system, user string, maxTokens int) map[string]any {
@@ -134,13 +158,16 @@ func runClients(url string, n int, window time.Duration, maxTokens int, generate
 			for r := 0; r == 0 || time.Now().Before(deadline); r++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 				body := chatBody("You are a helpful assistant.", fmt.Sprintf("Client %d, question %d: tell me a story.", c, r), maxTokens)
-				ttft, _, err := streamChat(ctx, url, body)
+				var gaps []time.Duration
+				st, err := streamChatStats(ctx, url, body, &gaps)
 				cancel()
 				mu.Lock()
 				if err != nil {
 					res.failures++
 				} else {
-					res.ttft = append(res.ttft, ttft)
+					res.ttft = append(res.ttft, st.ttft)
+					res.totals = append(res.totals, st.total)
+					res.gaps = append(res.gaps, gaps...)
 				}
 				mu.Unlock()
 			}
@@ -215,6 +242,24 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 	if err != nil {
 		return err
 	}
+	// The same scheduler behind a second server whose turns go nowhere:
+	// the store's cost is measured against it in alternating rounds.
+	bare, err := a.newBareServer(e)
+	if err != nil {
+		return err
+	}
+	bareLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	bareCtx, bareCancel := context.WithCancel(context.Background())
+	bareDone := make(chan error, 1)
+	go func() { bareDone <- bare.Serve(bareCtx, bareLn) }()
+	defer func() {
+		bareCancel()
+		<-bareDone
+	}()
+	bareURL := "http://" + bareLn.Addr().String()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -266,6 +311,10 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 			fmt.Sprintf("%.0f / %.0f", ms(percentile(ttfts[i], 0.5)), ms(percentile(ttfts[i], 0.99))), "ms", "")
 	}
 
+	if err := storeOverhead(row, url, bareURL, rounds, window, f.decodeTokens, generated); err != nil {
+		return err
+	}
+
 	// A long shared prefix: the second request's prompt starts with the
 	// first's system prompt, so only its own tail is computed.
 	prefixTokens := min(f.prefixTokens, cfg.MaxPositions-256)
@@ -286,3 +335,44 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// storeOverhead runs 8 and 32 streaming clients against the daemon with
+// its store and against the same scheduler without one, alternating in
+// rounds, and prints TTFT, inter-token gap and whole-request p50/p99 with
+// the store as a ratio of without.
+func storeOverhead(row func(...string), withURL, withoutURL string, rounds int, window time.Duration, maxTokens int, generated func() uint64) error {
+	for _, n := range []int{8, 32} {
+		var with, without serveResult
+		for range rounds {
+			for i, url := range []string{withURL, withoutURL} {
+				r := runClients(url, n, window/2, maxTokens, generated)
+				if r.failures > 0 {
+					return fmt.Errorf("store overhead: %d requests with %d clients failed", r.failures, n)
+				}
+				dst := &with
+				if i == 1 {
+					dst = &without
+				}
+				dst.ttft = append(dst.ttft, r.ttft...)
+				dst.gaps = append(dst.gaps, r.gaps...)
+				dst.totals = append(dst.totals, r.totals...)
+			}
+		}
+		for _, m := range []struct {
+			name   string
+			w, wo  []time.Duration
+			suffix string
+		}{
+			{"TTFT", with.ttft, without.ttft, ""},
+			{"inter-token", with.gaps, without.gaps, ""},
+			{"whole request", with.totals, without.totals, " (the turn is committed before [DONE])"},
+		} {
+			p50, p99 := percentile(m.w, 0.5), percentile(m.w, 0.99)
+			b50, b99 := percentile(m.wo, 0.5), percentile(m.wo, 0.99)
+			row(fmt.Sprintf("  store, %d clients: %s p50 / p99", n, m.name),
+				fmt.Sprintf("%.1f / %.1f", ms(p50), ms(p99)), "ms",
+				fmt.Sprintf("with/without the store: %.3f / %.3f%s", p50.Seconds()/b50.Seconds(), p99.Seconds()/b99.Seconds(), m.suffix))
+		}
+	}
+	return nil
+}

@@ -338,6 +338,21 @@ func (a *app) newServer(e *engine, db *store.DB, reg *prometheus.Registry) (*ser
 	return srv, vars, err
 }
 
+// newBareServer is newServer without a store: turns are recorded by the
+// session tracker and go nowhere (benchmarks measure the store against it).
+func (a *app) newBareServer(e *engine) (*server.Server, error) {
+	sc := a.cfg.Server
+	return server.New(server.Options{
+		Generator: e.sched, Tokenizer: e.tok, ModelID: filepath.Base(filepath.Clean(e.dir)),
+		ContextLength: e.model.Config.MaxPositions, Version: e.store.Current,
+		MaxBodyBytes: int64(sc.MaxBodyMB) << 20, MaxN: sc.MaxN, DefaultMaxTokens: sc.DefaultMaxTokens,
+		StopTokens: e.stopTokens(), ShutdownTimeout: sc.ShutdownTimeout,
+		Sessions: session.Options{MaxSessions: a.cfg.Sessions.MaxSessions, IdleTimeout: a.cfg.Sessions.IdleTimeout,
+			MaxTurnsPerSession: a.cfg.Sessions.MaxTurns},
+		Logger: a.log,
+	})
+}
+
 // pipeline is the loop with the trainer and checkpoint options it runs
 // with.
 type pipeline struct {

@@ -24,6 +24,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/clawrl/clawrl/atomicfile"
 )
 
 //go:embed model/config.json model/generation_config.json model/model.safetensors model/tokenizer.json model/tokenizer_config.json
@@ -74,8 +76,9 @@ func Dir() (string, error) {
 
 // DirIn is Dir with the cache root given: the checkpoint goes to
 // root/bundled-<hash>/clawrl-small. Extraction writes into a temporary
-// directory beside it, syncs it and renames it into place, so that a
-// crash or a concurrent process never leaves or sees a partial copy.
+// directory beside it, syncs it and renames it into place
+// (atomicfile.ReplaceDir), so that a crash or a concurrent process never
+// leaves or sees a partial copy.
 func DirIn(root string) (string, error) {
 	final := filepath.Join(root, "bundled-"+Hash()[:16])
 	dir := filepath.Join(final, Name)
@@ -93,21 +96,17 @@ func DirIn(root string) (string, error) {
 	if err := extract(filepath.Join(tmp, Name)); err != nil {
 		return "", err
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		// Another process may have won the race; its copy is as good.
-		if complete(dir) {
-			return dir, nil
-		}
-		// A stale, incomplete copy (an older layout, a damaged cache):
-		// replace it.
-		if rerr := os.RemoveAll(final); rerr != nil {
-			return "", fmt.Errorf("bundled model: %w", err)
-		}
-		if err := os.Rename(tmp, final); err != nil {
-			return "", fmt.Errorf("bundled model: %w", err)
-		}
+	err = atomicfile.ReplaceDir(tmp, final, "")
+	if err != nil && !complete(dir) {
+		// Not another process that won the race (its copy would be as
+		// good), but a stale, incomplete copy (an older layout, a damaged
+		// cache): replace it.
+		err = atomicfile.ReplaceDir(tmp, final, tmp+".old")
 	}
 	if !complete(dir) {
+		if err != nil {
+			return "", fmt.Errorf("bundled model: %w", err)
+		}
 		return "", errors.New("bundled model: the extracted copy is incomplete")
 	}
 	return dir, nil
@@ -128,23 +127,14 @@ func complete(dir string) bool {
 	return true
 }
 
+// extract writes the embedded files into dir, each synced (ReplaceDir
+// syncs dir's parent).
 func extract(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("bundled model: %w", err)
 	}
 	for _, name := range Files {
 		if err := copyFile(filepath.Join(dir, name), name); err != nil {
-			return fmt.Errorf("bundled model: %w", err)
-		}
-	}
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		f, err := os.Open(d)
-		if err != nil {
-			return fmt.Errorf("bundled model: %w", err)
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
 			return fmt.Errorf("bundled model: %w", err)
 		}
 	}
@@ -157,17 +147,8 @@ func copyFile(dst, name string) error {
 		return err
 	}
 	defer src.Close()
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
+	return atomicfile.WriteFile(dst, 0o644, func(w io.Writer) error {
+		_, err := io.Copy(w, src)
 		return err
-	}
-	if _, err := io.Copy(f, src); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	})
 }

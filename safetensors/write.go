@@ -1,16 +1,14 @@
 package safetensors
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
+
+	"github.com/clawrl/clawrl/atomicfile"
 )
 
 // WriteTensor is one tensor to write. Its bytes come from Data, or, when
@@ -128,49 +126,12 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// AtomicWriteFile creates path with the bytes that write produces, so that
-// path either keeps its old contents or has all the new ones: the bytes go to
-// a temporary file in the same directory, which is fsynced, renamed over
-// path, and followed by an fsync of the directory. On error the temporary
-// file is removed.
-func AtomicWriteFile(path string, write func(w io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("safetensors: %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("safetensors: %s: %w", path, err)
-	}
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err := write(bw); err != nil {
-		return fmt.Errorf("safetensors: %s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("safetensors: %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("safetensors: %s: fsync: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("safetensors: %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("safetensors: %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("safetensors: %s: opening directory for fsync: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("safetensors: %s: fsync directory: %w", path, err)
+// AtomicWriteFile is atomicfile.WriteFile with mode 0644 and errors
+// prefixed "safetensors: ": path either keeps its old contents or has all
+// the new ones (temporary file, fsync, rename, fsync of the directory).
+func AtomicWriteFile(path string, write func(w io.Writer) error) error {
+	if err := atomicfile.WriteFile(path, 0o644, write); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
 }
@@ -187,7 +148,10 @@ func WriteIndex(path string, weightMap map[string]string, totalSize int64) error
 		return fmt.Errorf("safetensors: %s: %w", path, err)
 	}
 	b = append(b, '\n')
-	return AtomicWriteFile(path, func(w io.Writer) error { _, err := w.Write(b); return err })
+	if err := atomicfile.WriteBytes(path, 0o644, b); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	return nil
 }
 
 // EncodeFloat32 returns the little-endian bytes of v.

@@ -296,6 +296,10 @@ func redactStripPlaceholders(s string) string {
 			return b.String()
 		}
 		j := strings.IndexByte(s[i:], ']')
+		if j < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
 		b.WriteString(s[:i])
 		b.WriteByte(0)
 		s = s[i+j+1:]

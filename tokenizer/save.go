@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/clawrl/clawrl/atomicfile"
 )
 
 // TokenizerJSON returns the tokenizer in Hugging Face's tokenizer.json
@@ -138,8 +140,9 @@ func (t *Tokenizer) ConfigJSON() []byte {
 }
 
 // Save writes tokenizer.json and tokenizer_config.json into dir, creating
-// it if needed. Each file is written to a temporary file, synced and renamed
-// into place, so a crash never leaves a partial file behind.
+// it if needed. Each file is written atomically (atomicfile.WriteBytes:
+// temporary file, fsync, rename, fsync of dir), so a crash never leaves a
+// partial file behind.
 func (t *Tokenizer) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("save tokenizer: %w", err)
@@ -148,34 +151,11 @@ func (t *Tokenizer) Save(dir string) error {
 		name string
 		data []byte
 	}{{tokenizerFile, t.TokenizerJSON()}, {configFile, t.ConfigJSON()}} {
-		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+		if err := atomicfile.WriteBytes(filepath.Join(dir, f.name), 0o644, f.data); err != nil {
 			return fmt.Errorf("save tokenizer: %w", err)
 		}
 	}
 	return nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename this fails harmlessly
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // quoteJSON returns s as a JSON string, without escaping <, > and &.
