@@ -163,6 +163,9 @@ type Options struct {
 	Log      zerolog.Logger
 	// Now replaces time.Now (tests).
 	Now func() time.Time
+
+	// maxPages caps the database's pages (tests: a full disk).
+	maxPages int
 }
 
 // DB is an open store. Its methods are safe for concurrent use.
@@ -228,6 +231,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	path := filepath.Join(dir, FileName)
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)" +
 		"&_pragma=secure_delete(ON)&_pragma=foreign_keys(ON)&_txlock=immediate"
+	if opts.maxPages > 0 {
+		dsn += fmt.Sprintf("&_pragma=max_page_count(%d)", opts.maxPages)
+	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: %s: %w", path, err)

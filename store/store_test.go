@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
 	"github.com/clawrl/clawrl/session"
 	"github.com/clawrl/clawrl/tokenizer"
 )
@@ -446,4 +449,31 @@ func (c *atomicCounter) next() int {
 	defer c.mu.Unlock()
 	c.n++
 	return c.n
+}
+
+// A full disk fails the writes (counted, logged at most once per
+// interval) without blocking or crashing the writers, and the store keeps
+// answering reads.
+func TestDiskFull(t *testing.T) {
+	var logs bytes.Buffer
+	db := open(t, t.TempDir(), Options{maxPages: 40, Log: zerolog.New(&logs)})
+	for i := range 200 {
+		record(t, db, testTurn(fmt.Sprintf("full%d", i), "s", i, strings.Repeat("fill the disk ", 100)), nil)
+	}
+	if err := db.AddSample(Sample{TurnID: "full0/0", Kind: "binary", Reward: 1}); err != nil && !strings.Contains(err.Error(), "full") {
+		t.Errorf("AddSample on a full disk: %v", err)
+	}
+	n := countRows(t, db, "SELECT COUNT(*) FROM turns")
+	if n == 0 || n == 200 {
+		t.Fatalf("%d of 200 turns stored: the cap did not bite (test is vacuous) or nothing fit", n)
+	}
+	if got := testutil.ToFloat64(db.met.writeErrors); got == 0 {
+		t.Error("no write error counted")
+	}
+	if lines := strings.Count(logs.String(), "\n"); lines > 4 {
+		t.Errorf("%d log lines for one full disk, want a rate-limited few:\n%s", lines, logs.String())
+	}
+	if !strings.Contains(logs.String(), "full") {
+		t.Errorf("the log does not say the disk is full:\n%s", logs.String())
+	}
 }
