@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
+	"github.com/clawrl/clawrl/atomicfile"
 	"github.com/clawrl/clawrl/cpu/kernels"
 	"github.com/clawrl/clawrl/safetensors"
 )
@@ -82,7 +82,7 @@ func (rep *Report) Write(dir string) error {
 		return err
 	}
 	for name, data := range map[string][]byte{"report.json": append(js, '\n'), "TRAINING.md": []byte(rep.Markdown()), "loss.png": png} {
-		if err := safetensors.AtomicWriteFile(filepath.Join(dir, name), func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
+		if err := atomicfile.WriteBytes(filepath.Join(dir, name), 0o644, data); err != nil {
 			return fmt.Errorf("pretrain: %w", err)
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/clawrl/clawrl/atomicfile"
 	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/cpu/kernels"
@@ -655,7 +656,7 @@ func (r *run) lastHeldOut() float64 {
 }
 
 // save writes the run's state into Work/ckpt, atomically: a new directory
-// is written and synced, then swapped in by renames.
+// is written and synced, then swapped in by renames (atomicfile.ReplaceDir).
 func (r *run) save() error {
 	dir := filepath.Join(r.o.Work, ckptDir)
 	tmp := dir + ".tmp"
@@ -691,36 +692,13 @@ func (r *run) save() error {
 	if err != nil {
 		return fmt.Errorf("pretrain: save: %w", err)
 	}
-	if err := safetensors.AtomicWriteFile(filepath.Join(tmp, stateJSON), func(w io.Writer) error { _, err := w.Write(js); return err }); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(tmp, stateJSON), 0o644, js); err != nil {
 		return fmt.Errorf("pretrain: save: %w", err)
 	}
-	if err := syncDir(tmp); err != nil {
-		return err
-	}
-	_ = os.RemoveAll(old)
-	if _, err := os.Stat(dir); err == nil {
-		if err := os.Rename(dir, old); err != nil {
-			return fmt.Errorf("pretrain: save: %w", err)
-		}
-	}
-	if err := os.Rename(tmp, dir); err != nil {
+	// ckpt.old holds the previous state until the new one is in place
+	// (savedDir falls back on it).
+	if err := atomicfile.ReplaceDir(tmp, dir, old); err != nil {
 		return fmt.Errorf("pretrain: save: %w", err)
-	}
-	if err := syncDir(r.o.Work); err != nil {
-		return err
-	}
-	_ = os.RemoveAll(old)
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("pretrain: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("pretrain: sync %s: %w", dir, err)
 	}
 	return nil
 }
@@ -791,12 +769,9 @@ func (r *run) export() error {
 		return err
 	}
 	defer w.Free()
+	// WeightsFile writes with safetensors.WriteFile, which is atomic.
 	wf := weights.WeightsFile(r.tb, w)
-	tmp := filepath.Join(o.Out, "."+wf.Name+".tmp")
-	if err := wf.Create(tmp); err != nil {
-		return fmt.Errorf("pretrain: export: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(o.Out, wf.Name)); err != nil {
+	if err := wf.Create(filepath.Join(o.Out, wf.Name)); err != nil {
 		return fmt.Errorf("pretrain: export: %w", err)
 	}
 	cfg, err := os.ReadFile(filepath.Join(o.Work, initDir, "config.json"))
@@ -807,7 +782,7 @@ func (r *run) export() error {
 	pad, _ := r.tok.PAD()
 	gen := fmt.Sprintf("{\n  \"eos_token_id\": %d,\n  \"pad_token_id\": %d,\n  \"do_sample\": true,\n  \"temperature\": 0.7,\n  \"top_p\": 0.9\n}\n", eos, pad)
 	for name, data := range map[string][]byte{"config.json": cfg, "generation_config.json": []byte(gen)} {
-		if err := safetensors.AtomicWriteFile(filepath.Join(o.Out, name), func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
+		if err := atomicfile.WriteBytes(filepath.Join(o.Out, name), 0o644, data); err != nil {
 			return fmt.Errorf("pretrain: export: %w", err)
 		}
 	}

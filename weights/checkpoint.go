@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clawrl/clawrl/atomicfile"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/safetensors"
 )
@@ -116,12 +117,7 @@ func Save(root string, info Info, files []File, keep int) (*Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("weights: checkpoint: %w", err)
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			os.RemoveAll(tmp)
-		}
-	}()
+	defer os.RemoveAll(tmp) // after a successful rename, nothing is left there
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("weights: checkpoint: %w", err)
 	}
@@ -149,33 +145,14 @@ func Save(root string, info Info, files []File, keep int) (*Checkpoint, error) {
 	if _, err := writeFile(filepath.Join(tmp, ManifestFile), func(w io.Writer) error { _, err := w.Write(mj); return err }); err != nil {
 		return nil, fmt.Errorf("weights: checkpoint %s: %w", filepath.Join(root, name), err)
 	}
-	if err := syncDir(tmp); err != nil {
-		return nil, fmt.Errorf("weights: checkpoint: %w", err)
-	}
-
+	// ReplaceDir syncs tmp, renames it to final and syncs root. An old
+	// directory of the same version is moved aside first (rename cannot
+	// replace a non-empty directory, and the old one must stay whole until
+	// the new one is in place), then removed.
 	final := filepath.Join(root, name)
-	var aside string
-	if _, err := os.Lstat(final); err == nil {
-		// Move the old directory aside first: rename cannot replace a
-		// non-empty directory, and the old one must stay whole until the
-		// new one is in place.
-		aside = filepath.Join(root, ".old-"+name+"-"+filepath.Base(tmp)[len(".tmp-"+name+"-"):])
-		if err := os.Rename(final, aside); err != nil {
-			return nil, fmt.Errorf("weights: checkpoint: moving the old %s aside: %w", final, err)
-		}
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		if aside != "" {
-			os.Rename(aside, final)
-		}
+	aside := filepath.Join(root, ".old-"+name+"-"+filepath.Base(tmp)[len(".tmp-"+name+"-"):])
+	if err := atomicfile.ReplaceDir(tmp, final, aside); err != nil {
 		return nil, fmt.Errorf("weights: checkpoint: %w", err)
-	}
-	committed = true
-	if err := syncDir(root); err != nil {
-		return nil, fmt.Errorf("weights: checkpoint: %w", err)
-	}
-	if aside != "" {
-		os.RemoveAll(aside)
 	}
 	if err := prune(root, keep, info.Version); err != nil {
 		return nil, err
@@ -183,31 +160,21 @@ func Save(root string, info Info, files []File, keep int) (*Checkpoint, error) {
 	return &Checkpoint{dir: final, Manifest: m}, nil
 }
 
-// writeFile creates path with the bytes of write, hashing them on the way,
-// and fsyncs it.
-func writeFile(path string, write func(io.Writer) error) (e FileEntry, err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return e, err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("%s: %w", path, cerr)
-		}
-	}()
+// writeFile creates path with the bytes of write (atomicfile.WriteFile:
+// fsynced), hashing them on the way.
+func writeFile(path string, write func(io.Writer) error) (FileEntry, error) {
 	h := sha256.New()
-	cw := &countWriter{w: io.MultiWriter(f, h)}
-	bw := bufio.NewWriterSize(cw, 1<<20)
-	if err := write(bw); err != nil {
-		return e, fmt.Errorf("%s: %w", path, err)
+	var n int64
+	err := atomicfile.WriteFile(path, 0o644, func(w io.Writer) error {
+		cw := &countWriter{w: io.MultiWriter(w, h)}
+		err := write(cw)
+		n = cw.n
+		return err
+	})
+	if err != nil {
+		return FileEntry{}, err
 	}
-	if err := bw.Flush(); err != nil {
-		return e, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return e, fmt.Errorf("%s: fsync: %w", path, err)
-	}
-	return FileEntry{Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return FileEntry{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // createFile lets create make path, then fsyncs it and hashes it.
@@ -240,20 +207,6 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
-}
-
-// syncDir fsyncs a directory, so the names created or renamed in it
-// survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("%s: opening directory for fsync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("%s: fsync directory: %w", dir, err)
-	}
-	return nil
 }
 
 // List returns the version numbers of the checkpoint directories under
