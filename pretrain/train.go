@@ -36,6 +36,7 @@ import (
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/safetensors"
 	"github.com/clawrl/clawrl/tokenizer"
+	"github.com/clawrl/clawrl/trainer"
 	"github.com/clawrl/clawrl/weights"
 )
 
@@ -73,7 +74,7 @@ type Options struct {
 	LR          float64 // peak learning rate
 	MinLR       float64 // floor of the cosine decay, as a fraction of LR
 	Warmup      int     // linear warm-up steps
-	WeightDecay float64 // decoupled, on matrices only
+	WeightDecay float64 // decoupled, on matrices only (trainer.DecaysWeight)
 	Beta1       float64
 	Beta2       float64
 	GradClip    float64 // global L2 norm bound (≤ 0: off)
@@ -168,6 +169,15 @@ func (o *Options) LearningRate(step int) float64 {
 	span := max(o.Steps-o.Warmup, 1)
 	p := math.Min(1, float64(step-o.Warmup)/float64(span))
 	return o.LR * (o.MinLR + (1-o.MinLR)*0.5*(1+math.Cos(math.Pi*p)))
+}
+
+// adamEps is the ε of pretraining's AdamW.
+const adamEps = 1e-8
+
+// adamW is the run's optimizer: the trainer package's AdamW, which decays
+// matrices only (trainer.DecaysWeight).
+func (o *Options) adamW() trainer.AdamW {
+	return trainer.AdamW{Beta1: o.Beta1, Beta2: o.Beta2, Eps: adamEps, WeightDecay: o.WeightDecay, GradClip: o.GradClip}
 }
 
 // fingerprint is what a resumed run must share with the saved one.
@@ -559,20 +569,10 @@ func (r *run) step(step int) (Point, error) {
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return Point{}, fmt.Errorf("pretrain: step %d: gradient norm is %g; lower --lr and resume from the last checkpoint", step, norm)
 	}
-	scale := 1.0
-	if r.o.GradClip > 0 && norm > r.o.GradClip {
-		scale = r.o.GradClip / norm
-	}
 	lr := r.o.LearningRate(step)
+	opt := r.o.adamW()
 	for i, q := range r.ps {
-		wd := r.o.WeightDecay
-		if len(q.Value.Shape()) < 2 {
-			wd = 0 // norms
-		}
-		r.tb.AdamW(q.Value, q.Grad, r.mom[i][0], r.mom[i][1], compute.AdamW{
-			LR: float32(lr), Beta1: float32(r.o.Beta1), Beta2: float32(r.o.Beta2), Eps: 1e-8,
-			WeightDecay: float32(wd), Step: step, GradScale: float32(scale),
-		})
+		opt.Update(r.tb, q, r.mom[i][0], r.mom[i][1], step, lr, norm)
 	}
 	r.tr.ZeroGrad()
 	if err := r.tb.Synchronize(); err != nil {

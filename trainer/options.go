@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/model"
 )
 
 // Options configure a Trainer. Each field mirrors a key of the trainer
@@ -16,7 +19,7 @@ type Options struct {
 	Beta1       float64 // adam_beta1
 	Beta2       float64 // adam_beta2
 	AdamEps     float64 // adam_eps
-	WeightDecay float64 // weight_decay: decoupled, applied to every trained tensor
+	WeightDecay float64 // weight_decay: decoupled, on matrices only (see DecaysWeight)
 	GradClip    float64 // grad_clip: global L2 norm bound of the gradient; ≤ 0 disables
 	WarmupSteps int     // warmup_steps: the learning rate rises linearly over this many optimizer steps
 
@@ -158,4 +161,58 @@ func (o *Options) LearningRate(step int) float64 {
 		return o.LR * float64(max(step, 1)) / float64(o.WarmupSteps)
 	}
 	return o.LR
+}
+
+// AdamW returns the optimizer the options configure.
+func (o *Options) AdamW() AdamW {
+	return AdamW{Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.AdamEps, WeightDecay: o.WeightDecay, GradClip: o.GradClip}
+}
+
+// AdamW is the project's one AdamW optimizer: Trainer.Step and the
+// pretraining run (package pretrain) both update their parameters with
+// Update, so that they share the update itself (the backend's
+// compute.Trainer.AdamW: decoupled weight decay as torch.optim.AdamW, bias
+// correction by the 1-based step number), global-norm clipping and the
+// rule for which parameters decay (DecaysWeight). The learning-rate
+// schedule is the caller's.
+type AdamW struct {
+	Beta1, Beta2, Eps float64
+	// WeightDecay is the decoupled decay rate, applied to the parameters
+	// DecaysWeight accepts.
+	WeightDecay float64
+	// GradClip bounds the global L2 norm of the gradient (≤ 0: no bound).
+	GradClip float64
+}
+
+// DecaysWeight reports whether AdamW's weight decay applies to p: to the
+// matrices (linear layers, the embedding and a separate LM head, LoRA's A
+// and B) and not to tensors of fewer than two dimensions, the RMSNorm
+// weights and the biases (Qwen2's q, k and v biases). This is the usual
+// rule (nanoGPT decays exactly the ≥ 2-D parameters; Hugging Face's
+// Trainer exempts biases and norm weights): decaying a norm's gain pulls
+// it towards zero, shrinking the layer's output instead of regularising
+// it.
+func DecaysWeight(p model.Param) bool { return len(p.Value.Shape()) >= 2 }
+
+// ClipScale is the factor that brings a gradient of global L2 norm
+// gradNorm within GradClip: GradClip/gradNorm above the bound, else 1.
+func (a AdamW) ClipScale(gradNorm float64) float64 {
+	if a.GradClip > 0 && gradNorm > a.GradClip {
+		return a.GradClip / gradNorm
+	}
+	return 1
+}
+
+// Update queues AdamW step number step (1-based) of p on b, from p's
+// gradient, clipped for a global gradient norm gradNorm (ClipScale), with
+// p's moments m and v, at learning rate lr. The caller synchronizes b.
+func (a AdamW) Update(b compute.Trainer, p model.Param, m, v compute.Tensor, step int, lr, gradNorm float64) {
+	wd := 0.0
+	if DecaysWeight(p) {
+		wd = a.WeightDecay
+	}
+	b.AdamW(p.Value, p.Grad, m, v, compute.AdamW{
+		LR: float32(lr), Beta1: float32(a.Beta1), Beta2: float32(a.Beta2), Eps: float32(a.Eps),
+		WeightDecay: float32(wd), Step: step, GradScale: float32(a.ClipScale(gradNorm)),
+	})
 }

@@ -240,20 +240,12 @@ func (t *Trainer) Step(batch []Sample) (Metrics, error) {
 	if math.IsNaN(met.GradNorm) || math.IsInf(met.GradNorm, 0) {
 		return t.skip(met, fmt.Sprintf("gradient norm %g", met.GradNorm)), nil
 	}
-	scale := 1.0
-	if t.opts.GradClip > 0 && met.GradNorm > t.opts.GradClip {
-		scale = t.opts.GradClip / met.GradNorm
-	}
 
 	next := t.step + 1
 	lr := t.opts.LearningRate(int(next))
-	hp := compute.AdamW{
-		LR: float32(lr), Beta1: float32(t.opts.Beta1), Beta2: float32(t.opts.Beta2),
-		Eps: float32(t.opts.AdamEps), WeightDecay: float32(t.opts.WeightDecay),
-		Step: int(next), GradScale: float32(scale),
-	}
+	opt := t.opts.AdamW()
 	for i, p := range t.params {
-		t.b.AdamW(p.Value, p.Grad, t.mom[i].m, t.mom[i].v, hp)
+		opt.Update(t.b, p, t.mom[i].m, t.mom[i].v, int(next), lr, met.GradNorm)
 	}
 	if err := t.b.Synchronize(); err != nil {
 		// A device error midway leaves the parameters undefined; the
