@@ -28,8 +28,15 @@ import (
 type daemon struct {
 	cmd  *exec.Cmd
 	url  string
-	log  *bytes.Buffer
-	done chan error
+	log  *lockedBuffer
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit status, once done is closed
+}
+
+// wait waits for the process to exit and returns its status.
+func (d *daemon) wait() error {
+	<-d.done
+	return d.err
 }
 
 // buildBinary builds the clawrl binary once per test run.
@@ -60,14 +67,14 @@ func freePort(t *testing.T) int {
 // answers /readyz.
 func startDaemon(t *testing.T, bin, cfg string, port int) *daemon {
 	t.Helper()
-	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), log: &bytes.Buffer{}, done: make(chan error, 1)}
+	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), log: &lockedBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, "serve", "--config", cfg, "--port", strconv.Itoa(port))
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.Env = append(os.Environ(), "CLAWRL_LOG_FORMAT=json")
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { d.done <- d.cmd.Wait() }()
+	go func() { d.err = d.cmd.Wait(); close(d.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(d.url + "/readyz")
@@ -78,8 +85,8 @@ func startDaemon(t *testing.T, bin, cfg string, port int) *daemon {
 			}
 		}
 		select {
-		case err := <-d.done:
-			t.Fatalf("daemon exited before it was ready: %v\n%s", err, d.log)
+		case <-d.done:
+			t.Fatalf("daemon exited before it was ready: %v\n%s", d.err, d.log)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -93,6 +100,12 @@ func startDaemon(t *testing.T, bin, cfg string, port int) *daemon {
 func (d *daemon) kill() {
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.done
+}
+
+// stop sends SIGTERM and returns the exit status.
+func (d *daemon) stop() error {
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	return d.wait()
 }
 
 // servedVersion asks for one short completion and returns the weight
@@ -186,8 +199,7 @@ data:
 	users(ctx, d.url, 2, 99, log)
 	cancel()
 	last := d.servedVersion(t)
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-d.done; err != nil {
+	if err := d.stop(); err != nil {
 		t.Fatalf("SIGTERM: exit %v\n%s", err, d.log)
 	}
 	c, _, err := weights.OpenLatest(filepath.Join(data, "checkpoints"))
@@ -279,5 +291,132 @@ data:
 		restarts, len(log.completed), len(log.feedback), missing, turns, samples, trained, applied, lost, served, ns)
 	if applied == 0 {
 		t.Errorf("no step was applied in %d runs: the test did not exercise training", restarts)
+	}
+}
+
+// TestRestartKeepsLearning is a user's day: chat and give feedback, see a
+// new version, stop the daemon (SIGTERM), start it again, and find the
+// same version served, feedback on answers from before the restart
+// accepted, the conversation continued from where it was (its turn
+// completed by the next message), feedback on the last turn of a closed
+// session accepted, and `serve --model <checkpoint>` serving a
+// checkpoint as a base.
+func TestRestartKeepsLearning(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("trainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", data)), 0o600)
+	port := freePort(t)
+	d := startDaemon(t, bin, cfg, port)
+	post := func(path, session string, headers map[string]string, body any) (int, map[string]any, http.Header) {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", d.url+path, bytes.NewReader(b))
+		if session != "" {
+			req.Header.Set("X-Session-Id", session)
+		}
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m, resp.Header
+	}
+	type msg = map[string]string
+	history := []msg{{"role": "user", "content": "Name a fruit."}}
+	var ids []string
+	for i := range 4 {
+		code, m, _ := post("/v1/chat/completions", "day", nil, map[string]any{"messages": history, "max_tokens": 8})
+		if code != 200 {
+			t.Fatalf("chat %d: %d %v", i, code, m)
+		}
+		ids = append(ids, m["id"].(string))
+		reply := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+		history = append(history, msg{"role": "assistant", "content": reply}, msg{"role": "user", "content": fmt.Sprintf("Another one, please (%d).", i)})
+		if code, m, _ := post("/v1/feedback", "", nil, map[string]any{"response_id": ids[i], "thumb": 1}); code != 200 {
+			t.Fatalf("feedback: %d %v", code, m)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	v := d.servedVersion(t)
+	for ; v < 2 && time.Now().Before(deadline); v = d.servedVersion(t) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if v < 2 {
+		t.Fatalf("no new version after 4 thumbs up\n%s", d.log)
+	}
+	if err := d.stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, d.log)
+	}
+	before := v
+
+	d = startDaemon(t, bin, cfg, port)
+	defer d.kill()
+	if v := d.servedVersion(t); v < before {
+		t.Errorf("after a restart serving version %d, before it %d", v, before)
+	}
+	if code, m, _ := post("/v1/feedback", "", nil, map[string]any{"response_id": ids[0], "thumb": -1, "text": "Too short."}); code != 200 {
+		t.Errorf("feedback on a turn from before the restart: %d %v", code, m)
+	}
+	// The conversation goes on: the last turn before the restart gets its
+	// next state.
+	code, m, _ := post("/v1/chat/completions", "day", map[string]string{"X-Session-Done": "1"}, map[string]any{"messages": history, "max_tokens": 8})
+	if code != 200 {
+		t.Fatalf("chat after restart: %d %v", code, m)
+	}
+	closed := m["id"].(string)
+	if code, m, _ := post("/v1/feedback", "", nil, map[string]any{"response_id": closed, "thumb": 1}); code != 200 {
+		t.Errorf("feedback on the last turn of a closed session: %d %v", code, m)
+	}
+	if err := d.stop(); err != nil {
+		t.Errorf("SIGTERM: %v", err)
+	}
+
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(data, store.FileName)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var end, status string
+	if err := db.QueryRow("SELECT end_reason, status FROM turns WHERE response_id = ?", ids[3]).Scan(&end, &status); err != nil {
+		t.Fatal(err)
+	}
+	if end != "next_state" {
+		t.Errorf("the turn waiting at the restart ended %q, want next_state (the conversation continued)", end)
+	}
+	var gens int
+	db.QueryRow("SELECT gen FROM turns WHERE response_id = ?", ids[0]).Scan(&gens)
+	if gens < 1 {
+		t.Errorf("late feedback did not give the turn a new scoring generation")
+	}
+
+	// A checkpoint serves as a base of its own (another lineage: another data dir).
+	c, _, err := weights.OpenLatest(filepath.Join(data, "checkpoints"))
+	if err != nil || c == nil {
+		t.Fatalf("no checkpoint: %v", err)
+	}
+	other := filepath.Join(dir, "other.yaml")
+	os.WriteFile(other, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n", c.Dir(), filepath.Join(dir, "data2"))), 0o600)
+	d2 := startDaemon(t, bin, other, freePort(t))
+	d2.servedVersion(t)
+	d2.kill()
+	// The same data dir with another base is refused, naming both.
+	clash := filepath.Join(dir, "clash.yaml")
+	os.WriteFile(clash, []byte(fmt.Sprintf("model:\n  path: %s\ndata:\n  dir: %s\n", c.Dir(), data)), 0o600)
+	out, err := exec.Command(bin, "serve", "--config", clash, "--port", strconv.Itoa(freePort(t))).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "clawrl-small") || !strings.Contains(string(out), filepath.Base(c.Dir())) {
+		t.Errorf("serving another base from the data dir: %v\n%s", err, out)
 	}
 }

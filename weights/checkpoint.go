@@ -230,7 +230,8 @@ func List(root string) ([]uint64, error) {
 }
 
 // Prune deletes all but the newest keep checkpoints under root (keep ≤ 0
-// deletes none), and the temporary directories of interrupted saves.
+// deletes none) and pinned ones (Pin), and the temporary directories of
+// interrupted saves.
 func Prune(root string, keep int) error { return prune(root, keep, 0) }
 
 // prune is Prune that never deletes checkpoint number protect (0: none),
@@ -259,8 +260,8 @@ func prune(root string, keep int, protect uint64) error {
 			kept = 1
 		}
 		for _, n := range ns {
-			if n == protect {
-				continue
+			if n == protect || Pinned(root, n) {
+				continue // pinned ones do not count among the keep
 			}
 			if kept < keep {
 				kept++

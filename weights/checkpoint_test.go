@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -287,5 +288,38 @@ func TestSaveProtectsNewCheckpoint(t *testing.T) {
 	ns, _ := List(root)
 	if len(ns) != 2 || ns[0] != 6 || ns[1] != 3 {
 		t.Fatalf("kept %v, want [6 3]", ns)
+	}
+}
+
+func TestPrunedKeepsPinned(t *testing.T) {
+	root := t.TempDir()
+	files := []File{{Name: "config.json", Write: func(w io.Writer) error { _, err := w.Write([]byte("{}")); return err }}}
+	for n := uint64(1); n <= 3; n++ {
+		if _, err := Save(root, Info{Version: n}, files, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Pin(root, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := Pin(root, 9); err == nil {
+		t.Error("pinned a checkpoint that does not exist")
+	}
+	for n := uint64(4); n <= 6; n++ {
+		if _, err := Save(root, Info{Version: n}, files, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ns, _ := List(root); !slices.Equal(ns, []uint64{6, 5, 1}) {
+		t.Errorf("after pruning to 2 with v1 pinned: %v, want [6 5 1]", ns)
+	}
+	if err := Unpin(root, 1); err != nil || Pinned(root, 1) {
+		t.Fatal(err)
+	}
+	if err := Prune(root, 2); err != nil {
+		t.Fatal(err)
+	}
+	if ns, _ := List(root); !slices.Equal(ns, []uint64{6, 5}) {
+		t.Errorf("after unpinning: %v", ns)
 	}
 }
