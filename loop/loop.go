@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/clawrl/clawrl/ratelog"
 	"github.com/clawrl/clawrl/reward"
 	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/trainer"
@@ -66,7 +67,7 @@ type Options struct {
 type Loop struct {
 	opts Options
 	met  metrics
-	warn *store.RateLimited
+	warn *ratelog.Limiter
 
 	mu           sync.Mutex
 	last         trainer.Metrics
@@ -103,7 +104,7 @@ func New(opts Options) (*Loop, error) {
 		opts.Poll = time.Second
 	}
 	l := &Loop{opts: opts, inflight: map[string]inflight{}, samples: make(chan struct{}, 1),
-		warn: store.NewRateLimited(opts.Log, 10*time.Second)}
+		warn: ratelog.New(opts.Log, 10*time.Second)}
 	l.met = metrics{
 		submitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_turns_submitted_total",
 			Help: "Turns taken from the store and submitted to the scorer."}),
@@ -224,7 +225,7 @@ func (l *Loop) fill() {
 				return
 			default:
 				l.forget(id)
-				l.opts.Log.Warn().Err(err).Str("turn", t.ID).Msg("turn cannot be scored")
+				l.warn.Warn("unscorable", fmt.Errorf("turn %s: %w", t.ID, err), "loop: a turn cannot be scored; it is marked failed")
 				if err := l.opts.DB.FailTurn(t.ID, t.Gen, err.Error()); err != nil {
 					l.warn.Warn("fail_turn", err, "loop: marking a turn failed")
 					return
@@ -250,7 +251,7 @@ func (l *Loop) collect() {
 			continue
 		}
 		if res.Err != nil {
-			l.opts.Log.Warn().Err(res.Err).Str("turn", f.turnID).Msg("turn not scored")
+			l.warn.Warn("not_scored", fmt.Errorf("turn %s: %w", f.turnID, res.Err), "loop: a turn was not scored; it is marked failed")
 			if err := l.opts.DB.FailTurn(f.turnID, f.gen, res.Err.Error()); err != nil {
 				l.warn.Warn("fail_turn", err, "loop: marking a turn failed")
 			}

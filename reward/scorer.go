@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/clawrl/clawrl/ratelog"
 	"github.com/clawrl/clawrl/tokenizer"
 )
 
@@ -59,6 +60,7 @@ type Scorer struct {
 	tok     *tokenizer.Tokenizer
 	m       *Metrics
 	log     zerolog.Logger
+	warn    *ratelog.Limiter // per-turn failures, at most a line per interval
 
 	sem     chan struct{} // judge calls in flight
 	in      chan Turn
@@ -91,9 +93,10 @@ func New(opts Options) (*Scorer, error) {
 	c := opts.Config
 	return &Scorer{
 		cfg: c, judge: opts.Judge, teacher: opts.Teacher, tok: opts.Tokenizer, m: m, log: opts.Log,
-		sem: make(chan struct{}, c.MaxConcurrent),
-		in:  make(chan Turn, c.QueueSize),
-		out: make(chan Result, c.QueueSize),
+		warn: ratelog.New(opts.Log, 10*time.Second),
+		sem:  make(chan struct{}, c.MaxConcurrent),
+		in:   make(chan Turn, c.QueueSize),
+		out:  make(chan Result, c.QueueSize),
 	}, nil
 }
 
@@ -207,7 +210,7 @@ func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
 			return Sample{}, fmt.Errorf("reward: scoring turn %q: %w", t.ID, ctx.Err())
 		case err != nil:
 			s.m.Failures.WithLabelValues("teacher").Inc()
-			s.log.Warn().Err(err).Str("turn", t.ID).Msg("reward: teacher failed; no distillation for this turn")
+			s.warn.Warn("teacher", fmt.Errorf("turn %s: %w", t.ID, err), "reward: teacher failed; no distillation for this turn")
 			o.Note = joinNote(o.Note, "teacher failed: "+err.Error())
 		default:
 			o.TeacherLogProbs = lp
@@ -231,7 +234,7 @@ func (s *Scorer) vote(ctx context.Context, t *Turn, fbText string, o *Outcome) {
 			return
 		}
 		s.m.Failures.WithLabelValues("vote").Inc()
-		s.log.Warn().Err(err).Str("turn", t.ID).Msg("reward: judge failed; scoring the turn neutral")
+		s.warn.Warn("judge", fmt.Errorf("turn %s: %w", t.ID, err), "reward: judge failed; scoring the turn neutral")
 		o.Source = SourceJudgeFailed
 		o.Note = "judge failed: " + err.Error()
 		return
@@ -272,7 +275,7 @@ func (s *Scorer) hint(ctx context.Context, t *Turn, fbText string) hintOutcome {
 			return hintOutcome{}
 		}
 		s.m.Failures.WithLabelValues("hint").Inc()
-		s.log.Warn().Err(err).Str("turn", t.ID).Msg("reward: hint judge failed; no hint for this turn")
+		s.warn.Warn("hint", fmt.Errorf("turn %s: %w", t.ID, err), "reward: hint judge failed; no hint for this turn")
 		return hintOutcome{note: "hint judge failed: " + err.Error()}
 	}
 	var h hintOutcome

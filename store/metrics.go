@@ -2,11 +2,8 @@ package store
 
 import (
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 )
 
 type metrics struct {
@@ -53,41 +50,4 @@ func newMetrics(d *DB, reg prometheus.Registerer) (metrics, error) {
 		}
 	}
 	return m, nil
-}
-
-// RateLimited logs repeated warnings at most once per interval and key,
-// with the count of those it held back, instead of one line per event.
-type RateLimited struct {
-	log      zerolog.Logger
-	interval time.Duration
-
-	mu   sync.Mutex
-	last map[string]time.Time
-	held map[string]int
-}
-
-// NewRateLimited returns a limiter that logs through log.
-func NewRateLimited(log zerolog.Logger, interval time.Duration) *RateLimited {
-	return &RateLimited{log: log, interval: interval, last: map[string]time.Time{}, held: map[string]int{}}
-}
-
-// Warn logs msg with err under key, unless a warning of the same key was
-// logged less than an interval ago; then it only counts it, and the next
-// line logged for key says how many were held back.
-func (r *RateLimited) Warn(key string, err error, msg string) {
-	now := time.Now()
-	r.mu.Lock()
-	if t, ok := r.last[key]; ok && now.Sub(t) < r.interval {
-		r.held[key]++
-		r.mu.Unlock()
-		return
-	}
-	held := r.held[key]
-	r.last[key], r.held[key] = now, 0
-	r.mu.Unlock()
-	ev := r.log.Warn().Err(err)
-	if held > 0 {
-		ev = ev.Int("repeats", held).Dur("in_last", r.interval)
-	}
-	ev.Msg(msg)
 }

@@ -62,7 +62,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+	_ "modernc.org/sqlite"
+
+	"github.com/clawrl/clawrl/ratelog" // the database/sql driver "sqlite"
 )
 
 // FileName is the database file inside the data directory.
@@ -174,7 +176,7 @@ type DB struct {
 	db   *sql.DB
 	opts Options
 	met  metrics
-	warn *RateLimited
+	warn *ratelog.Limiter
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -240,7 +242,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	d := &DB{path: path, db: db, opts: opts, done: make(chan struct{}), ready: make(chan struct{}, 1)}
 	d.cond = sync.NewCond(&d.mu)
-	d.warn = NewRateLimited(opts.Log, 10*time.Second)
+	d.warn = ratelog.New(opts.Log, 10*time.Second)
 	fail := func(err error) (*DB, error) {
 		db.Close()
 		return nil, err
