@@ -8,7 +8,10 @@ import (
 // TestPeakLoops checks that the peak measurements run and agree with the
 // kernel set: the BF16 dot peak is measured exactly where the products use
 // the instruction, and there it is within a plausible factor of the FMA
-// peak (twice it on the development machines).
+// peak: twice it on AMD Zen 4/5, where VDPBF16PS issues as often as an
+// FMA and does twice the work; half of it on Intel Sapphire Rapids-class
+// Xeons, where it issues on one port where FMAs have two (measured:
+// 116-118 against 227-235 GFLOP/s on one core).
 func TestPeakLoops(t *testing.T) {
 	for _, set := range AvailableKernels() {
 		t.Run(set, func(t *testing.T) {
@@ -25,7 +28,7 @@ func TestPeakLoops(t *testing.T) {
 			switch {
 			case !HasBF16Dot() && dot != 0:
 				t.Fatalf("BF16 dot peak %v without the instruction in use", dot)
-			case HasBF16Dot() && (dot < fma/2 || dot > 8*fma):
+			case HasBF16Dot() && (dot < fma/4 || dot > 8*fma):
 				t.Fatalf("BF16 dot peak %v against an FMA peak of %v", dot, fma)
 			}
 			t.Logf("FMA %.1f GFLOP/s, BF16 dot %.1f GFLOP/s", fma, dot)
