@@ -457,3 +457,105 @@ func value(c prometheus.Collector) float64 {
 	}
 	return sum
 }
+
+// durableSink is a ChanSink that is also a Flusher and an Archive, as the
+// store is.
+type durableSink struct {
+	*ChanSink
+	flushes int
+	mu      sync.Mutex
+	known   map[string]Feedback
+}
+
+func (d *durableSink) Flush() error {
+	d.mu.Lock()
+	d.flushes++
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *durableSink) FindTurn(req FeedbackRequest) (Feedback, error) {
+	if fb, ok := d.known[req.ResponseID]; ok {
+		return fb, nil
+	}
+	return Feedback{}, ErrUnknownTurn
+}
+
+// A durable sink gets every turn when it is recorded (before its next
+// state), and the tracker waits for it (Flush) before Record returns.
+func TestRecordedTurnsAreFlushed(t *testing.T) {
+	ds := &durableSink{ChanSink: NewChanSink(64)}
+	h := newHarness(t, Options{Sink: ds})
+	h.sink = ds.ChanSink
+	_, turns := h.turn("s", msgs(user("hi")), false, asst("hello"))
+	recs := h.emitted()
+	if len(recs) != 1 || recs[0].Kind != KindRecorded || recs[0].Turn == turns[0] || recs[0].Turn.ResponseID != turns[0].ResponseID ||
+		len(recs[0].Turn.Keys) == 0 {
+		t.Fatalf("records %+v, want one KindRecorded copy of the turn with its keys", recs)
+	}
+	if ds.flushes != 1 {
+		t.Errorf("%d flushes, want 1", ds.flushes)
+	}
+	if _, err := h.tr.AddFeedback(FeedbackRequest{ResponseID: turns[0].ResponseID, Thumb: 1}); err != nil || ds.flushes != 2 {
+		t.Errorf("feedback: %v, %d flushes", err, ds.flushes)
+	}
+}
+
+// A restarted tracker given the open turns of the last run (Restore)
+// completes them when the conversation goes on, in the same session.
+func TestRestoreCompletesOpenTurns(t *testing.T) {
+	ds := &durableSink{ChanSink: NewChanSink(64)}
+	h := newHarness(t, Options{Sink: ds})
+	h.sink = ds.ChanSink
+	_, turns := h.turn("", msgs(sys("be brief"), user("hi")), false, asst("hello"))
+	rec := h.emitted()[0].Turn
+
+	// A new tracker, as after a restart, knows only what was stored.
+	h2 := newHarness(t, Options{})
+	stored := &Turn{SessionID: rec.SessionID, Index: rec.Index, ResponseID: rec.ResponseID, Keys: rec.Keys, Inferred: true}
+	h2.tr.Restore([]*Turn{stored})
+	b, _ := h2.turn("", msgs(sys("be brief"), user("hi"), asst("hello"), user("thanks!")), false, asst("welcome"))
+	if b.SessionID != rec.SessionID || !b.Continued {
+		t.Errorf("continued in session %q (continued %v), want %q", b.SessionID, b.Continued, rec.SessionID)
+	}
+	var done *Turn
+	for _, r := range h2.emitted() {
+		if r.Kind == KindTurn {
+			done = r.Turn
+		}
+	}
+	if done == nil || done.ResponseID != turns[0].ResponseID || done.End != EndNextState || len(done.NextState) != 1 || done.NextState[0].Content != "thanks!" {
+		t.Fatalf("restored turn emitted as %+v", done)
+	}
+	if done.Index != 0 || b == nil {
+		t.Errorf("index %d", done.Index)
+	}
+}
+
+// Forget drops a session without emitting its pending turns; feedback on
+// a turn the tracker does not remember is looked up in the Archive.
+func TestForgetAndArchive(t *testing.T) {
+	ds := &durableSink{ChanSink: NewChanSink(64), known: map[string]Feedback{
+		"chatcmpl-old": {SessionID: "gone", TurnIndex: 3, ResponseID: "chatcmpl-old"},
+	}}
+	h := newHarness(t, Options{Sink: ds, Archive: ds})
+	h.sink = ds.ChanSink
+	h.turn("s", msgs(user("hi")), false, asst("hello"))
+	h.emitted()
+	if !h.tr.Forget("s") || h.tr.Forget("s") {
+		t.Fatal("Forget did not report the session once")
+	}
+	h.tr.Close()
+	for _, r := range h.emitted() {
+		if r.Kind == KindTurn {
+			t.Errorf("a forgotten session's turn was emitted: %+v", r.Turn)
+		}
+	}
+	fb, err := h.tr.AddFeedback(FeedbackRequest{ResponseID: "chatcmpl-old", Thumb: -1, Text: "late"})
+	if err != nil || fb.SessionID != "gone" || fb.TurnIndex != 3 || fb.Thumb != -1 || fb.ID == "" {
+		t.Errorf("archived feedback %+v, %v", fb, err)
+	}
+	if _, err := h.tr.AddFeedback(FeedbackRequest{ResponseID: "nope", Thumb: 1}); !errors.Is(err, ErrUnknownTurn) {
+		t.Errorf("unknown turn: %v", err)
+	}
+}

@@ -50,15 +50,16 @@ import (
 // Text with nothing that could start a secret costs one scan of its bytes
 // and no regular-expression work. Redact is safe for concurrent use,
 // accepts any bytes (invalid UTF-8 included) and keeps valid UTF-8 valid.
-// Replacements never take a JSON string's quote or backslash, so JSON
-// text stays valid JSON.
+// A replacement takes no quote and no part of an escape sequence, so
+// redacted JSON stays valid unless a private key block starts in one JSON
+// string and ends in another.
 func Redact(s string) (string, int) {
 	return redactWith(s, redactCandidates)
 }
 
 // redactMaxPasses bounds the passes over a text; a second pass only finds
-// something when a replacement uncovered a match (an e-mail address
-// glued to a card number, say), a third never has in fuzzing.
+// something when a replacement uncovered a match (a card number glued to
+// an e-mail address, say).
 const redactMaxPasses = 4
 
 func redactWith(s string, candidates func(string) uint64) (string, int) {
@@ -114,7 +115,7 @@ type redactRule struct {
 	src    string // the pattern, without the \b that word adds
 	word   bool   // a match starts a word (\b)
 	re     *regexp.Regexp
-	full   *regexp.Regexp // src as a search over the whole text, for tests
+	full   *regexp.Regexp // src as a search of the whole text: after too many misses, and in tests
 	lits   []string       // triggers: where these occur...
 	trig   func(s string, yield func(int) bool)
 	start  func(s string, t, from int) int // ...mapped to a start (default: the trigger); -1: none
@@ -124,6 +125,7 @@ type redactRule struct {
 	valid  func(s string, m []int, start, end int) bool // extra checks on the span s[start:end]
 	trim   func(s string, start, end int) int           // a new end for the span
 	find   func(s string, prio int, dst []redactSpan) []redactSpan
+	skip   func(s string, p int) int // after no match at p, none starts before this
 }
 
 // Rule indexes: their order is their priority, and bit i of a candidates
@@ -183,16 +185,11 @@ var redactRules = func() [rdCount]redactRule {
 		`|'((?:[^'\\\r\n]|\\.)+)'` +
 		`|\\"([^"\\\r\n]+)\\"` +
 		"|([^\\s\"'`\\\\,;&<>(){}=][^\\s\"'`\\\\,;&<>(){}]*))"
-	pemLabel := `[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`
-	nl := `(?:\r?\n|\\r?\\n)` // a newline, or one escaped in a JSON string
-	pemLine := `[ \t]*(?:(?:Proc-Type|DEK-Info|Comment):[^\r\n\\"]*|[A-Za-z0-9+/=]+)?[ \t]*`
 	r := [rdCount]redactRule{
-		rdPEM: {name: "private_key", ph: redactPhPrivateKey, trim: redactTrimPEM, lits: []string{"-----BEGIN"},
-			src: `-----BEGIN` + pemLabel + `(?:[\s\S]*?-----END` + pemLabel +
-				// no END line: what follows on the BEGIN line if it is long
-				// base64, then whole lines of base64 or PEM headers
-				`|(?:[ \t]+[A-Za-z0-9+/=]{16,})*[ \t]*(?:` + nl + `(?:` + pemLine + nl + `)*(?:` + pemLine + `$)?)?)`},
-		rdJWT: {name: "jwt", ph: redactPhJWT, word: true, lits: []string{"eyJ"},
+		rdPEM: {name: "private_key", find: redactPEM, // src only for tests
+			src: `-----BEGIN` + redactPEMLabel + `(?:[\s\S]*?-----END` + redactPEMLabel +
+				`|` + redactPEMRest.String()[1:] + `)`, ph: redactPhPrivateKey, trim: redactTrimPEM},
+		rdJWT: {name: "jwt", ph: redactPhJWT, word: true, lits: []string{"eyJ"}, skip: redactSkipJWT,
 			src: `eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*`},
 		rdOpenAI: {name: "openai", ph: redactPhAPIKey, word: true, lits: []string{"sk-"},
 			src: `sk-[A-Za-z0-9_-]{20,}`},
@@ -249,14 +246,21 @@ func redactFind(s string, mask uint64, dst []redactSpan) []redactSpan {
 	return dst
 }
 
+// redactMaxMisses is how many triggers of a rule may fail to start a
+// match in one text before the rule searches the whole text instead: a
+// failed try may read far ahead, so trying at every trigger of a text
+// made for it could cost time quadratic in its length.
+const redactMaxMisses = 64
+
 // spans appends the spans that r finds in s. They are what r.full finds
-// searching s from left to right, but matching only where it can start
-// saves scanning most of the text: a search costs some 15 ns a byte.
+// searching s from left to right, but matching only where a match can
+// start saves reading most of the text (a search costs 15 to 125 ns a
+// byte, a pattern's literal is found at several GB/s).
 func (r *redactRule) spans(s string, prio int, dst []redactSpan) []redactSpan {
 	if r.find != nil {
 		return r.find(s, prio, dst)
 	}
-	from := 0 // where the last match ended
+	n0, from, misses := len(dst), 0, 0 // from: where the last match ended
 	for t := range r.triggers(s) {
 		p := -1
 		switch {
@@ -270,6 +274,16 @@ func (r *redactRule) spans(s string, prio int, dst []redactSpan) []redactSpan {
 		}
 		m := r.re.FindStringSubmatchIndex(s[p:])
 		if m == nil {
+			if r.skip != nil {
+				from = r.skip(s, p)
+			}
+			if misses++; misses > redactMaxMisses {
+				dst = dst[:n0]
+				for _, m := range r.full.FindAllStringSubmatchIndex(s, -1) {
+					dst = r.span(s, m, prio, dst)
+				}
+				return dst
+			}
 			continue
 		}
 		for k := range m {
@@ -278,32 +292,91 @@ func (r *redactRule) spans(s string, prio int, dst []redactSpan) []redactSpan {
 			}
 		}
 		from = m[1]
-		start, end := m[0], m[1]
-		if len(r.groups) > 0 {
-			start = -1
-			for _, g := range r.groups {
-				if m[2*g] >= 0 {
-					start, end = m[2*g], m[2*g+1]
-					break
-				}
-			}
-			if start < 0 {
-				continue
-			}
-		}
-		if r.trim != nil {
-			end = r.trim(s, start, end)
-		}
-		if start == end || redactIsPlaceholder(s[start:end]) || r.valid != nil && !r.valid(s, m, start, end) {
-			continue
-		}
-		ph := r.ph
-		if r.phOf != nil {
-			ph = r.phOf(s, m)
-		}
-		dst = append(dst, redactSpan{start: start, end: end, ph: ph, prio: prio})
+		dst = r.span(s, m, prio, dst)
 	}
 	return dst
+}
+
+// span appends the span of match m, if it passes.
+func (r *redactRule) span(s string, m []int, prio int, dst []redactSpan) []redactSpan {
+	start, end := m[0], m[1]
+	if len(r.groups) > 0 {
+		start = -1
+		for _, g := range r.groups {
+			if m[2*g] >= 0 {
+				start, end = m[2*g], m[2*g+1]
+				break
+			}
+		}
+		if start < 0 {
+			return dst
+		}
+	}
+	if r.trim != nil {
+		end = r.trim(s, start, end)
+	}
+	if start == end || redactIsPlaceholder(s[start:end]) || r.valid != nil && !r.valid(s, m, start, end) {
+		return dst
+	}
+	ph := r.ph
+	if r.phOf != nil {
+		ph = r.phOf(s, m)
+	}
+	return append(dst, redactSpan{start: start, end: end, ph: ph, prio: prio})
+}
+
+// PEM private keys, by hand: a lazy search for the END line from each
+// BEGIN line without one would read to the end of the text each time.
+var (
+	redactPEMBegin = regexp.MustCompile(`^-----BEGIN` + redactPEMLabel)
+	redactPEMEnd   = regexp.MustCompile(`-----END` + redactPEMLabel)
+	// no END line: what follows on the BEGIN line if it is long base64,
+	// then whole lines of base64 or PEM headers
+	redactPEMRest = regexp.MustCompile(`^(?:[ \t]+[A-Za-z0-9+/=]{16,})*[ \t]*(?:` +
+		redactNL + `(?:` + redactPEMLine + redactNL + `)*(?:` + redactPEMLine + `$)?)?`)
+)
+
+const (
+	redactPEMLabel = `[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----`
+	redactNL       = `(?:\r?\n|\\r?\\n)` // a newline, or one escaped in a JSON string
+	redactPEMLine  = `[ \t]*(?:(?:Proc-Type|DEK-Info|Comment):[^\r\n\\"]*|[A-Za-z0-9+/=]+)?[ \t]*`
+)
+
+func redactPEM(s string, prio int, dst []redactSpan) []redactSpan {
+	from := 0
+	endFrom, endAt, endLen := -1, -1, 0 // the first END line at or after endFrom
+	for i := 0; ; {
+		j := strings.Index(s[i:], "-----BEGIN")
+		if j < 0 {
+			return dst
+		}
+		p := i + j
+		i = p + 1
+		if p < from {
+			continue
+		}
+		h := redactPEMBegin.FindStringIndex(s[p:])
+		if h == nil {
+			continue
+		}
+		body := p + h[1]
+		if endFrom < 0 || endFrom > body || endAt >= 0 && endAt < body {
+			endFrom, endAt = body, -1
+			if e := redactPEMEnd.FindStringIndex(s[body:]); e != nil {
+				endAt, endLen = body+e[0], e[1]-e[0]
+			}
+		}
+		end := 0
+		if endAt >= 0 {
+			end = endAt + endLen
+			from = end
+		} else {
+			from = body + redactPEMRest.FindStringIndex(s[body:])[1]
+			end = redactTrimPEM(s, p, from)
+		}
+		dst = append(dst, redactSpan{start: p, end: end, ph: redactPhPrivateKey, prio: prio})
+		i = from
+	}
 }
 
 // triggers yields r's triggers in s in increasing order.
@@ -347,6 +420,17 @@ func redactIndexFrom(s, lit string, i int) int {
 		return i + j
 	}
 	return -1
+}
+
+// redactSkipJWT: when no JWT starts at s[p], none starts in the rest of
+// its first segment either (that segment would end where this one does,
+// followed by the same text).
+func redactSkipJWT(s string, p int) int {
+	p += len("eyJ")
+	for p < len(s) && (redactIsWord(s[p]) || s[p] == '-') {
+		p++
+	}
+	return p
 }
 
 // redactWordStart reports whether a word starts at s[i] (\b before it).
@@ -691,8 +775,8 @@ func redactCardRun(s string, groups [][2]int, prio int, dst []redactSpan) []reda
 	}
 	last := len(groups) - 1
 	for a := 0; a <= last; a++ {
-		if a == 0 && gluedBefore {
-			continue
+		if l := groups[a][1] - groups[a][0]; a == 0 && gluedBefore || l != 4 && (l < 13 || l > 19) {
+			continue // a card starts with a group of 4, or is one group
 		}
 		// the longest window of whole groups from a that is a card
 		hi, digits := a-1, 0

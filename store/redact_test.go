@@ -257,7 +257,7 @@ func redactCheckSpans(t *testing.T, s string) {
 	t.Helper()
 	for i := range redactRules {
 		r := &redactRules[i]
-		if r.find != nil {
+		if r.full == nil {
 			continue
 		}
 		got, want := r.spans(s, 0, nil), redactSpansFull(r, s)
