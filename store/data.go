@@ -191,7 +191,7 @@ type Thumb struct {
 // Export writes one JSON line per sample (the latest generation of each
 // scored turn), oldest first, and returns how many it wrote.
 func (d *DB) Export(w io.Writer) (int, error) {
-	rows, err := d.db.Query(`SELECT s.id, t.session_id, t.idx, t.body, s.reward, s.source, s.votes, s.hint, s.kind, s.status,
+	rows, err := d.db.Query(`SELECT s.id, t.session_id, t.idx, t.body, t.next_state, s.reward, s.source, s.votes, s.hint, s.kind, s.status,
 		s.version, s.teacher, t.id, t.response, t.logprobs
 		FROM samples s JOIN turns t ON t.id = s.turn_id
 		WHERE s.gen = t.gen ORDER BY t.received, s.id`)
@@ -204,10 +204,10 @@ func (d *DB) Export(w io.Writer) (int, error) {
 	n := 0
 	for rows.Next() {
 		var r ExportRecord
-		var raw, teacher, response, logprobs []byte
+		var raw, next, teacher, response, logprobs []byte
 		var votes, turnID string
 		var version int64
-		if err := rows.Scan(&r.ID, &r.SessionID, &r.Turn, &raw, &r.Reward, &r.Source, &votes, &r.Hint, &r.Kind, &r.Status,
+		if err := rows.Scan(&r.ID, &r.SessionID, &r.Turn, &raw, &next, &r.Reward, &r.Source, &votes, &r.Hint, &r.Kind, &r.Status,
 			&version, &teacher, &turnID, &response, &logprobs); err != nil {
 			return n, fmt.Errorf("store: export: %w", err)
 		}
@@ -217,7 +217,12 @@ func (d *DB) Export(w io.Writer) (int, error) {
 		}
 		r.Version = uint64(version)
 		_ = json.Unmarshal([]byte(votes), &r.Votes)
-		r.Prompt, r.Completion, r.Tools, r.NextState = body.Messages, []tokenizer.Message{body.Reply}, body.Tools, body.NextState
+		r.Prompt, r.Completion, r.Tools = body.Messages, []tokenizer.Message{body.Reply}, body.Tools
+		if next != nil {
+			if err := json.Unmarshal(next, &r.NextState); err != nil {
+				return n, fmt.Errorf("store: export: turn %s: next state: %w", turnID, err)
+			}
+		}
 		r.Messages = append(append([]tokenizer.Message(nil), body.Messages...), body.Reply)
 		if r.Reward != 0 {
 			l := r.Reward > 0

@@ -92,7 +92,8 @@ CREATE TABLE IF NOT EXISTS turns (
 	completed   INTEGER,                   -- next state (or another end) arrived
 	end_reason  TEXT NOT NULL DEFAULT '',
 	redacted    INTEGER NOT NULL DEFAULT 0,
-	body        BLOB NOT NULL,             -- JSON: conversation, reply, next state
+	body        BLOB NOT NULL,             -- JSON: conversation, reply, match keys
+	next_state  BLOB,                      -- JSON: the messages that followed
 	prompt      BLOB,                      -- int32 LE token ids (NULL: not trainable)
 	response    BLOB,
 	logprobs    BLOB                       -- float32 LE

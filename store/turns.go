@@ -32,7 +32,6 @@ type turnBody struct {
 	Messages     []tokenizer.Message `json:"messages"`
 	Tools        []json.RawMessage   `json:"tools,omitempty"`
 	Reply        tokenizer.Message   `json:"reply"`
-	NextState    []tokenizer.Message `json:"next_state,omitempty"`
 	Versions     []uint64            `json:"versions,omitempty"`
 	FinishReason string              `json:"finish_reason"`
 	FirstToken   int64               `json:"first_token_ms,omitempty"`
@@ -155,63 +154,55 @@ func (d *DB) insertTurn(tx *sql.Tx, t *session.Turn) error {
 	return nil
 }
 
-// completeTurn stores a turn's next state and makes it ready to score. A
-// turn that ended by shutdown stays open (the next start gives it back to
-// the Tracker). A turn that was never inserted (recorded after the
-// Tracker closed, or refused by the budget) is inserted first.
+// completeTurn stores a turn's next state and makes it ready to score (a
+// redacted one: kept, never scored). A turn that ended by shutdown stays
+// open (the next start gives it back to the Tracker). A turn that was
+// never inserted (recorded after the Tracker closed) is inserted first.
 func (d *DB) completeTurn(tx *sql.Tx, t *session.Turn) error {
-	id := TurnID(t.ResponseID, t.Choice)
 	if t.End == session.EndShutdown {
 		return nil
 	}
+	id := TurnID(t.ResponseID, t.Choice)
+	next := append([]tokenizer.Message(nil), t.NextState...)
+	redacted := d.redactMessages(next)
 	var raw []byte
-	var status string
-	err := tx.QueryRow("SELECT body, status FROM turns WHERE id = ?", id).Scan(&raw, &status)
-	if errors.Is(err, sql.ErrNoRows) {
-		if d.overBudget() {
-			return nil
+	if len(next) > 0 {
+		var err error
+		if raw, err = json.Marshal(next); err != nil {
+			return fmt.Errorf("store: turn %s: %w", id, err)
 		}
-		if err := d.insertTurn(tx, t); err != nil {
-			return err
-		}
-		err = tx.QueryRow("SELECT body, status FROM turns WHERE id = ?", id).Scan(&raw, &status)
-	}
-	if err != nil {
-		return fmt.Errorf("store: turn %s: %w", id, err)
-	}
-	if status != TurnOpen {
-		return nil // completed already
-	}
-	var body turnBody
-	if err := json.Unmarshal(raw, &body); err != nil {
-		return fmt.Errorf("store: turn %s: body: %w", id, err)
-	}
-	body.NextState = append([]tokenizer.Message(nil), t.NextState...)
-	redacted := d.redactMessages(body.NextState)
-	body.Keys = nil // matching is over
-	raw, err = json.Marshal(body)
-	if err != nil {
-		return fmt.Errorf("store: turn %s: %w", id, err)
-	}
-	next := TurnReady
-	var wasRedacted int
-	if err := tx.QueryRow("SELECT redacted FROM turns WHERE id = ?", id).Scan(&wasRedacted); err != nil {
-		return fmt.Errorf("store: turn %s: %w", id, err)
-	}
-	if wasRedacted != 0 {
-		next = TurnRedacted
 	}
 	completed := ms(t.Completed)
 	if completed == 0 {
 		completed = d.now()
 	}
-	_, err = tx.Exec(`UPDATE turns SET body = ?, status = ?, completed = ?, end_reason = ?,
-		redacted = redacted OR ? WHERE id = ?`, raw, next, completed, string(t.End), boolInt(redacted), id)
-	if err != nil {
-		return fmt.Errorf("store: turn %s: %w", id, err)
+	update := func() (int64, error) {
+		res, err := tx.Exec(`UPDATE turns SET next_state = ?, completed = ?, end_reason = ?, redacted = redacted OR ?,
+			status = CASE WHEN redacted OR ? THEN 'redacted' ELSE 'ready' END
+			WHERE id = ? AND status = 'open'`, raw, completed, string(t.End), boolInt(redacted), boolInt(redacted), id)
+		if err != nil {
+			return 0, fmt.Errorf("store: turn %s: %w", id, err)
+		}
+		return res.RowsAffected()
 	}
-	d.met.turns.WithLabelValues("completed").Inc()
-	return nil
+	n, err := update()
+	if err != nil || n > 0 {
+		if n > 0 {
+			d.met.turns.WithLabelValues("completed").Inc()
+		}
+		return err
+	}
+	var exists int
+	if err := tx.QueryRow("SELECT COUNT(*) FROM turns WHERE id = ?", id).Scan(&exists); err != nil || exists > 0 || d.overBudget() {
+		return err // completed already, or refused by the budget
+	}
+	if err := d.insertTurn(tx, t); err != nil {
+		return err
+	}
+	if n, err = update(); n > 0 {
+		d.met.turns.WithLabelValues("completed").Inc()
+	}
+	return err
 }
 
 // insertFeedback stores feedback. Feedback on a turn that is already
@@ -313,7 +304,7 @@ type ReadyTurn struct {
 // can still train within max_staleness; older ones wait for a lull),
 // skipping the ids in busy.
 func (d *DB) ReadyTurns(limit int, busy map[string]bool) ([]ReadyTurn, error) {
-	rows, err := d.db.Query(`SELECT id, gen, session_id, response_id, choice, version, end_reason, completed, body, prompt, response, logprobs
+	rows, err := d.db.Query(`SELECT id, gen, session_id, response_id, choice, version, end_reason, completed, body, next_state, prompt, response, logprobs
 		FROM turns WHERE status = 'ready' ORDER BY completed DESC LIMIT ?`, limit+len(busy))
 	if err != nil {
 		return nil, fmt.Errorf("store: ready turns: %w", err)
@@ -322,9 +313,9 @@ func (d *DB) ReadyTurns(limit int, busy map[string]bool) ([]ReadyTurn, error) {
 	for rows.Next() {
 		var t ReadyTurn
 		var version, completed int64
-		var raw, prompt, response, logprobs []byte
+		var raw, next, prompt, response, logprobs []byte
 		if err := rows.Scan(&t.ID, &t.Gen, &t.SessionID, &t.ResponseID, &t.Choice, &version, &t.End, &completed,
-			&raw, &prompt, &response, &logprobs); err != nil {
+			&raw, &next, &prompt, &response, &logprobs); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("store: ready turns: %w", err)
 		}
@@ -337,7 +328,13 @@ func (d *DB) ReadyTurns(limit int, busy map[string]bool) ([]ReadyTurn, error) {
 			return nil, fmt.Errorf("store: turn %s: body: %w", t.ID, err)
 		}
 		t.Version, t.Completed = uint64(version), time.UnixMilli(completed)
-		t.Messages, t.Tools, t.Reply, t.NextState = body.Messages, body.Tools, body.Reply, body.NextState
+		t.Messages, t.Tools, t.Reply = body.Messages, body.Tools, body.Reply
+		if next != nil {
+			if err := json.Unmarshal(next, &t.NextState); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("store: turn %s: next state: %w", t.ID, err)
+			}
+		}
 		t.Prompt, t.Response, t.LogProbs = decodeInt32s(prompt), decodeInt32s(response), decodeFloat32s(logprobs)
 		out = append(out, t)
 	}
