@@ -395,8 +395,8 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	if rc.Judge == reward.BackendOpenAI {
 		judge, err = reward.NewOpenAIBackend(reward.OpenAIOptions{BaseURL: rc.JudgeBaseURL, APIKey: rc.JudgeAPIKey, Model: rc.JudgeModel})
 	} else {
-		// The local judge generates through the serving scheduler, on the
-		// current weights.
+		// The local judge generates through the serving scheduler on the
+		// checkpoint's frozen weights, as background work below users.
 		judge, err = reward.NewLocalBackend(e.sched, e.tok, reward.LocalOptions{StopTokens: e.stopTokens(), TemplateVars: vars})
 	}
 	if err != nil {

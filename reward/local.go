@@ -27,8 +27,12 @@ type LocalOptions struct {
 	TopP float32
 }
 
-// LocalBackend runs the judge on an in-process rollout.Generator (a
-// scheduler over a frozen model) with the tokenizer's chat template.
+// LocalBackend runs the judge on an in-process rollout.Generator with the
+// tokenizer's chat template. Its generations are frozen (the checkpoint's
+// weights, which training never changes: the judge does not drift with
+// the policy it grades) and background (their own queue, below every
+// user request, preempted first; see rollout.Request), so judge traffic
+// never costs a user a 429 or a batch slot.
 type LocalBackend struct {
 	gen    rollout.Generator
 	tok    *tokenizer.Tokenizer
@@ -82,6 +86,8 @@ func (l *LocalBackend) Complete(ctx context.Context, req Request) ([]string, err
 		Sampling:   sample.Params{Temperature: req.Temperature, TopP: l.opts.TopP},
 		MaxTokens:  req.MaxTokens,
 		StopTokens: l.opts.StopTokens,
+		Frozen:     true,
+		Background: true,
 	}
 
 	// Start one generation and wait for its first event: by then its

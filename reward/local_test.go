@@ -16,6 +16,7 @@ import (
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/tokenizer"
+	"github.com/clawrl/clawrl/weights"
 )
 
 // tinyModel writes a small random Qwen3 (float32, so log-probs compare
@@ -384,5 +385,67 @@ func TestModelTeacherErrors(t *testing.T) {
 	<-teacher.turn
 	if _, err := TeacherPrompt(testTokenizer(t), &Turn{Messages: []tokenizer.Message{msg("system", "x")}}, "a hint"); err == nil {
 		t.Errorf("TeacherPrompt without a user message succeeded")
+	}
+}
+
+// TestLocalJudgeIsFrozen: the local judge's outputs on a fixed set are the
+// same before and after training publishes other weights, because it
+// generates on the checkpoint's weights, not the current version.
+func TestLocalJudgeIsFrozen(t *testing.T) {
+	spec := tinySpec()
+	spec.Hidden, spec.Intermediate, spec.Layers, spec.Heads, spec.KVHeads = 32, 64, 1, 2, 1
+	m := tinyModel(t, spec)
+	store := weights.NewStore(weights.StoreOptions{})
+	t.Cleanup(store.Close)
+	v1, err := store.Publish(m.Weights(), 0, weights.Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := rollout.New(rollout.Options{Model: m, Cache: newKVCache(t, m, 8192), Versions: store, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Start())
+	tk := testTokenizer(t)
+	backend, err := NewLocalBackend(s, tk, LocalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	judge := func() []string {
+		var out []string
+		for _, q := range []string{"Was that right?", "Did the tool call work?", "Rate it."} {
+			texts, err := backend.Complete(context.Background(), Request{
+				Messages: []tokenizer.Message{{Role: "user", Content: q}}, N: 2, Temperature: 0, MaxTokens: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, texts...)
+		}
+		return out
+	}
+	before := judge()
+	// "Training": other weights of the same shapes become current.
+	other := spec
+	other.Seed, other.Vocab = spec.Seed+100, m.Config.VocabSize
+	dir := t.TempDir()
+	if err := model.WriteRandomCheckpoint(dir, other); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := m.LoadWeights(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := store.Publish(w2, v1.Number(), weights.Meta{Step: 1}); err != nil {
+			t.Fatal(err)
+		}
+		w2, err = m.LoadWeights(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	w2.Free()
+	if after := judge(); !slices.Equal(before, after) {
+		t.Errorf("the judge's outputs changed with the policy's weights:\nbefore %q\nafter  %q", before, after)
 	}
 }

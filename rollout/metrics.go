@@ -19,7 +19,7 @@ type schedCollector struct{ s *Scheduler }
 
 var (
 	descRequests = prometheus.NewDesc("clawrl_scheduler_requests",
-		"Generations in the running batch (state=running) or queued to start (state=waiting).", []string{"state"}, nil)
+		"Generations in the running batch (state=running; running_background: the background ones among them, the judge) or queued to start (waiting, waiting_background).", []string{"state"}, nil)
 	descBlocks = prometheus.NewDesc("clawrl_kv_cache_blocks",
 		"KV cache blocks: free, held by the prefix cache (prefix), and in all (total).", []string{"state"}, nil)
 	descUsage = prometheus.NewDesc("clawrl_kv_cache_usage_ratio",
@@ -54,6 +54,8 @@ func (c schedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descRequests, float64(st.Running), "running")
 	gauge(descRequests, float64(st.Waiting), "waiting")
+	gauge(descRequests, float64(st.Background), "running_background")
+	gauge(descRequests, float64(st.WaitingBackground), "waiting_background")
 	gauge(descBlocks, float64(st.FreeBlocks), "free")
 	gauge(descBlocks, float64(st.PrefixBlocks), "prefix")
 	gauge(descBlocks, float64(total), "total")

@@ -25,6 +25,17 @@ type Request struct {
 	// StopTokens end the generation when sampled (EOS, end-of-turn); the
 	// stop token is reported in the last event but is not part of the text.
 	StopTokens []int32
+	// Frozen runs the generation on the model's checkpoint weights, which
+	// training never changes, instead of the current version: the judge
+	// grades with the reference policy, not the one it trains.
+	Frozen bool
+	// Background puts the generation below every foreground request: it
+	// waits in a queue of its own (a full one refuses background requests
+	// only), starts only when no foreground request is waiting, runs at
+	// most Options.MaxBackground at once, and is the first to be
+	// preempted when a foreground request needs its slot or the KV cache
+	// is full. For the judge and other work users do not wait on.
+	Background bool
 }
 
 // FinishReason says why a generation ended.

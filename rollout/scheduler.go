@@ -43,6 +43,10 @@ type Options struct {
 	// running ones are never paused or restarted. Nil means the model's
 	// checkpoint weights, version 0, forever.
 	Versions *weights.Store
+	// MaxBackground is the most background requests running at once
+	// (default a quarter of MaxBatch, at least 1); BackgroundQueue the most
+	// waiting (default QueueSize). See Request.Background.
+	MaxBackground, BackgroundQueue int
 	// Log receives scheduler events.
 	Log zerolog.Logger
 }
@@ -50,6 +54,8 @@ type Options struct {
 // Stats is a snapshot of the scheduler's counters.
 type Stats struct {
 	Running, Waiting     int
+	WaitingBackground    int    // background requests waiting
+	Background           int    // background requests running
 	PrefixBlocks         int    // blocks held by the prefix cache
 	FreeBlocks           int    // KV blocks free now
 	Steps                uint64 // forward passes
@@ -71,9 +77,14 @@ type Scheduler struct {
 	opts    Options
 	maxPos  int
 	queue   chan *job
+	bgQueue chan *job // background requests (Request.Background)
 	prefix  *prefixCache
-	running []*job
-	held    []*job // admitted before but preempted or not yet fitting; retried first
+	// frozenPrefix caches prompt prefixes of frozen generations (the
+	// checkpoint's weights; see Request.Frozen), which outlive versions.
+	frozenPrefix *prefixCache
+	running      []*job
+	held         []*job // admitted before but preempted or not yet fitting; retried first
+	heldBg       []*job // the same for background requests, retried after foreground ones
 	// stalled is set by a preemption and cleared when a job leaves: until
 	// then nothing new is admitted, or the victim would come straight back.
 	stalled bool
@@ -115,17 +126,30 @@ func New(opts Options) (*Scheduler, error) {
 	if opts.StepTokens == 0 {
 		opts.StepTokens = 512
 	}
+	if opts.MaxBackground == 0 {
+		opts.MaxBackground = max(1, opts.MaxBatch/4)
+	}
+	if opts.BackgroundQueue == 0 {
+		opts.BackgroundQueue = opts.QueueSize
+	}
+	if opts.MaxBackground < 1 || opts.BackgroundQueue < 1 {
+		return nil, fmt.Errorf("rollout: need MaxBackground >= 1 and BackgroundQueue >= 1 (got %d, %d)", opts.MaxBackground, opts.BackgroundQueue)
+	}
 	if opts.MaxBatch < 1 || opts.QueueSize < 1 || opts.StepTokens < opts.MaxBatch {
 		return nil, fmt.Errorf("rollout: need MaxBatch >= 1, QueueSize >= 1 and StepTokens >= MaxBatch (got %d, %d, %d)",
 			opts.MaxBatch, opts.QueueSize, opts.StepTokens)
 	}
 	s := &Scheduler{
-		opts:   opts,
-		maxPos: opts.Model.Config.MaxPositions,
-		queue:  make(chan *job, opts.QueueSize),
+		opts:    opts,
+		maxPos:  opts.Model.Config.MaxPositions,
+		queue:   make(chan *job, opts.QueueSize),
+		bgQueue: make(chan *job, opts.BackgroundQueue),
 	}
 	if !opts.NoPrefixCache {
 		s.prefix = newPrefixCache(opts.Cache)
+		if opts.Versions != nil {
+			s.frozenPrefix = newPrefixCache(opts.Cache)
+		}
 	}
 	return s, nil
 }
@@ -161,8 +185,12 @@ func (s *Scheduler) Generate(ctx context.Context, req Request) (<-chan Event, er
 		nPrompt: len(req.Prompt),
 		box:     newMailbox(),
 	}
+	q := s.queue
+	if req.Background {
+		q = s.bgQueue
+	}
 	select {
-	case s.queue <- j:
+	case q <- j:
 	default:
 		return nil, ErrQueueFull
 	}
@@ -177,6 +205,7 @@ func (s *Scheduler) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Waiting = len(s.queue)
+	st.WaitingBackground = len(s.bgQueue)
 	st.FreeBlocks = s.opts.Cache.FreeBlocks()
 	return st
 }
@@ -201,15 +230,17 @@ func (s *Scheduler) Start() (stop func()) {
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.shutdown()
 	for {
-		if len(s.running) == 0 && len(s.held) == 0 {
+		if len(s.running) == 0 && len(s.held) == 0 && len(s.heldBg) == 0 {
 			s.mu.Lock()
-			s.stats.Running = 0
+			s.stats.Running, s.stats.Background = 0, 0
 			s.mu.Unlock()
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case j := <-s.queue:
 				s.held = append(s.held, j)
+			case j := <-s.bgQueue:
+				s.heldBg = append(s.heldBg, j)
 			}
 		}
 		if err := ctx.Err(); err != nil {
@@ -219,20 +250,27 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		s.dropCancelled()
 		s.admit()
 		if len(s.running) == 0 {
-			if len(s.held) > 0 {
+			held := &s.held
+			if len(*held) == 0 {
+				held = &s.heldBg
+			}
+			if len(*held) > 0 {
 				// Nothing runs and the first held request cannot fit even in
 				// an empty cache: it never will.
-				j := s.held[0]
-				s.held = s.held[1:]
+				j := (*held)[0]
+				*held = (*held)[1:]
 				s.finish(j, FinishError, fmt.Errorf("rollout: prompt of %d tokens does not fit the KV cache (%d blocks of %d tokens)",
 					len(j.tokens), s.opts.Cache.NumBlocks(), s.opts.Cache.BlockSize()))
 			}
 			continue
 		}
 		s.mu.Lock()
-		s.stats.Running = len(s.running)
+		s.stats.Running, s.stats.Background = len(s.running), s.backgroundRunning()
 		if s.prefix != nil {
 			s.stats.PrefixBlocks = s.prefix.size()
+		}
+		if s.frozenPrefix != nil {
+			s.stats.PrefixBlocks += s.frozenPrefix.size()
 		}
 		s.mu.Unlock()
 		if err := s.step(); err != nil {
@@ -260,17 +298,22 @@ func (s *Scheduler) shutdown() {
 	for _, j := range s.running {
 		s.finish(j, FinishError, ErrClosed)
 	}
-	for _, j := range s.held {
+	for _, j := range append(s.held, s.heldBg...) {
 		s.finish(j, FinishError, ErrClosed)
 	}
-	s.running, s.held = nil, nil
+	s.running, s.held, s.heldBg = nil, nil, nil
 	for {
 		select {
 		case j := <-s.queue:
 			s.finish(j, FinishError, ErrClosed)
+		case j := <-s.bgQueue:
+			s.finish(j, FinishError, ErrClosed)
 		default:
 			if s.prefix != nil {
 				s.prefix.clear()
+			}
+			if s.frozenPrefix != nil {
+				s.frozenPrefix.clear()
 			}
 			return
 		}
@@ -295,7 +338,7 @@ func (s *Scheduler) checkVersion() {
 
 // acquire pins the current weights for a job starting now.
 func (s *Scheduler) acquire(j *job) error {
-	if s.opts.Versions == nil {
+	if s.opts.Versions == nil || j.req.Frozen {
 		j.w, j.version = s.opts.Model.Weights(), 0
 		return nil
 	}
@@ -327,41 +370,146 @@ func (s *Scheduler) dropCancelled() {
 	}
 	clear(s.running[len(keep):])
 	s.running = keep
-	heldKeep := s.held[:0]
-	for _, j := range s.held {
-		if j.ctx.Err() != nil {
-			s.finish(j, FinishCancelled, nil)
-			continue
+	for _, held := range []*[]*job{&s.held, &s.heldBg} {
+		keep := (*held)[:0]
+		for _, j := range *held {
+			if j.ctx.Err() != nil {
+				s.finish(j, FinishCancelled, nil)
+				continue
+			}
+			keep = append(keep, j)
 		}
-		heldKeep = append(heldKeep, j)
+		clear((*held)[len(keep):])
+		*held = keep
 	}
-	clear(s.held[len(heldKeep):])
-	s.held = heldKeep
 }
 
 // admit moves waiting requests into the running batch while there is room
-// in the batch and in the KV cache. Held requests go first, in order.
+// in the batch and in the KV cache. Held requests go first, in order, and
+// foreground before background: a background request starts only when no
+// foreground one waits, and gives its slot up (preempted, to resume later)
+// when a foreground one needs it.
 func (s *Scheduler) admit() {
+	s.yieldBackground()
 	for len(s.running) < s.opts.MaxBatch && !(s.stalled && len(s.running) > 0) {
-		if len(s.held) == 0 {
-			select {
-			case j := <-s.queue:
-				if j.ctx.Err() != nil {
-					s.finish(j, FinishCancelled, nil)
-					continue
-				}
-				s.held = append(s.held, j)
-			default:
-				return
-			}
+		held := s.nextWaiting()
+		if held == nil {
+			return
 		}
-		j := s.held[0]
+		j := (*held)[0]
 		if !s.start(j) {
 			return
 		}
-		s.held = s.held[1:]
+		*held = (*held)[1:]
 		s.running = append(s.running, j)
 	}
+}
+
+// pull moves one live request from q into held; it reports false when q is
+// empty.
+func (s *Scheduler) pull(q chan *job, held *[]*job) bool {
+	for {
+		select {
+		case j := <-q:
+			if j.ctx.Err() != nil {
+				s.finish(j, FinishCancelled, nil)
+				continue
+			}
+			*held = append(*held, j)
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// nextWaiting returns the held list whose first request is the next to
+// start (pulling one from its queue if needed), or nil when none may.
+func (s *Scheduler) nextWaiting() *[]*job {
+	if len(s.held) > 0 || s.pull(s.queue, &s.held) {
+		return &s.held
+	}
+	if s.backgroundRunning() >= s.opts.MaxBackground {
+		return nil
+	}
+	if len(s.heldBg) > 0 || s.pull(s.bgQueue, &s.heldBg) {
+		return &s.heldBg
+	}
+	return nil
+}
+
+func (s *Scheduler) backgroundRunning() int {
+	n := 0
+	for _, j := range s.running {
+		if j.req.Background {
+			n++
+		}
+	}
+	return n
+}
+
+// yieldBackground preempts running background requests while the batch is
+// full and a foreground request waits for a slot.
+func (s *Scheduler) yieldBackground() {
+	for len(s.running) >= s.opts.MaxBatch && (len(s.held) > 0 || s.pull(s.queue, &s.held)) {
+		i := newestBackground(s.running)
+		if i < 0 {
+			return
+		}
+		s.preempt(i)
+	}
+}
+
+// newestBackground is the index of the last background job in running, or
+// -1.
+func newestBackground(running []*job) int {
+	for i := len(running) - 1; i >= 0; i-- {
+		if running[i].req.Background {
+			return i
+		}
+	}
+	return -1
+}
+
+// preempt takes running job i out of the batch and frees its cache; it is
+// retried first (its tokens so far are recomputed as its prompt).
+func (s *Scheduler) preempt(i int) {
+	victim := s.running[i]
+	s.running = slices.Delete(s.running, i, i+1)
+	victim.seq.Free()
+	victim.seq = nil
+	if victim.req.Background {
+		s.heldBg = append([]*job{victim}, s.heldBg...)
+	} else {
+		s.held = append([]*job{victim}, s.held...)
+	}
+	s.mu.Lock()
+	s.stats.Preemptions++
+	s.mu.Unlock()
+}
+
+// prefixFor is the prefix cache of the weights j runs on: the current
+// version's, the frozen checkpoint's, or none (an older version's).
+func (s *Scheduler) prefixFor(j *job) *prefixCache {
+	switch {
+	case j.req.Frozen && s.opts.Versions != nil:
+		return s.frozenPrefix
+	case j.version == s.version:
+		return s.prefix
+	}
+	return nil
+}
+
+// evictPrefixes frees up to n blocks held only by the prefix caches, the
+// policy's first, and returns how many it freed.
+func (s *Scheduler) evictPrefixes(n int) int {
+	got := 0
+	for _, pc := range []*prefixCache{s.prefix, s.frozenPrefix} {
+		if pc != nil && got < n {
+			got += pc.evict(n - got)
+		}
+	}
+	return got
 }
 
 // start gives j a sequence, reusing cached prefix blocks, if the cache can
@@ -376,11 +524,11 @@ func (s *Scheduler) start(j *job) bool {
 		}
 	}
 	j.seq = kv.NewSequence()
-	// Only generations on the current weights share cached prefixes.
-	if s.prefix != nil && j.version == s.version {
+	// Only generations on the same weights share cached prefixes.
+	if pc := s.prefixFor(j); pc != nil {
 		// Attach first: that takes a reference, so the eviction below
 		// cannot free the blocks this job is about to use.
-		if blocks := s.prefix.lookup(j.tokens); len(blocks) > 0 {
+		if blocks := pc.lookup(j.tokens); len(blocks) > 0 {
 			if err := j.seq.Attach(blocks, len(blocks)*bs); err != nil {
 				s.opts.Log.Error().Err(err).Msg("prefix cache attach failed")
 			}
@@ -390,8 +538,8 @@ func (s *Scheduler) start(j *job) bool {
 	// growth for each sequence already running.
 	need := (len(j.tokens)+1+bs-1)/bs - len(j.seq.Blocks()) + len(s.running)
 	avail := kv.FreeBlocks()
-	if need > avail && s.prefix != nil {
-		avail += s.prefix.evict(need - avail)
+	if need > avail {
+		avail += s.evictPrefixes(need - avail)
 	}
 	if need > avail {
 		j.seq.Free()
@@ -498,8 +646,8 @@ func (s *Scheduler) step() error {
 		if !ran[i] || j.seq.Len() < len(j.tokens) {
 			continue // not run this step, or prompt not finished yet
 		}
-		if j.seq.Len() == j.nPrompt && s.prefix != nil && j.version == s.version {
-			s.prefix.insert(j.tokens, j.seq.Blocks())
+		if pc := s.prefixFor(j); j.seq.Len() == j.nPrompt && pc != nil {
+			pc.insert(j.tokens, j.seq.Blocks())
 		}
 		r, err := results[i], errs[i]
 		if err != nil {
@@ -540,7 +688,7 @@ func (s *Scheduler) step() error {
 // cached prefixes nobody uses, then the most recently admitted sequence,
 // which is preempted and recomputed when there is room again.
 func (s *Scheduler) makeRoom() {
-	if s.prefix != nil && s.prefix.evict(len(s.running)+1) > 0 {
+	if s.evictPrefixes(len(s.running)+1) > 0 {
 		return
 	}
 	if len(s.running) <= 1 {
@@ -550,23 +698,22 @@ func (s *Scheduler) makeRoom() {
 		s.finish(j, FinishLength, nil)
 		return
 	}
-	victim := s.running[len(s.running)-1]
-	s.running = s.running[:len(s.running)-1]
-	victim.seq.Free()
-	victim.seq = nil
-	s.held = append([]*job{victim}, s.held...)
+	// The newest background sequence first, else the newest.
+	i := newestBackground(s.running)
+	if i < 0 {
+		i = len(s.running) - 1
+	}
+	tokens := len(s.running[i].tokens)
+	s.preempt(i)
 	s.stalled = true
-	s.mu.Lock()
-	s.stats.Preemptions++
-	s.mu.Unlock()
-	s.opts.Log.Debug().Int("tokens", len(victim.tokens)).Msg("preempted a sequence: KV cache full")
+	s.opts.Log.Debug().Int("tokens", tokens).Msg("preempted a sequence: KV cache full")
 }
 
 // complete posts a job's last token with its finish reason and frees it.
 func (s *Scheduler) complete(j *job, last Event) {
-	if s.prefix != nil && j.seq != nil && j.version == s.version {
+	if pc := s.prefixFor(j); pc != nil && j.seq != nil {
 		// Keep the whole conversation so far: the next turn resends it.
-		s.prefix.insert(j.tokens[:j.seq.Len()], j.seq.Blocks())
+		pc.insert(j.tokens[:j.seq.Len()], j.seq.Blocks())
 	}
 	s.release(j)
 	s.mu.Lock()

@@ -1,0 +1,118 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// A frozen generation runs on the checkpoint's weights whatever version is
+// current: the judge's verdicts do not move with the policy it trains.
+func TestFrozenIgnoresPublishedVersions(t *testing.T) {
+	m := tinyModel(t)
+	dir := t.TempDir()
+	spec := model.RandomSpec{
+		Arch: model.ArchQwen3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
+		Vocab: 101, MaxPositions: 256, DType: "float32", Seed: 77, InitStd: 0.2,
+	}
+	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := m.LoadWeights(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := weights.NewStore(weights.StoreOptions{})
+	t.Cleanup(store.Close)
+	v1, _ := store.Publish(m.Weights(), 0, weights.Meta{})
+	s := startScheduler(t, Options{Model: m, Cache: newCache(t, m, 256), Versions: store})
+	p := prompt(10, 7)
+	run := func(frozen bool) collected {
+		req := greedyReq(p, 8)
+		req.Frozen, req.Background = frozen, frozen
+		ch, err := s.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return collect(t, ch)
+	}
+	before := run(true)
+	if _, err := store.Publish(w2, v1.Number(), weights.Meta{Step: 1}); err != nil {
+		t.Fatal(err)
+	}
+	after, policy := run(true), run(false)
+	base := greedyRefOn(t, m, m.Weights(), p, 8)
+	if !slices.Equal(before.tokens, base) || !slices.Equal(after.tokens, base) {
+		t.Errorf("frozen generations %v / %v, want the checkpoint's %v both times", before.tokens, after.tokens, base)
+	}
+	if want := greedyRefOn(t, m, w2, p, 8); !slices.Equal(policy.tokens, want) {
+		t.Errorf("the policy generation %v, want the new version's %v", policy.tokens, want)
+	}
+	for _, ev := range after.events {
+		if ev.Version != 0 {
+			t.Fatalf("a frozen generation reports version %d, want 0 (the checkpoint)", ev.Version)
+		}
+	}
+}
+
+// Background requests have their own queue, so a full one never refuses a
+// foreground request, and they give their batch slots up to foreground
+// requests; they still all finish.
+func TestBackgroundYields(t *testing.T) {
+	m := tinyModel(t)
+	s := startScheduler(t, Options{Model: m, Cache: newCache(t, m, 256), MaxBatch: 2, QueueSize: 4,
+		MaxBackground: 2, BackgroundQueue: 3})
+	ctx := context.Background()
+	var bg []<-chan Event
+	var bgPrompt []int
+	full := false
+	for i := range 8 {
+		req := greedyReq(prompt(6, i), 60)
+		req.Background = true
+		ch, err := s.Generate(ctx, req)
+		if errors.Is(err, ErrQueueFull) {
+			full = true
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		bg, bgPrompt = append(bg, ch), append(bgPrompt, i)
+	}
+	if !full {
+		t.Fatal("8 background requests on a queue of 3 and 2 slots never filled it (test is vacuous)")
+	}
+	// Both slots are the background's now; a foreground request still
+	// gets in, at once, and runs ahead.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Background < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	fg := make([]<-chan Event, 3)
+	for i := range fg {
+		ch, err := s.Generate(ctx, greedyReq(prompt(5, 100+i), 4))
+		if err != nil {
+			t.Fatalf("foreground request refused while background work waits: %v", err)
+		}
+		fg[i] = ch
+	}
+	for i, ch := range fg {
+		if c := collect(t, ch); c.finish != FinishLength || len(c.tokens) != 4 {
+			t.Errorf("foreground %d: %+v", i, c)
+		}
+	}
+	if s.Stats().Preemptions == 0 {
+		t.Error("no background request was preempted for the foreground ones")
+	}
+	for i, ch := range bg {
+		want := greedyRef(t, m, prompt(6, bgPrompt[i]), 60, nil)
+		if c := collect(t, ch); c.finish != FinishLength || !slices.Equal(c.tokens, want) {
+			t.Errorf("background %d after preemption: %v (%s), want %v", i, c.tokens, c.finish, want)
+		}
+	}
+}
