@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -126,9 +127,13 @@ func streamChatStats(ctx context.Context, url string, body any, gaps *[]time.Dur
 	return st, sc.Err()
 }
 
+// benchModelID is the id the bench's requests name: the served model's
+// (the checkpoint directory's name), set before the clients start.
+var benchModelID = "clawrl-small"
+
 func chatBody(system, user string, maxTokens int) map[string]any {
 	return map[string]any{
-		"model":          "bench",
+		"model":          benchModelID,
 		"stream":         true,
 		"stream_options": map[string]any{"include_usage": true},
 		"max_tokens":     maxTokens,
@@ -272,6 +277,7 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 		<-done
 	}()
 	url := "http://" + ln.Addr().String()
+	benchModelID = filepath.Base(filepath.Clean(e.dir))
 	cfg := e.model.Config
 	row(fmt.Sprintf("serving %s %.0fM over HTTP", cfg.Architecture, float64(cfg.NumParams())/1e6), "", "", "")
 

@@ -162,7 +162,7 @@ func (l *clientLog) fail(status string) {
 // chatTurn streams one chat completion and returns its id and text when
 // the stream completed, else the failure ("" when the context ended).
 func chatTurn(ctx context.Context, url, sessionID string, msgs []map[string]string) (id, text, failure string) {
-	body, _ := json.Marshal(map[string]any{"model": "clawrl-small", "messages": msgs, "max_tokens": 24, "stream": true})
+	body, _ := json.Marshal(map[string]any{"model": servedModel(url), "messages": msgs, "max_tokens": 24, "stream": true})
 	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", bytes.NewReader(body))
 	req.Header.Set("X-Session-Id", sessionID)
 	resp, err := http.DefaultClient.Do(req)
@@ -210,6 +210,35 @@ func chatTurn(ctx context.Context, url, sessionID string, msgs []map[string]stri
 		return "", "", ""
 	}
 	return "", "", "stream cut"
+}
+
+var (
+	servedMu     sync.Mutex
+	servedModels = map[string]string{}
+)
+
+// servedModel is the id of the model url serves (GET /v1/models, asked
+// once per url).
+func servedModel(url string) string {
+	servedMu.Lock()
+	defer servedMu.Unlock()
+	if id, ok := servedModels[url]; ok {
+		return id
+	}
+	id := "clawrl-small"
+	if resp, err := http.Get(url + "/v1/models"); err == nil {
+		var list struct {
+			Data []struct {
+				ID string `json:"id"`
+			} `json:"data"`
+		}
+		if json.NewDecoder(resp.Body).Decode(&list) == nil && len(list.Data) > 0 {
+			id = list.Data[0].ID
+		}
+		resp.Body.Close()
+		servedModels[url] = id
+	}
+	return id
 }
 
 // users runs n simulated users against url until ctx ends: each holds a

@@ -37,7 +37,7 @@ func TestForgetOverHTTPAndCLI(t *testing.T) {
 	const secret = "Zanzibar-lighthouse-4417"
 	var ids []string
 	for _, sess := range []string{"forget-me", "keep-me", "cli-forget"} {
-		code, m := do("POST", "/v1/chat/completions", sess, `{"messages":[{"role":"user","content":"My code word is `+secret+`."}],"max_tokens":4}`)
+		code, m := do("POST", "/v1/chat/completions", sess, `{"model":"clawrl-small","messages":[{"role":"user","content":"My code word is `+secret+`."}],"max_tokens":4}`)
 		if code != 200 {
 			t.Fatalf("chat: %d %v", code, m)
 		}

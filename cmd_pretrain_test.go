@@ -93,7 +93,7 @@ func TestBundledModel(t *testing.T) {
 		return
 	}
 	// The trained model calls a tool the way the server parses.
-	body := `{"model":"x","temperature":0,"max_tokens":80,"messages":[{"role":"user","content":"What's the weather in Paris?"}],` +
+	body := `{"model":"clawrl-small","temperature":0,"max_tokens":80,"messages":[{"role":"user","content":"What's the weather in Paris?"}],` +
 		`"tools":[{"type":"function","function":{"name":"get_weather","description":"Get the current weather in a city.","parameters":{"type":"object","properties":{"location":{"type":"string","description":"The city, e.g. Paris"}},"required":["location"]}}}]}`
 	resp, err = http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {

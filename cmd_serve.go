@@ -318,6 +318,7 @@ func (a *app) newServer(e *engine, db *store.DB, reg *prometheus.Registry) (*ser
 		ContextLength:    e.model.Config.MaxPositions,
 		Version:          e.store.Current,
 		APIKeys:          sc.APIKeys,
+		ModelAliases:     sc.ModelAliases,
 		MaxBodyBytes:     int64(sc.MaxBodyMB) << 20,
 		MaxN:             sc.MaxN,
 		DefaultMaxTokens: sc.DefaultMaxTokens,
@@ -344,7 +345,7 @@ func (a *app) newBareServer(e *engine) (*server.Server, error) {
 	sc := a.cfg.Server
 	return server.New(server.Options{
 		Generator: e.sched, Tokenizer: e.tok, ModelID: filepath.Base(filepath.Clean(e.dir)),
-		ContextLength: e.model.Config.MaxPositions, Version: e.store.Current,
+		ContextLength: e.model.Config.MaxPositions, Version: e.store.Current, ModelAliases: a.cfg.Server.ModelAliases,
 		MaxBodyBytes: int64(sc.MaxBodyMB) << 20, MaxN: sc.MaxN, DefaultMaxTokens: sc.DefaultMaxTokens,
 		StopTokens: e.stopTokens(), ShutdownTimeout: sc.ShutdownTimeout,
 		Sessions: session.Options{MaxSessions: a.cfg.Sessions.MaxSessions, IdleTimeout: a.cfg.Sessions.IdleTimeout,

@@ -24,7 +24,7 @@ import (
 // run executes the CLI with args and returns stdout, stderr and the error.
 func run(t *testing.T, stdin string, args ...string) (string, string, error) {
 	t.Helper()
-	var out, errb bytes.Buffer
+	var out, errb lockedBuffer // the daemon's goroutines may log at once
 	cmd := newRootCmd(&out, &errb)
 	cmd.SetArgs(args)
 	cmd.SetIn(strings.NewReader(stdin))
@@ -156,7 +156,7 @@ func TestBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"FP32 FMA peak", "sgemm 512", "decode, batch 1", "prefill, 16 tokens", "decode after 600 tokens", "32 streaming clients", "second/first"} {
+	for _, want := range []string{"FP32 FMA peak", "sgemm 512", "decode, batch 1", "prefill, 16 tokens", "decode after 600 tokens", "32 streaming clients", "second/first", "store, 32 clients: TTFT"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
@@ -221,7 +221,7 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 		return resp
 	}
 
-	resp := post(`{"messages":[{"role":"user","content":"Tell me everything."}],"max_tokens":400,"temperature":0,"stream":true}`)
+	resp := post(`{"model":"m","messages":[{"role":"user","content":"Tell me everything."}],"max_tokens":400,"temperature":0,"stream":true}`)
 	defer resp.Body.Close()
 	if v := resp.Header.Get("X-Weight-Version"); v != "1" {
 		t.Fatalf("stream started on version %q, want 1", v)
@@ -244,7 +244,7 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 	if strings.Contains(string(rest), `"system_fingerprint":"clawrl-v2"`) {
 		t.Errorf("a chunk of the running stream reports the new version")
 	}
-	next := post(`{"messages":[{"role":"user","content":"Again."}],"max_tokens":4}`)
+	next := post(`{"model":"m","messages":[{"role":"user","content":"Again."}],"max_tokens":4}`)
 	body, _ := io.ReadAll(next.Body)
 	next.Body.Close()
 	if v := next.Header.Get("X-Weight-Version"); v != "2" || !strings.Contains(string(body), "clawrl-v2") {

@@ -139,6 +139,7 @@ type Server struct {
 	Host             string        `mapstructure:"host"`
 	Port             int           `mapstructure:"port"`
 	APIKeys          []string      `mapstructure:"api_keys"`
+	ModelAliases     []string      `mapstructure:"model_aliases"`
 	MaxBodyMB        int           `mapstructure:"max_body_mb"`
 	MaxN             int           `mapstructure:"max_n"`
 	DefaultMaxTokens int           `mapstructure:"default_max_tokens"`

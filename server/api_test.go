@@ -97,7 +97,7 @@ func TestModelsHealthReady(t *testing.T) {
 			t.Errorf("%s = %d, want %d", c.path, resp.StatusCode, c.want)
 		}
 	}
-	resp, body := e.post("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	resp, body := e.post("/v1/chat/completions", `{"model":"clawrl-test","messages":[{"role":"user","content":"hi"}]}`)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, `"type":"server_error"`) {
 		t.Fatalf("not ready: %d %s", resp.StatusCode, body)
 	}
@@ -151,7 +151,7 @@ func TestOverload(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.RetryAfter = 2e9 })
 	e.gen.full.Store(true)
 	for _, stream := range []string{"false", "true"} {
-		resp, body := e.post("/v1/chat/completions", `{"model":"m","stream":`+stream+`,"messages":[{"role":"user","content":"hi"}]}`)
+		resp, body := e.post("/v1/chat/completions", `{"model":"clawrl-test","stream":`+stream+`,"messages":[{"role":"user","content":"hi"}]}`)
 		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "2" ||
 			!strings.Contains(body, `"code":"rate_limit_exceeded"`) || !strings.Contains(body, `"type":"requests"`) {
 			t.Fatalf("stream %s: %d %v %s", stream, resp.StatusCode, resp.Header, body)
@@ -168,12 +168,12 @@ func TestOverload(t *testing.T) {
 func TestPanicRecovered(t *testing.T) {
 	e := newEnv(t)
 	e.gen.reply = func(string, rollout.Request) script { panic("boom") }
-	resp, body := e.post("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	resp, body := e.post("/v1/chat/completions", `{"model":"clawrl-test","messages":[{"role":"user","content":"hi"}]}`)
 	if resp.StatusCode != 500 || !strings.Contains(body, `"type":"server_error"`) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	e.gen.reply = func(string, rollout.Request) script { return script{text: "fine"} }
-	if resp, body := e.post("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 {
+	if resp, body := e.post("/v1/chat/completions", `{"model":"clawrl-test","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 {
 		t.Fatalf("after a panic: %d %s", resp.StatusCode, body)
 	}
 }
@@ -198,7 +198,7 @@ func TestMetrics(t *testing.T) {
 	// Three sessions, each closed at once: three turns completed, the
 	// one-slot sink takes the first, the others are dropped.
 	for i := range 3 {
-		resp, body := e.post("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+		resp, body := e.post("/v1/chat/completions", `{"model":"clawrl-test","messages":[{"role":"user","content":"hi"}]}`,
 			"X-Session-Id", "s"+strconv.Itoa(i), "X-Session-Done", "1")
 		if resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, body)
@@ -244,5 +244,28 @@ func TestReaderPanicBecomesError(t *testing.T) {
 	o := s.runSafe(&generation{job: job{index: 3, chat: true}, events: events, cancel: func() {}}, nil)
 	if o.index != 3 || o.err == nil || !strings.Contains(o.err.Error(), "internal error") {
 		t.Fatalf("output = %+v", o)
+	}
+}
+
+// TestModelAliases: a request may name the served model by an alias from
+// Options.ModelAliases, or by any name with "*".
+func TestModelAliases(t *testing.T) {
+	for _, tt := range []struct {
+		aliases []string
+		model   string
+		status  int
+	}{
+		{nil, "clawrl-test", 200},
+		{nil, "gpt-4o", 404},
+		{[]string{"gpt-4o"}, "gpt-4o", 200},
+		{[]string{"gpt-4o"}, "o3", 404},
+		{[]string{"*"}, "anything/at-all", 200},
+		{[]string{"*"}, "", 400},
+	} {
+		e := newEnv(t, func(o *Options) { o.ModelAliases = tt.aliases })
+		resp, body := e.do(http.MethodPost, "/v1/chat/completions", `{"model":"`+tt.model+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`)
+		if resp.StatusCode != tt.status {
+			t.Errorf("aliases %v, model %q: status %d, want %d: %s", tt.aliases, tt.model, resp.StatusCode, tt.status, body)
+		}
 	}
 }

@@ -467,9 +467,9 @@ func TestContextLength(t *testing.T) {
 		name string
 		body string
 	}{
-		{"prompt too long", `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`},
-		{"completion does not fit", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":60}`},
-		{"max_completion_tokens does not fit", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":60}`},
+		{"prompt too long", `{"model":"clawrl-test","messages":[{"role":"user","content":"` + long + `"}]}`},
+		{"completion does not fit", `{"model":"clawrl-test","messages":[{"role":"user","content":"hi"}],"max_tokens":60}`},
+		{"max_completion_tokens does not fit", `{"model":"clawrl-test","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":60}`},
 	}
 	for _, c := range cases {
 		resp, body := e.post("/v1/chat/completions", c.body)
@@ -478,7 +478,7 @@ func TestContextLength(t *testing.T) {
 		}
 	}
 	// Without max tokens the default cap applies.
-	if resp, body := e.post("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 {
+	if resp, body := e.post("/v1/chat/completions", `{"model":"clawrl-test","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	if got := e.gen.requests()[0].MaxTokens; got != 10 {

@@ -101,6 +101,10 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	if e := s.checkModel(req.Model); e != nil {
+		writeError(w, e)
+		return
+	}
 	prompts, e := req.prompts()
 	if e != nil {
 		writeError(w, e)

@@ -25,13 +25,18 @@ func TestBadRequests(t *testing.T) {
 		want                     want
 	}{
 		{name: "malformed JSON", body: `{"model":`, want: bad("", "")},
+		{name: "model: missing", body: `{` + okMsgs + `}`, want: bad("model", "missing_required_parameter")},
+		{name: "model: unknown", body: `{"model":"gpt-4o",` + okMsgs + `}`, want: want{404, "invalid_request_error", "model_not_found", "model", "clawrl-test"}},
+		{name: "model: unknown, completions", path: "/v1/completions", body: `{"model":"gpt-4o","prompt":"hi"}`,
+			want: want{404, "invalid_request_error", "model_not_found", "model", ""}},
+		{name: "model: missing, responses", path: "/v1/responses", body: `{"input":"hi"}`, want: bad("model", "missing_required_parameter")},
 		{name: "not an object", body: `[1,2]`, want: bad("", "")},
 		{name: "empty body", body: ``, want: bad("", "")},
 		{name: "messages of the wrong type", body: `{"messages":"hi"}`, want: bad("messages", "invalid_type")},
 		{name: "n of the wrong type", body: `{"n":"2",` + okMsgs + `}`, want: bad("n", "invalid_type")},
 		{name: "stream of the wrong type", body: `{"stream":"yes",` + okMsgs + `}`, want: bad("stream", "invalid_type")},
 		{name: "no messages", body: `{"messages":[]}`, want: bad("messages", "invalid_value")},
-		{name: "missing messages", body: `{"model":"m"}`, want: bad("messages", "invalid_value")},
+		{name: "missing messages", body: `{"model":"clawrl-test"}`, want: bad("messages", "invalid_value")},
 		{name: "unknown role", body: `{"messages":[{"role":"wizard","content":"x"}]}`, want: bad("messages[0].role", "invalid_value")},
 		{name: "missing role", body: `{"messages":[{"content":"x"}]}`, want: bad("messages[0].role", "missing_required_parameter")},
 		{name: "null message", body: `{"messages":[null]}`, want: bad("messages[0].role", "missing_required_parameter")},
@@ -71,7 +76,7 @@ func TestBadRequests(t *testing.T) {
 		{name: "wrong method", method: "GET", body: ``, want: want{405, "invalid_request_error", "", "", ""}},
 		{name: "unknown path", path: "/v1/chat/complete", body: `{}`, want: want{404, "invalid_request_error", "", "", "Invalid URL"}},
 
-		{name: "responses: no input", path: "/v1/responses", body: `{"model":"m"}`, want: bad("input", "missing_required_parameter")},
+		{name: "responses: no input", path: "/v1/responses", body: `{"model":"clawrl-test"}`, want: bad("input", "missing_required_parameter")},
 		{name: "responses: input of the wrong type", path: "/v1/responses", body: `{"input":5}`, want: bad("input", "invalid_type")},
 		{name: "responses: empty input", path: "/v1/responses", body: `{"input":[]}`, want: bad("input", "invalid_value")},
 		{name: "responses: unknown item", path: "/v1/responses", body: `{"input":[{"type":"computer_call"}]}`, want: bad("input[0].type", "invalid_value")},
@@ -83,7 +88,7 @@ func TestBadRequests(t *testing.T) {
 		{name: "responses: hosted tool", path: "/v1/responses", body: `{"input":"x","tools":[{"type":"web_search"}]}`, want: bad("tools[0].type", "invalid_value")},
 		{name: "responses: temperature", path: "/v1/responses", body: `{"input":"x","temperature":3}`, want: bad("temperature", "invalid_value")},
 
-		{name: "completions: no prompt", path: "/v1/completions", body: `{"model":"m"}`, want: bad("prompt", "missing_required_parameter")},
+		{name: "completions: no prompt", path: "/v1/completions", body: `{"model":"clawrl-test"}`, want: bad("prompt", "missing_required_parameter")},
 		{name: "completions: echo", path: "/v1/completions", body: `{"prompt":"x","echo":true}`, want: bad("echo", "unsupported_parameter")},
 		{name: "completions: logprobs", path: "/v1/completions", body: `{"prompt":"x","logprobs":6}`, want: bad("logprobs", "invalid_value")},
 		{name: "completions: too many choices", path: "/v1/completions", body: `{"prompt":["a","b","c"],"n":3}`, want: bad("prompt", "invalid_value")},
@@ -103,7 +108,13 @@ func TestBadRequests(t *testing.T) {
 			if path == "" {
 				path = "/v1/chat/completions"
 			}
-			resp, body := e.do(method, path, c.body, c.header...)
+			reqBody := c.body
+			// Every generation request names the served model, except the
+			// cases about the model itself.
+			if strings.HasPrefix(reqBody, "{") && len(reqBody) > 2 && !strings.Contains(reqBody, `"model"`) && !strings.HasPrefix(c.name, "model:") {
+				reqBody = `{"model":"clawrl-test",` + reqBody[1:]
+			}
+			resp, body := e.do(method, path, reqBody, c.header...)
 			if resp.StatusCode != c.want.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.want.status, body)
 			}

@@ -10,8 +10,8 @@ import (
 // fuzzBodies are seeds for the request fuzzers: valid requests, near
 // misses and junk.
 var fuzzBodies = []string{
-	`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
-	`{"model":"m","stream":true,"stream_options":{"include_usage":true},"n":2,"seed":3,"stop":["x"],"logprobs":true,"top_logprobs":2,"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
+	`{"model":"clawrl-test","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"clawrl-test","stream":true,"stream_options":{"include_usage":true},"n":2,"seed":3,"stop":["x"],"logprobs":true,"top_logprobs":2,"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
 	`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]},{"role":"tool","tool_call_id":"a","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`,
 	`{"messages":[{"role":"developer","content":"d"},{"role":"user","content":"u"}],"tool_choice":"required","tools":[{"type":"function","function":{"name":"g"}}],"parallel_tool_calls":false}`,
 	`{"messages":[{"role":"user","content":"u"}],"max_tokens":0,"temperature":9}`,

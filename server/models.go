@@ -34,10 +34,38 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	if u, err := url.PathUnescape(id); err == nil {
 		id = u
 	}
-	if id != s.opts.ModelID {
+	if !s.servesModel(id) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
 			Message: "The model '" + id + "' does not exist."})
 		return
 	}
 	writeJSON(w, s.model())
+}
+
+// servesModel reports whether a request's model names the served model:
+// its id, or one of Options.ModelAliases ("*" accepts any name).
+func (s *Server) servesModel(name string) bool {
+	if name == s.opts.ModelID {
+		return true
+	}
+	for _, a := range s.opts.ModelAliases {
+		if a == "*" || a == name {
+			return true
+		}
+	}
+	return false
+}
+
+// checkModel refuses a request without a model (400) or naming another
+// model (404 model_not_found), as OpenAI does.
+func (s *Server) checkModel(name string) *apiError {
+	switch {
+	case name == "":
+		return invalid("model", "missing_required_parameter", "You must provide a model parameter (this server serves '%s').", s.opts.ModelID)
+	case !s.servesModel(name):
+		return &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "model", Code: "model_not_found",
+			Message: "The model '" + name + "' does not exist: this server serves '" + s.opts.ModelID +
+				"' (server.model_aliases adds other names; \"*\" accepts any)."}
+	}
+	return nil
 }

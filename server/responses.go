@@ -315,6 +315,10 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
+	if e := s.checkModel(req.Model); e != nil {
+		writeError(w, e)
+		return
+	}
 	conv, e := req.conversation()
 	if e != nil {
 		writeError(w, e)

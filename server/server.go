@@ -97,6 +97,10 @@ type Options struct {
 	// Sessions bounds session memory; its Sink field is ignored (Sink above
 	// is used).
 	Sessions session.Options
+	// ModelAliases are other names a request's model may give for the
+	// served model; "*" accepts any name (for clients that insist on their
+	// own). Without them an unknown model gets 404 model_not_found.
+	ModelAliases []string
 	// Data, if set, deletes a user's records: DELETE /v1/sessions/{id}.
 	// Without it the route answers 501.
 	Data DataStore

@@ -404,7 +404,7 @@ func TestResponsesTurnsRecorded(t *testing.T) {
 		return script{text: "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>"}
 	}
 	tools := `"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}]`
-	resp, body := e.post("/v1/responses", `{"model":"m","input":"Weather in Paris?",`+tools+`}`)
+	resp, body := e.post("/v1/responses", `{"model":"clawrl-test","input":"Weather in Paris?",`+tools+`}`)
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
@@ -415,7 +415,7 @@ func TestResponsesTurnsRecorded(t *testing.T) {
 	_ = json.Unmarshal([]byte(body), &r1)
 	_ = json.Unmarshal([]byte(body), &items)
 	fc := items.Output[0]
-	next := fmt.Sprintf(`{"model":"m",%s,"input":[{"role":"user","content":"Weather in Paris?"},
+	next := fmt.Sprintf(`{"model":"clawrl-test",%s,"input":[{"role":"user","content":"Weather in Paris?"},
 		{"type":"function_call","call_id":"zz9","name":"get_weather","arguments":%q},
 		{"type":"function_call_output","call_id":"zz9","output":"sunny"}]}`, tools, fc.Arguments)
 	resp2, body2 := e.post("/v1/responses", next)

@@ -67,9 +67,9 @@ func TestDisconnectCancelsGeneration(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			e := newEnv(t)
 			e.gen.reply = func(string, rollout.Request) script { return script{endless: true, delay: 2 * time.Millisecond} }
-			body := `{"model":"m","stream":true,` + okMsgs + `,"input":"x","prompt":"x","max_tokens":3000}`
+			body := `{"model":"clawrl-test","stream":true,` + okMsgs + `,"input":"x","prompt":"x","max_tokens":3000}`
 			if path == "/v1/completions" {
-				body = `{"model":"m","stream":true,"prompt":"x","max_tokens":3000}`
+				body = `{"model":"clawrl-test","stream":true,"prompt":"x","max_tokens":3000}`
 			}
 			ctx, cancel := context.WithCancel(testCtx(t))
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.ts.URL+path, strings.NewReader(body))
@@ -176,7 +176,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 		e.gen.reply = func(string, rollout.Request) script { return script{endless: true, delay: 2 * time.Millisecond} }
 		url, stop := serve(t, e.srv)
 		resp, err := http.Post(url+"/v1/chat/completions", "application/json",
-			strings.NewReader(`{"model":"m","stream":true,"max_tokens":3000,`+okMsgs+`}`))
+			strings.NewReader(`{"model":"clawrl-test","stream":true,"max_tokens":3000,`+okMsgs+`}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +202,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 func TestKeepAlive(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.KeepAlive = 5 * time.Millisecond })
 	e.gen.reply = func(string, rollout.Request) script { return script{text: "slow", delay: 40 * time.Millisecond} }
-	resp, body := e.post("/v1/chat/completions", `{"model":"m","stream":true,`+okMsgs+`}`)
+	resp, body := e.post("/v1/chat/completions", `{"model":"clawrl-test","stream":true,`+okMsgs+`}`)
 	if resp.StatusCode != 200 || !strings.Contains(body, ": keep-alive\n\n") || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Fatalf("%d %q", resp.StatusCode, body)
 	}
