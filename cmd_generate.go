@@ -131,6 +131,13 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	if a.cfg.Model.Threads > 0 {
 		kernels.SetThreads(a.cfg.Model.Threads)
 	}
+	if mb := int64(a.cfg.Model.KVCacheMB); mb > 0 {
+		// The cache takes its memory as it fills: a budget past what the
+		// machine has would start fine and die of out-of-memory later.
+		if avail := memAvailable(); avail > 0 && mb<<20 > avail {
+			return nil, fmt.Errorf("model.kv_cache_mb: %d MiB is more than the %d MiB of memory available; lower it (0 sizes it from the model)", mb, avail>>20)
+		}
+	}
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return nil, err

@@ -302,3 +302,19 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+func TestKVCacheLargerThanMemory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	if err := writeTestModel(dir, presets()["tiny"], "", false); err != nil {
+		t.Fatal(err)
+	}
+	_, errb, err := run(t, "", "generate", "--model", dir, "--prompt", "hi", "--max-tokens", "2")
+	if err != nil {
+		t.Fatalf("generate: %v\n%s", err, errb)
+	}
+	t.Setenv("CLAWRL_MODEL_KV_CACHE_MB", "100000000")
+	_, _, err = run(t, "", "generate", "--model", dir, "--prompt", "hi", "--max-tokens", "2")
+	if err == nil || !strings.Contains(err.Error(), "model.kv_cache_mb") || !strings.Contains(err.Error(), "memory available") {
+		t.Errorf("a 100 TB KV cache: err = %v", err)
+	}
+}

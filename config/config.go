@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -245,6 +246,7 @@ func Load(opts Options) (*Config, error) {
 		dc.ErrorUnused = true
 		dc.WeaklyTypedInput = true
 		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+			refuseBareDurations,
 			mapstructure.StringToSliceHookFunc(","),
 			mapstructure.StringToTimeDurationHookFunc(),
 		)
@@ -256,6 +258,28 @@ func Load(opts Options) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// refuseBareDurations refuses a number where a duration goes
+// (idle_timeout: 5 would otherwise be 5 nanoseconds) and a string without
+// a unit ("5").
+func refuseBareDurations(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeFor[time.Duration]() {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		if reflect.ValueOf(data).IsZero() {
+			return time.Duration(0), nil
+		}
+		return nil, fmt.Errorf("%v has no unit: write it as a duration such as %vs, %vm or %vh", data, data, data, data)
+	case reflect.String:
+		if s := strings.TrimSpace(data.(string)); s != "" && s != "0" && strings.Trim(s, "0123456789.") == "" {
+			return nil, fmt.Errorf("%q has no unit: write it as a duration such as %ss, %sm or %sh", s, s, s, s)
+		}
+	}
+	return data, nil
 }
 
 // checkKnownKeys refuses keys the defaults do not have: a typo in a config
@@ -423,6 +447,7 @@ func (c *Config) Validate() error {
 
 // IsLoopback reports whether host names only the local machine.
 func IsLoopback(host string) bool {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]") // [::1]
 	if host == "localhost" {
 		return true
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -131,5 +132,40 @@ func TestMissingFile(t *testing.T) {
 	_, err := Load(Options{Defaults: defaults(t), Env: []string{}, File: "/nonexistent/c.yaml"})
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/c.yaml") {
 		t.Fatalf("err = %v, want the path", err)
+	}
+}
+
+func TestHostileValues(t *testing.T) {
+	tests := []struct {
+		file    string
+		env     []string
+		wantErr string // "" for none
+		check   func(*Config) bool
+	}{
+		{file: "sessions:\n  idle_timeout: 5\n", wantErr: "idle_timeout"},
+		{file: "sessions:\n  idle_timeout: \"5\"\n", wantErr: "has no unit"},
+		{env: []string{"CLAWRL_SERVER_SHUTDOWN_TIMEOUT=30"}, wantErr: "has no unit"},
+		{file: "sessions:\n  idle_timeout: 90s\n", check: func(c *Config) bool { return c.Sessions.IdleTimeout == 90*time.Second }},
+		{file: "trainer:\n  max_wait: 0\n", check: func(c *Config) bool { return c.Trainer.MaxWait == 0 }},
+		{file: "server:\n  host: \"[::1]\"\n", check: func(c *Config) bool { return c.Server.Host == "[::1]" }},
+		{file: "server:\n  host: \"::1\"\n", check: func(c *Config) bool { return true }},
+		{file: "server:\n  host: 0.0.0.0\n", wantErr: "not a loopback"},
+		{file: "server:\n  model_aliases: [\"*\"]\n", check: func(c *Config) bool { return len(c.Server.ModelAliases) == 1 }},
+		{file: "data:\n  max_mb: -1\n", wantErr: "data.max_mb"},
+	}
+	for _, tt := range tests {
+		env := tt.env
+		if env == nil {
+			env = []string{}
+		}
+		c, err := Load(Options{Defaults: defaults(t), Env: env, File: writeFile(t, tt.file)})
+		switch {
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%q %v: err = %v, want one saying %q", tt.file, tt.env, err, tt.wantErr)
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%q: %v", tt.file, err)
+		case tt.check != nil && err == nil && !tt.check(c):
+			t.Errorf("%q: got %+v", tt.file, c)
+		}
 	}
 }

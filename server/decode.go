@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"reflect"
 	"strings"
 )
 
@@ -18,6 +20,10 @@ func decodeBody(r *http.Request, limit int64, v any) *apiError {
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return tooLarge(limit)
+		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return &apiError{Status: http.StatusRequestTimeout, Type: typeInvalidRequest, Code: "request_timeout",
+				Message: "The request body did not arrive in time."}
 		}
 		return invalid("", "", "Could not read the request body: %v", err)
 	}
@@ -30,8 +36,9 @@ func decodeBody(r *http.Request, limit int64, v any) *apiError {
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
-			return invalid(te.Field, "invalid_type", "Invalid type for '%s': expected %s, got JSON %s.",
-				te.Field, jsonTypeName(te.Type.Kind().String()), te.Value)
+			field := apiField(reflect.TypeOf(v), te.Field)
+			return invalid(field, "invalid_type", "Invalid type for '%s': expected %s, got JSON %s.",
+				field, jsonTypeName(te.Type.Kind().String()), te.Value)
 		}
 		return invalid("", "", "We could not parse the JSON body of your request: %v", err)
 	}
@@ -264,4 +271,36 @@ func newID(prefix string, n int) string {
 		}
 	}
 	return prefix + string(b)
+}
+
+// apiField turns encoding/json's path of a field into the API's: the
+// names of embedded Go structs (which json flattens into their parent, but
+// names in the path) are dropped.
+func apiField(t reflect.Type, path string) string {
+	embedded := map[string]bool{}
+	var walk func(t reflect.Type, depth int)
+	walk = func(t reflect.Type, depth int) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || depth > 8 {
+			return
+		}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Anonymous {
+				embedded[f.Name] = true
+			}
+			walk(f.Type, depth+1)
+		}
+	}
+	walk(t, 0)
+	parts := strings.Split(path, ".")
+	out := parts[:0]
+	for _, p := range parts {
+		if !embedded[p] {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ".")
 }

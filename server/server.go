@@ -29,6 +29,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -88,6 +89,10 @@ type Options struct {
 	// KeepAlive is the interval of SSE comments while a stream waits for
 	// tokens (default 15s; negative disables).
 	KeepAlive time.Duration
+	// ReadTimeout bounds the reading of a whole request, body included
+	// (default 60s): a body sent at a trickle or not at all gets 408 and
+	// its connection is let go.
+	ReadTimeout time.Duration
 	// ShutdownTimeout bounds how long Serve lets in-flight streams finish
 	// before cancelling them (default 30s).
 	ShutdownTimeout time.Duration
@@ -180,6 +185,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.KeepAlive == 0 {
 		opts.KeepAlive = 15 * time.Second
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = 60 * time.Second
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
@@ -304,8 +312,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return s.base },
+		// The whole request, body included: a client that sends its body
+		// at a trickle, or not at all, lets go of its connection.
+		ReadTimeout: s.opts.ReadTimeout,
+		IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return s.base },
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -474,6 +485,13 @@ func (s *Server) auth(next http.Handler) http.Handler {
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > s.opts.MaxBodyBytes {
+			// A client still sending its body would read a connection
+			// reset, not the 413: read (and drop) a bounded amount first,
+			// within the server's read timeout, then close.
+			w.Header().Set("Connection", "close")
+			if r.ContentLength <= min(2*s.opts.MaxBodyBytes, 64<<20) {
+				_, _ = io.CopyN(io.Discard, r.Body, r.ContentLength)
+			}
 			writeError(w, tooLarge(s.opts.MaxBodyBytes))
 			return
 		}
