@@ -237,11 +237,21 @@ func (t *Tracker) Record(b *Binding, turns []*Turn, done bool) {
 		}
 	}()
 	if t.closed {
+		// Shutting down: a durable sink keeps the turn open for the next
+		// start (KindRecorded); any other gets it ended by the shutdown.
+		_, durable := t.opts.Sink.(Flusher)
 		for _, tr := range turns {
 			tr.SessionID, tr.Inferred = b.SessionID, b.Inferred
+			if durable {
+				t.offerRecordedLocked(tr)
+				continue
+			}
 			tr.End, tr.Completed = EndShutdown, now
 			t.offerLocked(Record{Kind: KindTurn, Turn: tr})
 		}
+		locked = false
+		t.mu.Unlock()
+		t.flush()
 		return
 	}
 	t.expireLocked(now)
