@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -164,6 +165,7 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 // store and the session tracker with it.
 func (a *app) resume(e *engine, db *store.DB, srv *server.Server, p *pipeline) error {
 	var step int64
+	rolledBack := false
 	if p.trainer != nil && p.ckpt.Root != "" {
 		c, refused, err := weights.OpenLatest(p.ckpt.Root)
 		for _, r := range refused {
@@ -188,6 +190,7 @@ func (a *app) resume(e *engine, db *store.DB, srv *server.Server, p *pipeline) e
 			}
 			p.loop.SetCheckpointed(v.Number())
 			step = p.trainer.StepCount()
+			rolledBack = strings.HasPrefix(c.Manifest.Meta.Note, "rollback to ")
 			a.log.Info().Uint64("version", v.Number()).Int64("step", step).Str("checkpoint", c.Dir()).Msg("resumed the newest checkpoint")
 		}
 	}
@@ -196,7 +199,7 @@ func (a *app) resume(e *engine, db *store.DB, srv *server.Server, p *pipeline) e
 		return err
 	}
 	e.store.Reserve(last)
-	r, err := db.Resume(step)
+	r, err := db.Resume(step, rolledBack)
 	if err != nil {
 		return err
 	}
@@ -211,7 +214,11 @@ func (a *app) resume(e *engine, db *store.DB, srv *server.Server, p *pipeline) e
 		ev = ev.Int("lost_steps", r.LostSteps).Int("requeued_samples", r.Requeued)
 	}
 	ev.Msg("store opened")
-	if r.LostSteps > 0 {
+	switch {
+	case r.LostSteps > 0 && rolledBack:
+		a.log.Warn().Int("rolled_back_steps", r.LostSteps).Int64("checkpoint_step", step).Int("dropped_samples", r.Requeued).
+			Msg("resumed a rollback: the steps after it are undone and their samples dropped")
+	case r.LostSteps > 0:
 		a.log.Warn().Int("lost_steps", r.LostSteps).Int64("checkpoint_step", step).Int64("last_step", r.LastStep).
 			Int("requeued_samples", r.Requeued).Msg("steps after the last checkpoint were lost with the previous process; their samples will train again")
 	}

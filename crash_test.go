@@ -436,6 +436,34 @@ func TestRestartKeepsLearning(t *testing.T) {
 		t.Errorf("late feedback did not give the turn a new scoring generation")
 	}
 
+	// `clawrl weights rollback N` makes an older checkpoint the newest
+	// under a new number; the next start serves it and drops what the
+	// undone steps trained.
+	ns, _ := weights.List(filepath.Join(data, "checkpoints"))
+	if len(ns) < 2 {
+		t.Fatalf("checkpoints %v: need two to roll back", ns)
+	}
+	target := ns[len(ns)-1]
+	out, err := exec.Command(bin, "weights", "rollback", strconv.FormatUint(target, 10), "--config", cfg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("weights rollback: %v\n%s", err, out)
+	}
+	newest, _ := weights.List(filepath.Join(data, "checkpoints"))
+	if newest[0] <= ns[0] {
+		t.Fatalf("rollback made version %d, not past %d", newest[0], ns[0])
+	}
+	d = startDaemon(t, bin, cfg, port)
+	if got := startupVersion(t, d); got != newest[0] {
+		t.Errorf("after the rollback serving %d, want %d", got, newest[0])
+	}
+	if err := d.stop(); err != nil {
+		t.Errorf("SIGTERM: %v", err)
+	}
+	if list, err := exec.Command(bin, "weights", "list", "--config", cfg).CombinedOutput(); err != nil ||
+		!strings.Contains(string(list), fmt.Sprintf("rollback to %d", target)) {
+		t.Errorf("weights list: %v\n%s", err, list)
+	}
+
 	// A checkpoint serves as a base of its own (another lineage: another data dir).
 	c, _, err := weights.OpenLatest(filepath.Join(data, "checkpoints"))
 	if err != nil || c == nil {
@@ -449,7 +477,7 @@ func TestRestartKeepsLearning(t *testing.T) {
 	// The same data dir with another base is refused, naming both.
 	clash := filepath.Join(dir, "clash.yaml")
 	os.WriteFile(clash, []byte(fmt.Sprintf("model:\n  path: %s\ndata:\n  dir: %s\n", c.Dir(), data)), 0o600)
-	out, err := exec.Command(bin, "serve", "--config", clash, "--port", strconv.Itoa(freePort(t))).CombinedOutput()
+	out, err = exec.Command(bin, "serve", "--config", clash, "--port", strconv.Itoa(freePort(t))).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "clawrl-small") || !strings.Contains(string(out), filepath.Base(c.Dir())) {
 		t.Errorf("serving another base from the data dir: %v\n%s", err, out)
 	}

@@ -79,6 +79,7 @@ it with a judge, and trains the served model in the background.`,
 		a.chatCmd(),
 		a.pretrainCmd(),
 		a.dataCmd(),
+		a.weightsCmd(),
 		notYet("export", "Export a trained weight version as a Hugging Face checkpoint", "issue #3 (training engine)"),
 	)
 	return root

@@ -275,7 +275,7 @@ func TestResumeRequeuesLostSteps(t *testing.T) {
 	if tr.StepCount() != 3 {
 		t.Fatalf("trainer at step %d, want 3", tr.StepCount())
 	}
-	res, err := db.Resume(1) // the checkpoint held step 1
+	res, err := db.Resume(1, false) // the checkpoint held step 1
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,8 +229,8 @@ func (d *DB) LastVersion() (uint64, error) {
 
 // Resumed is what Resume found.
 type Resumed struct {
-	LostSteps      int // applied steps after the checkpoint, now marked lost
-	Requeued       int // their samples, queued again
+	LostSteps      int // applied steps after the checkpoint, now marked lost (or rolled_back)
+	Requeued       int // their samples, queued again (dropped after a rollback)
 	LastStep       int64
 	ReadyTurns     int
 	QueuedSamples  int
@@ -242,17 +242,23 @@ type Resumed struct {
 // Resume reconciles the store with the checkpoint the daemon resumes from
 // (the trainer's step count at that checkpoint): steps applied after it
 // were lost with the process, so they are marked lost and their samples
-// queued again, to be trained exactly once on the resumed weights.
-func (d *DB) Resume(checkpointStep int64) (Resumed, error) {
+// queued again, to be trained exactly once on the resumed weights. With
+// rolledBack (the checkpoint is a rollback: those steps were undone on
+// purpose) they are marked rolled_back and their samples dropped.
+func (d *DB) Resume(checkpointStep int64, rolledBack bool) (Resumed, error) {
 	r := Resumed{CheckpointStep: checkpointStep}
+	sampleSet, stepStatus := "status = 'queued', step_id = NULL", "lost"
+	if rolledBack {
+		sampleSet, stepStatus = "status = 'dropped', reason = 'rolled_back'", "rolled_back"
+	}
 	err := d.enqueue("resume", true, true, func(tx *sql.Tx) error {
-		res, err := tx.Exec("UPDATE samples SET status = 'queued', step_id = NULL WHERE status = 'trained' AND step_id IN (SELECT id FROM steps WHERE status = 'applied' AND step > ?)", checkpointStep)
+		res, err := tx.Exec("UPDATE samples SET "+sampleSet+" WHERE status = 'trained' AND step_id IN (SELECT id FROM steps WHERE status = 'applied' AND step > ?)", checkpointStep)
 		if err != nil {
 			return err
 		}
 		n, _ := res.RowsAffected()
 		r.Requeued = int(n)
-		res, err = tx.Exec("UPDATE steps SET status = 'lost' WHERE status = 'applied' AND step > ?", checkpointStep)
+		res, err = tx.Exec("UPDATE steps SET status = ? WHERE status = 'applied' AND step > ?", stepStatus, checkpointStep)
 		if err != nil {
 			return err
 		}
@@ -277,7 +283,7 @@ func (d *DB) Resume(checkpointStep int64) (Resumed, error) {
 	if err == nil {
 		r.LastVersion, err = d.LastVersion()
 	}
-	if r.Requeued > 0 {
+	if r.Requeued > 0 && !rolledBack {
 		d.met.samples.WithLabelValues("requeued").Add(float64(r.Requeued))
 	}
 	return r, err

@@ -163,7 +163,7 @@ func TestExactlyOnce(t *testing.T) {
 	if v, _ := db.LastVersion(); v != 4 {
 		t.Errorf("last version %d, want 4", v)
 	}
-	r, err := db.Resume(0)
+	r, err := db.Resume(0, false)
 	if err != nil || r.LostSteps != 1 || r.Requeued != 2 || r.QueuedSamples != 3 {
 		t.Errorf("resume from step 0: %+v, %v", r, err)
 	}
@@ -368,7 +368,7 @@ func TestLargeStoreResumes(t *testing.T) {
 	dir := t.TempDir()
 	fillStore(t, dir, n)
 	db := open(t, dir, Options{})
-	r, err := db.Resume(0)
+	r, err := db.Resume(0, false)
 	if err != nil || r.OpenTurns != n/10 || r.ReadyTurns != n-n/10 {
 		t.Fatalf("resume %+v, %v", r, err)
 	}
@@ -403,7 +403,7 @@ func BenchmarkOpenLarge(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := db.Resume(0); err != nil {
+		if _, err := db.Resume(0, false); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := db.OpenTurns(64 * 1024); err != nil {
@@ -467,5 +467,26 @@ func TestDiskFull(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "full") {
 		t.Errorf("the log does not say the disk is full:\n%s", logs.String())
+	}
+}
+
+// Resuming a rollback undoes the steps after it and drops their samples
+// (they taught what was rolled back), where a crash queues them again.
+func TestResumeRollback(t *testing.T) {
+	db := open(t, t.TempDir(), Options{})
+	record(t, db, testTurn("rb", "s", 0, "q"), []tokenizer.Message{{Role: "user", Content: "ok"}})
+	db.AddSample(Sample{TurnID: "rb/0", Version: 3, Kind: "binary", Reward: 1})
+	if err := db.CommitStep(Step{Step: 5, Version: 4, Parent: 3, Samples: []string{SampleID("rb/0", 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := db.Resume(4, true)
+	if err != nil || r.LostSteps != 1 || r.QueuedSamples != 0 {
+		t.Fatalf("resume of a rollback: %+v, %v", r, err)
+	}
+	if n := countRows(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'dropped' AND reason = 'rolled_back'"); n != 1 {
+		t.Errorf("%d samples dropped as rolled back, want 1", n)
+	}
+	if n := countRows(t, db, "SELECT COUNT(*) FROM steps WHERE status = 'rolled_back'"); n != 1 {
+		t.Errorf("%d steps rolled back, want 1", n)
 	}
 }
