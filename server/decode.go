@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 )
 
 // decodeBody reads a JSON object from r's body into v. Unknown fields are
@@ -33,6 +34,11 @@ func decodeBody(r *http.Request, limit int64, v any) *apiError {
 	}
 	if data[0] != '{' {
 		return invalid("", "", "The request body must be a JSON object.")
+	}
+	if !utf8.Valid(data) {
+		// encoding/json would replace the bytes silently, and the text
+		// would be served and trained on altered; OpenAI refuses it too.
+		return invalid("", "invalid_encoding", "The request body is not valid UTF-8 (at byte %d); send JSON text in UTF-8.", invalidAt(data))
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
@@ -303,4 +309,16 @@ func apiField(t reflect.Type, path string) string {
 		}
 	}
 	return strings.Join(out, ".")
+}
+
+// invalidAt is the offset of the first byte of b that is not valid UTF-8.
+func invalidAt(b []byte) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return len(b)
 }

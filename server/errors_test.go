@@ -25,6 +25,9 @@ func TestBadRequests(t *testing.T) {
 		want                     want
 	}{
 		{name: "malformed JSON", body: `{"model":`, want: bad("", "")},
+		{name: "invalid UTF-8 in content", body: "{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xc3\"}]}", want: bad("", "invalid_encoding")},
+		{name: "invalid UTF-8 in a content part", body: "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"\xff\xfe\"}]}]}",
+			want: bad("", "invalid_encoding")},
 		{name: "model: missing", body: `{` + okMsgs + `}`, want: bad("model", "missing_required_parameter")},
 		{name: "model: unknown", body: `{"model":"gpt-4o",` + okMsgs + `}`, want: want{404, "invalid_request_error", "model_not_found", "model", "clawrl-test"}},
 		{name: "model: unknown, completions", path: "/v1/completions", body: `{"model":"gpt-4o","prompt":"hi"}`,

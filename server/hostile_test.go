@@ -101,3 +101,18 @@ func TestTypeErrorsNameAPIFields(t *testing.T) {
 		t.Errorf("%d %s", resp.StatusCode, body)
 	}
 }
+
+// Valid UTF-8 passes, U+FFFD itself included (a client replaying a reply
+// that held a replacement character); raw invalid bytes do not (see
+// TestBadRequests).
+func TestReplacementCharacterAccepted(t *testing.T) {
+	e := newEnv(t)
+	for _, body := range []string{
+		`{"model":"clawrl-test","messages":[{"role":"user","content":"caf\ufffd"}],"max_tokens":1}`,
+		"{\"model\":\"clawrl-test\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\uFFFD \u00e9t\u00e9\"}],\"max_tokens\":1}",
+	} {
+		if resp, out := e.do(http.MethodPost, "/v1/chat/completions", body); resp.StatusCode != 200 {
+			t.Errorf("%q: %d %s", body, resp.StatusCode, out)
+		}
+	}
+}

@@ -42,7 +42,7 @@ func (hs *hasher) message(m tokenizer.Message) digest {
 	if role == "assistant" {
 		content = stripThink(content)
 	}
-	hs.text = appendCollapsed(hs.text[:0], content)
+	hs.text = appendCollapsed(hs.text[:0], asJSONText(content))
 	hs.fieldBytes(hs.text)
 	for _, tc := range m.ToolCalls {
 		hs.field("\x00call")
@@ -136,6 +136,28 @@ func appendCollapsed(dst []byte, s string) []byte {
 		dst = append(dst, s[word:]...)
 	}
 	return dst
+}
+
+// asJSONText is s as a client reads it back from a JSON response: every
+// byte that is not part of valid UTF-8 becomes U+FFFD, as encoding/json
+// writes it. A reply the model sampled with invalid bytes then matches the
+// history the client sends back.
+func asJSONText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // canonicalArgs renders tool-call arguments (a JSON object, or a JSON string

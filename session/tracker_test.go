@@ -559,3 +559,27 @@ func TestForgetAndArchive(t *testing.T) {
 		t.Errorf("unknown turn: %v", err)
 	}
 }
+
+// A reply with bytes that are not UTF-8 reaches the client as U+FFFD (the
+// JSON encoder's replacement, one per byte); the history the client sends
+// back still continues the turn.
+func TestInvalidUTF8ReplyContinues(t *testing.T) {
+	h := newHarness(t, Options{})
+	reply := "caf\xc3 ok \xff\xfe!"
+	h.turn("", msgs(user("hi")), false, asst(reply))
+	raw, err := json.Marshal(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen string // what the client decodes from the response
+	if err := json.Unmarshal(raw, &seen); err != nil {
+		t.Fatal(err)
+	}
+	if seen == reply || !strings.Contains(seen, "\uFFFD") {
+		t.Fatalf("the JSON round trip kept the bytes (%q): test is vacuous", seen)
+	}
+	b, _ := h.turn("", msgs(user("hi"), asst(seen), user("and?")), false, asst("more"))
+	if !b.Continued {
+		t.Errorf("the client's history (%q) did not continue the turn", seen)
+	}
+}
