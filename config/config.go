@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,7 @@ type Config struct {
 	Trainer  Trainer  `mapstructure:"trainer"`
 	Reward   Reward   `mapstructure:"reward"`
 	Data     Data     `mapstructure:"data"`
+	Devices  Devices  `mapstructure:"devices"`
 }
 
 // Trainer configures training from feedback.
@@ -76,6 +78,95 @@ type Reward struct {
 	Timeout          time.Duration `mapstructure:"timeout"`
 	Workers          int           `mapstructure:"workers"`
 	TeacherKVCacheMB int           `mapstructure:"teacher_kv_cache_mb"`
+}
+
+// Devices is the devices section: which devices each stage's worker pool
+// runs on. Serving (rollout) answers users, the judge scores turns, the
+// actor trains.
+type Devices struct {
+	Rollout DeviceGroup `mapstructure:"rollout"`
+	Judge   DeviceGroup `mapstructure:"judge"`
+	Actor   DeviceGroup `mapstructure:"actor"`
+}
+
+// DeviceGroup is one stage's devices: GPU indices on a GPU box, a thread
+// budget on the CPU.
+type DeviceGroup struct {
+	GPUs    []int `mapstructure:"gpus"`
+	Threads int   `mapstructure:"threads"`
+}
+
+// DefaultGPUSplit splits n GPUs between the actor, rollout and judge
+// groups in the proportions 4:2:2 (8 GPUs: 0-3 actor, 4-5 rollout, 6-7
+// judge), each group getting at least one GPU when n >= 3; with fewer,
+// the groups share GPU 0 (and 1).
+func DefaultGPUSplit(n int) (actor, rollout, judge []int) {
+	seq := func(from, to int) []int {
+		var out []int
+		for i := from; i < to; i++ {
+			out = append(out, i)
+		}
+		return out
+	}
+	switch {
+	case n <= 0:
+		return nil, nil, nil
+	case n == 1:
+		return []int{0}, []int{0}, []int{0}
+	case n == 2:
+		return []int{0}, []int{1}, []int{1}
+	}
+	j := max(1, n/4)
+	r := max(1, n/4)
+	a := n - j - r
+	return seq(0, a), seq(a, a+r), seq(a+r, n)
+}
+
+// validateDevices checks the devices section: no GPU in two groups, no
+// negative index or thread count, no more threads than cores; and, since
+// this build has neither a GPU backend nor per-group CPU worker pools,
+// refuses GPU lists and thread budgets with a message that says so.
+func (c *Config) validateDevices(cores int) []error {
+	var errs []error
+	groups := []struct {
+		name string
+		g    DeviceGroup
+	}{{"rollout", c.Devices.Rollout}, {"judge", c.Devices.Judge}, {"actor", c.Devices.Actor}}
+	owner := map[int]string{}
+	threads := 0
+	for _, gr := range groups {
+		key := "devices." + gr.name
+		for _, id := range gr.g.GPUs {
+			switch prev, taken := owner[id]; {
+			case id < 0:
+				errs = append(errs, fmt.Errorf("%s.gpus: %d is not a GPU index (0, 1, ...)", key, id))
+			case taken && prev != gr.name:
+				errs = append(errs, fmt.Errorf("%s.gpus: GPU %d is also in devices.%s.gpus; a GPU belongs to one group", key, id, prev))
+			case taken:
+				errs = append(errs, fmt.Errorf("%s.gpus: GPU %d is listed twice", key, id))
+			default:
+				owner[id] = gr.name
+			}
+		}
+		if len(gr.g.GPUs) > 0 {
+			errs = append(errs, fmt.Errorf("%s.gpus: %v asks for GPUs, and this build has no GPU backend yet (the CUDA backend is not built): "+
+				"leave devices.*.gpus empty to run on the CPU", key, gr.g.GPUs))
+		}
+		switch t := gr.g.Threads; {
+		case t < 0:
+			errs = append(errs, fmt.Errorf("%s.threads: %d must be >= 0 (0 = share the cores, serving first)", key, t))
+		case t > cores:
+			errs = append(errs, fmt.Errorf("%s.threads: %d is more than the %d cores of this machine", key, t, cores))
+		case t > 0:
+			errs = append(errs, fmt.Errorf("%s.threads: per-group CPU worker pools are not built yet (every stage shares "+
+				"model.threads, and the scheduler puts users first): leave it 0", key))
+		}
+		threads += max(0, gr.g.Threads)
+	}
+	if threads > cores {
+		errs = append(errs, fmt.Errorf("devices: %d threads over the groups, more than the %d cores of this machine", threads, cores))
+	}
+	return errs
 }
 
 // Data is the data section: where turns, feedback, samples and
@@ -389,6 +480,7 @@ func (c *Config) Validate() error {
 	positive("rollout.step_tokens", c.Rollout.StepTokens)
 	positive("sessions.max_sessions", c.Sessions.MaxSessions)
 	positive("sessions.max_turns", c.Sessions.MaxTurns)
+	errs = append(errs, c.validateDevices(runtime.NumCPU())...)
 	if c.Data.MaxMB < 0 {
 		errs = append(errs, fmt.Errorf("data.max_mb: %d must be >= 0 (0 = no budget)", c.Data.MaxMB))
 	}

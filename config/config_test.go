@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +167,51 @@ func TestHostileValues(t *testing.T) {
 			t.Errorf("%q: %v", tt.file, err)
 		case tt.check != nil && err == nil && !tt.check(c):
 			t.Errorf("%q: got %+v", tt.file, c)
+		}
+	}
+}
+
+func TestDevices(t *testing.T) {
+	tests := []struct {
+		file    string
+		wantErr []string
+	}{
+		{file: ""},
+		{file: "devices:\n  actor:\n    gpus: [0, 1]\n  rollout:\n    gpus: [1]\n", wantErr: []string{"devices.actor.gpus: GPU 1 is also in devices.rollout.gpus", "no GPU backend"}},
+		{file: "devices:\n  judge:\n    gpus: [2, 2]\n", wantErr: []string{"listed twice"}},
+		{file: "devices:\n  judge:\n    gpus: [-1]\n", wantErr: []string{"not a GPU index"}},
+		{file: "devices:\n  actor:\n    threads: 100000\n", wantErr: []string{"devices.actor.threads: 100000 is more than the", "more than the"}},
+		{file: "devices:\n  actor:\n    threads: 1\n", wantErr: []string{"not built yet"}},
+		{file: "devices:\n  actor:\n    threads: -1\n", wantErr: []string{"must be >= 0"}},
+	}
+	for _, tt := range tests {
+		_, err := Load(Options{Defaults: defaults(t), Env: []string{}, File: writeFile(t, tt.file)})
+		if len(tt.wantErr) == 0 {
+			if err != nil {
+				t.Errorf("%q: %v", tt.file, err)
+			}
+			continue
+		}
+		for _, w := range tt.wantErr {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: err = %v, want it to say %q", tt.file, err, w)
+			}
+		}
+	}
+	for _, tt := range []struct {
+		n                     int
+		actor, rollout, judge []int
+	}{
+		{8, []int{0, 1, 2, 3}, []int{4, 5}, []int{6, 7}},
+		{4, []int{0, 1}, []int{2}, []int{3}},
+		{3, []int{0}, []int{1}, []int{2}},
+		{2, []int{0}, []int{1}, []int{1}},
+		{1, []int{0}, []int{0}, []int{0}},
+		{0, nil, nil, nil},
+	} {
+		a, r, j := DefaultGPUSplit(tt.n)
+		if !slices.Equal(a, tt.actor) || !slices.Equal(r, tt.rollout) || !slices.Equal(j, tt.judge) {
+			t.Errorf("DefaultGPUSplit(%d) = %v %v %v", tt.n, a, r, j)
 		}
 	}
 }
