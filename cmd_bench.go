@@ -33,6 +33,7 @@ type benchFlags struct {
 	cpuProfile    string
 	serveSeconds  float64
 	rounds        int
+	train         bool
 }
 
 func (a *app) benchCmd() *cobra.Command {
@@ -68,6 +69,7 @@ a temporary directory first.`,
 	fl.IntVar(&f.contextTokens, "context-tokens", 0, "model: also decode after a prompt of this many tokens, an agent's context (0 = skip; e.g. 16384)")
 	fl.Float64Var(&f.seconds, "seconds", 1, "duration of each machine measurement")
 	fl.IntVar(&f.rounds, "rounds", 5, "model, serve: alternating rounds of the measurements compared with each other (see above)")
+	fl.BoolVar(&f.train, "train", false, "serve: also measure 8 and 32 clients while the trainer steps without pause on synthetic samples, against idle, in alternating rounds")
 	fl.Float64Var(&f.serveSeconds, "serve-seconds", 15, "serve: how long each client count keeps sending requests, over all rounds")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the engine sections (gemm, model, serve) to this file")
 	fl.IntVar(&f.bandwidthMB, "bandwidth-mb", kernels.DefaultBandwidthBytes>>20, "buffer for the bandwidth measurements (well above the L3 cache)")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -13,12 +14,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/clawrl/clawrl/store"
+	"github.com/clawrl/clawrl/trainer"
 )
 
 // The serving benchmark runs the real daemon path in-process (HTTP server,
@@ -320,6 +323,17 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 	if err := storeOverhead(row, url, bareURL, rounds, window, f.decodeTokens, generated); err != nil {
 		return err
 	}
+	if f.train {
+		load, err := a.startTrainLoad(e)
+		if err != nil {
+			return err
+		}
+		err = trainOverhead(row, url, rounds, window, f.decodeTokens, generated, load)
+		load.close()
+		if err != nil {
+			return err
+		}
+	}
 
 	// A long shared prefix: the second request's prompt starts with the
 	// first's system prompt, so only its own tail is computed.
@@ -379,6 +393,114 @@ func storeOverhead(row func(...string), withURL, withoutURL string, rounds int, 
 				fmt.Sprintf("%.1f / %.1f", ms(p50), ms(p99)), "ms",
 				fmt.Sprintf("with/without the store: %.3f / %.3f%s", p50.Seconds()/b50.Seconds(), p99.Seconds()/b99.Seconds(), m.suffix))
 		}
+	}
+	return nil
+}
+
+// trainLoad keeps a trainer stepping on synthetic samples (random prompts
+// and responses, ±1 rewards) and publishing each step to the engine's
+// versions while on is set: the load training puts on serving.
+type trainLoad struct {
+	on    atomic.Bool
+	steps atomic.Int64
+	stop  chan struct{}
+	done  chan struct{}
+	tr    *trainer.Trainer
+}
+
+func (a *app) startTrainLoad(e *engine) (*trainLoad, error) {
+	tc := a.cfg.Trainer
+	opts := trainer.DefaultOptions()
+	opts.LR, opts.LoRARank, opts.LoRAAlpha, opts.LoRATargets = tc.LR, tc.LoRARank, tc.LoRAAlpha, tc.LoRATargets
+	opts.MicroBatchTokens, opts.Checkpointing = tc.MicroBatchTokens, tc.ActivationCheckpointing
+	tr, err := trainer.New(e.model, e.model.Weights(), opts)
+	if err != nil {
+		return nil, err
+	}
+	tr.SetVersion(e.store.Current())
+	l := &trainLoad{stop: make(chan struct{}), done: make(chan struct{}), tr: tr}
+	vocab := int32(e.model.Config.VocabSize)
+	rng := rand.New(rand.NewPCG(1, 2))
+	go func() {
+		defer close(l.done)
+		for {
+			select {
+			case <-l.stop:
+				return
+			default:
+			}
+			if !l.on.Load() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			batch := make([]trainer.Sample, max(1, tc.BatchSize))
+			for i := range batch {
+				s := trainer.Sample{Prompt: make([]int32, 256), Response: make([]int32, 64), Version: tr.Version(), Reward: 1}
+				for j := range s.Prompt {
+					s.Prompt[j] = rng.Int32N(vocab)
+				}
+				for j := range s.Response {
+					s.Response[j] = rng.Int32N(vocab)
+				}
+				if i%2 == 1 {
+					s.Reward = -1
+				}
+				batch[i] = s
+			}
+			if met, err := tr.Step(batch); err != nil || !met.Applied {
+				continue
+			}
+			if _, err := tr.Publish(e.store); err != nil {
+				return
+			}
+			l.steps.Add(1)
+		}
+	}()
+	return l, nil
+}
+
+func (l *trainLoad) close() {
+	close(l.stop)
+	<-l.done
+	l.tr.Close()
+}
+
+// trainOverhead runs 8 and 32 streaming clients with the trainer idle and
+// with it stepping, alternating in rounds, and prints TTFT and inter-token
+// p50/p99 while training as a ratio of idle.
+func trainOverhead(row func(...string), url string, rounds int, window time.Duration, maxTokens int, generated func() uint64, load *trainLoad) error {
+	for _, n := range []int{8, 32} {
+		var idle, busy serveResult
+		var steps int64
+		for range rounds {
+			for i, on := range []bool{false, true} {
+				load.on.Store(on)
+				before := load.steps.Load()
+				r := runClients(url, n, window/2, maxTokens, generated)
+				load.on.Store(false)
+				if r.failures > 0 {
+					return fmt.Errorf("training overhead: %d requests with %d clients failed", r.failures, n)
+				}
+				dst := &idle
+				if i == 1 {
+					dst = &busy
+					steps += load.steps.Load() - before
+				}
+				dst.ttft = append(dst.ttft, r.ttft...)
+				dst.gaps = append(dst.gaps, r.gaps...)
+			}
+		}
+		for _, m := range []struct {
+			name    string
+			w, idle []time.Duration
+		}{{"TTFT", busy.ttft, idle.ttft}, {"inter-token", busy.gaps, idle.gaps}} {
+			p50, p99 := percentile(m.w, 0.5), percentile(m.w, 0.99)
+			b50, b99 := percentile(m.idle, 0.5), percentile(m.idle, 0.99)
+			row(fmt.Sprintf("  training, %d clients: %s p50 / p99", n, m.name),
+				fmt.Sprintf("%.1f / %.1f", ms(p50), ms(p99)), "ms",
+				fmt.Sprintf("training/idle: %.2f / %.2f (goal p99 <= 1.25)", p50.Seconds()/b50.Seconds(), p99.Seconds()/b99.Seconds()))
+		}
+		row(fmt.Sprintf("  training, %d clients: steps published", n), fmt.Sprint(steps), "", fmt.Sprintf("over %d training rounds", rounds))
 	}
 	return nil
 }

@@ -151,12 +151,12 @@ func TestServe(t *testing.T) {
 // nothing, the plumbing does.
 func TestBench(t *testing.T) {
 	out, _, err := run(t, "", "bench", "--what", "machine,gemm,model,serve", "--preset", "tiny", "--seconds", "0.02",
-		"--bandwidth-mb", "16", "--decode-tokens", "4", "--prefill-tokens", "16", "--prefix-tokens", "300", "--serve-seconds", "0.1",
+		"--bandwidth-mb", "16", "--decode-tokens", "4", "--prefill-tokens", "16", "--prefix-tokens", "300", "--serve-seconds", "0.1", "--train",
 		"--context-tokens", "600")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"FP32 FMA peak", "sgemm 512", "decode, batch 1", "prefill, 16 tokens", "decode after 600 tokens", "32 streaming clients", "second/first", "store, 32 clients: TTFT"} {
+	for _, want := range []string{"FP32 FMA peak", "sgemm 512", "decode, batch 1", "prefill, 16 tokens", "decode after 600 tokens", "32 streaming clients", "second/first", "store, 32 clients: TTFT", "training, 32 clients: TTFT"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
 		}
