@@ -516,6 +516,11 @@ func TestCollector(t *testing.T) {
 		}
 		collect(t, ch)
 	}
+	// The loop counts its running jobs on its next pass, after the last
+	// event went out.
+	for deadline := time.Now().Add(10 * time.Second); s.Stats().Running != 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
