@@ -3,6 +3,7 @@ package reward
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -83,15 +84,30 @@ const minLimit = 100
 func JudgeMessages(t *Turn, feedbackText string, lim Limits) []tokenizer.Message {
 	return []tokenizer.Message{
 		{Role: "system", Content: judgeSystemPrompt},
-		{Role: "user", Content: transcript(t, feedbackText, lim, "THE REPLY TO EVALUATE") + judgeClosing},
+		{Role: "user", Content: defuse(transcript(t, feedbackText, lim, "THE REPLY TO EVALUATE")) + judgeClosing},
 	}
 }
+
+// defuse rewrites what the conversation quotes so that nothing in it
+// parses as the judge's own output: a user (or a tool result, or the
+// reply) writing "\boxed{1}" or "[HINT_START]...[HINT_END]" must not cast
+// a vote or write a hint, even through a judge that copies its input.
+// Only the judge's own closing instruction keeps the real markers.
+func defuse(quoted string) string {
+	quoted = strings.ReplaceAll(quoted, boxOpen, `\boxed {`)
+	return hintMarkerRE.ReplaceAllStringFunc(quoted, func(m string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(m, "_", "-"), "[", "(")
+	})
+}
+
+// hintMarkerRE matches the hint markers as ParseHint reads them.
+var hintMarkerRE = regexp.MustCompile(`(?i)\[\s*HINT_(START|END)\s*\]`)
 
 // HintMessages returns the chat the hint judge reads for turn t.
 func HintMessages(t *Turn, feedbackText string, lim Limits) []tokenizer.Message {
 	return []tokenizer.Message{
 		{Role: "system", Content: hintSystemPrompt},
-		{Role: "user", Content: transcript(t, feedbackText, lim, "THE REPLY") + hintClosing},
+		{Role: "user", Content: defuse(transcript(t, feedbackText, lim, "THE REPLY")) + hintClosing},
 	}
 }
 
