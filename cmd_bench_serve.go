@@ -246,7 +246,7 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 		return err
 	}
 	defer db.Close()
-	srv, _, err := a.newServer(e, db, reg)
+	srv, _, err := a.newServer(e, db, reg, nil)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -110,13 +111,17 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 		return err
 	}
 
-	srv, vars, err := a.newServer(e, db, reg)
+	adm := &admin{}
+	srv, vars, err := a.newServer(e, db, reg, adm)
 	if err != nil {
 		return err
 	}
 	pipeline, closeLoop, err := a.newLoop(e, db, vars, reg, base, ckptDir)
 	if err != nil {
 		return err
+	}
+	if a.cfg.Trainer.Enabled {
+		adm.set(pipeline.loop, ckptDir)
 	}
 	defer closeLoop()
 	if err := a.resume(e, db, srv, pipeline); err != nil {
@@ -256,6 +261,34 @@ func (a *app) purgeLoop(db *store.DB) func() {
 	return func() { close(stop); <-done }
 }
 
+// admin is the server's Admin: rollbacks go to the training loop, which
+// is built after the server (set binds it).
+type admin struct {
+	mu   sync.Mutex
+	loop *loop.Loop
+	root string
+}
+
+func (a *admin) set(l *loop.Loop, root string) {
+	a.mu.Lock()
+	a.loop, a.root = l, root
+	a.mu.Unlock()
+}
+
+func (a *admin) Rollback(ctx context.Context, n uint64) (uint64, error) {
+	a.mu.Lock()
+	l, root := a.loop, a.root
+	a.mu.Unlock()
+	if l == nil {
+		return 0, errors.New("training is off: nothing to roll back")
+	}
+	c, err := weights.Open(weights.DirOf(root, n))
+	if err != nil {
+		return 0, fmt.Errorf("%w: version %d: %v", server.ErrUnknownVersion, n, err)
+	}
+	return l.Rollback(ctx, c)
+}
+
 // forgetter adapts the store to the server's DataStore.
 type forgetter struct{ db *store.DB }
 
@@ -311,7 +344,7 @@ func baseFingerprint(dir string) (string, error) {
 
 // newServer builds the API server over an engine, with the store its
 // turn records go to, and returns the template variables it renders with.
-func (a *app) newServer(e *engine, db *store.DB, reg *prometheus.Registry) (*server.Server, map[string]any, error) {
+func (a *app) newServer(e *engine, db *store.DB, reg *prometheus.Registry, adm server.Admin) (*server.Server, map[string]any, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), e.sched.Collector())
 	sc := a.cfg.Server
 	vars := map[string]any{}
@@ -326,6 +359,8 @@ func (a *app) newServer(e *engine, db *store.DB, reg *prometheus.Registry) (*ser
 		Version:          e.store.Current,
 		APIKeys:          sc.APIKeys,
 		ModelAliases:     sc.ModelAliases,
+		AdminKeys:        sc.AdminKeys,
+		Admin:            adm,
 		MaxBodyBytes:     int64(sc.MaxBodyMB) << 20,
 		MaxN:             sc.MaxN,
 		DefaultMaxTokens: sc.DefaultMaxTokens,

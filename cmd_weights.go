@@ -55,7 +55,7 @@ default checkpoints/ under data.dir):
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "VERSION\tPARENT\tSTEP\tLOSS\tCREATED\tPINNED\tNOTE")
 			for _, n := range ns {
-				c, err := weights.Open(filepath.Join(dir, fmt.Sprintf("v%08d", n)))
+				c, err := weights.Open(weights.DirOf(dir, n))
 				if err != nil {
 					fmt.Fprintf(tw, "%d\t\t\t\t\t\trefused: %v\n", n, err)
 					continue
@@ -110,7 +110,7 @@ default checkpoints/ under data.dir):
 			if err != nil {
 				return err
 			}
-			c, err := weights.Open(filepath.Join(dir, fmt.Sprintf("v%08d", n)))
+			c, err := weights.Open(weights.DirOf(dir, n))
 			if err != nil {
 				return err
 			}

@@ -343,7 +343,7 @@ func TestRestartKeepsLearning(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "config.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("trainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", data)), 0o600)
+	os.WriteFile(cfg, []byte(fmt.Sprintf("server:\n  admin_keys: [adm1n]\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", data)), 0o600)
 	port := freePort(t)
 	d := startDaemon(t, bin, cfg, port)
 	post := func(path, session string, headers map[string]string, body any) (int, map[string]any, http.Header) {
@@ -391,6 +391,33 @@ func TestRestartKeepsLearning(t *testing.T) {
 	if v < 2 {
 		t.Fatalf("no new version after 4 thumbs up\n%s", d.log)
 	}
+	// An operator rolls back to the first checkpoint while it serves.
+	var ckpts []uint64
+	for deadline := time.Now().Add(30 * time.Second); len(ckpts) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ckpts, _ = weights.List(filepath.Join(data, "checkpoints")) // written just after the publication
+	}
+	if len(ckpts) == 0 {
+		t.Fatal("no checkpoint to roll back to")
+	}
+	first := ckpts[len(ckpts)-1]
+	if code, m, _ := post("/admin/rollback", "", map[string]string{"Authorization": "Bearer wrong"}, map[string]any{"version": first}); code != 401 {
+		t.Errorf("rollback with a wrong admin key: %d %v", code, m)
+	}
+	code, m, _ := post("/admin/rollback", "", map[string]string{"Authorization": "Bearer adm1n"}, map[string]any{"version": first})
+	if code != 200 {
+		t.Fatalf("rollback: %d %v\n%s", code, m, d.log)
+	}
+	rolled := uint64(m["weight_version"].(float64))
+	if rolled <= v {
+		t.Errorf("rollback published version %d, not past %d", rolled, v)
+	}
+	if got := d.servedVersion(t); got < rolled {
+		t.Errorf("after the rollback answering on version %d, want %d or newer", got, rolled)
+	}
+	if code, _, _ := post("/admin/rollback", "", map[string]string{"Authorization": "Bearer adm1n"}, map[string]any{"version": 99999}); code != 404 {
+		t.Errorf("rollback to a version with no checkpoint: %d, want 404", code)
+	}
+	v = d.servedVersion(t)
 	if err := d.stop(); err != nil {
 		t.Fatalf("SIGTERM: %v\n%s", err, d.log)
 	}
@@ -406,7 +433,7 @@ func TestRestartKeepsLearning(t *testing.T) {
 	}
 	// The conversation goes on: the last turn before the restart gets its
 	// next state.
-	code, m, _ := post("/v1/chat/completions", "day", map[string]string{"X-Session-Done": "1"}, map[string]any{"messages": history, "max_tokens": 8})
+	code, m, _ = post("/v1/chat/completions", "day", map[string]string{"X-Session-Done": "1"}, map[string]any{"messages": history, "max_tokens": 8})
 	if code != 200 {
 		t.Fatalf("chat after restart: %d %v", code, m)
 	}

@@ -197,7 +197,7 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	srv, _, err := a.newServer(e, db, prometheus.NewRegistry())
+	srv, _, err := a.newServer(e, db, prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

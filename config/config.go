@@ -232,6 +232,7 @@ type Server struct {
 	Port             int           `mapstructure:"port"`
 	APIKeys          []string      `mapstructure:"api_keys"`
 	ModelAliases     []string      `mapstructure:"model_aliases"`
+	AdminKeys        []string      `mapstructure:"admin_keys"`
 	MaxBodyMB        int           `mapstructure:"max_body_mb"`
 	MaxN             int           `mapstructure:"max_n"`
 	DefaultMaxTokens int           `mapstructure:"default_max_tokens"`
@@ -395,7 +396,8 @@ func checkKnownKeys(defaults *viper.Viper, keys []string, file string) error {
 // envAliases are accepted environment names that do not follow the
 // CLAWRL_<SECTION>_<KEY> pattern.
 var envAliases = map[string]string{
-	"CLAWRL_API_KEYS": "server.api_keys",
+	"CLAWRL_API_KEYS":   "server.api_keys",
+	"CLAWRL_ADMIN_KEYS": "server.admin_keys",
 }
 
 // applyEnv sets every known key from CLAWRL_<SECTION>_<KEY> (dots become

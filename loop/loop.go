@@ -74,7 +74,18 @@ type Loop struct {
 	inflight     map[string]inflight // by sample id
 	checkpointed uint64              // version of the newest checkpoint written
 
-	samples chan struct{} // pinged when a sample was queued
+	samples  chan struct{}    // pinged when a sample was queued
+	rollback chan rollbackReq // served by the training goroutine, between steps
+}
+
+type rollbackReq struct {
+	c     *weights.Checkpoint
+	reply chan rollbackReply
+}
+
+type rollbackReply struct {
+	version uint64
+	err     error
 }
 
 type inflight struct {
@@ -103,7 +114,7 @@ func New(opts Options) (*Loop, error) {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
-	l := &Loop{opts: opts, inflight: map[string]inflight{}, samples: make(chan struct{}, 1),
+	l := &Loop{opts: opts, inflight: map[string]inflight{}, samples: make(chan struct{}, 1), rollback: make(chan rollbackReq),
 		warn: ratelog.New(opts.Log, 10*time.Second)}
 	l.met = metrics{
 		submitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_turns_submitted_total",
@@ -287,12 +298,66 @@ func (l *Loop) train(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case req := <-l.rollback:
+			v, err := l.doRollback(req.c)
+			req.reply <- rollbackReply{v, err}
+			continue
 		case <-l.samples:
 		case <-tick.C:
 		}
 		for ctx.Err() == nil && l.maybeStep() {
 		}
 	}
+}
+
+// Rollback makes the weights of checkpoint c current again, as a new
+// version whose parent is c's, between two training steps: the trainer
+// continues from c's parameters and optimizer state, the steps after c
+// are marked rolled_back in the store and their samples dropped, and the
+// new version is checkpointed so that a restart serves it.
+func (l *Loop) Rollback(ctx context.Context, c *weights.Checkpoint) (uint64, error) {
+	if l.opts.Trainer == nil {
+		return 0, errors.New("loop: training is off: nothing to roll back")
+	}
+	req := rollbackReq{c: c, reply: make(chan rollbackReply, 1)}
+	select {
+	case l.rollback <- req:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	select {
+	case r := <-req.reply:
+		return r.version, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+func (l *Loop) doRollback(c *weights.Checkpoint) (uint64, error) {
+	tr := l.opts.Trainer
+	if err := tr.Restore(c); err != nil {
+		return 0, err
+	}
+	v, err := tr.Publish(l.opts.Versions)
+	if err != nil {
+		return 0, err
+	}
+	note := fmt.Sprintf("rollback to %d", c.Info().Version)
+	if err := l.opts.DB.RecordVersion(v.Number(), c.Info().Version, tr.StepCount(), note); err != nil {
+		return v.Number(), err
+	}
+	r, err := l.opts.DB.Resume(tr.StepCount(), true)
+	if err != nil {
+		return v.Number(), err
+	}
+	l.met.published.Inc()
+	if l.opts.OnPublish != nil {
+		l.opts.OnPublish(v)
+	}
+	l.opts.Log.Warn().Uint64("version", v.Number()).Uint64("rolled_back_to", c.Info().Version).
+		Int("undone_steps", r.LostSteps).Int("dropped_samples", r.Requeued).Msg("rolled back")
+	l.checkpoint()
+	return v.Number(), nil
 }
 
 // maybeStep trains one batch if one is due; it reports whether it did.

@@ -122,3 +122,54 @@ func (s *Server) handleForgetSession(w http.ResponseWriter, r *http.Request) {
 // RestoreTurns gives the session tracker turns that were waiting for their
 // next state when the daemon last stopped (see session.Tracker.Restore).
 func (s *Server) RestoreTurns(turns []*session.Turn) { s.tracker.Restore(turns) }
+
+// ErrUnknownVersion is wrapped by an Admin that has no checkpoint of the
+// version asked for.
+var ErrUnknownVersion = errors.New("no checkpoint of that version")
+
+// handleRollback is POST /admin/rollback {"version": N}: the weights of
+// checkpoint N become current as a new version. It needs an admin key
+// (server.admin_keys), never an API key.
+func (s *Server) handleRollback(w http.ResponseWriter, r *http.Request) {
+	if len(s.admin) == 0 {
+		writeError(w, &apiError{Status: http.StatusForbidden, Type: typeInvalidRequest, Code: "admin_disabled",
+			Message: "The admin routes are off: set server.admin_keys to use them."})
+		return
+	}
+	if match, given := keyMatches(r, s.admin); !match {
+		msg := "Incorrect admin key provided."
+		if !given {
+			msg = "Provide an admin key in the Authorization header as 'Bearer KEY'."
+		}
+		writeError(w, &apiError{Status: http.StatusUnauthorized, Type: typeInvalidRequest, Code: codeInvalidAPIKey, Message: msg})
+		return
+	}
+	var req struct {
+		Version *uint64 `json:"version"`
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
+	if e := decodeBody(r, 1<<16, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	if req.Version == nil || *req.Version == 0 {
+		writeError(w, invalid("version", "missing_required_parameter", "Name the version to roll back to: {\"version\": N}."))
+		return
+	}
+	if s.opts.Admin == nil {
+		writeError(w, &apiError{Status: http.StatusNotImplemented, Type: typeInvalidRequest, Code: "not_implemented",
+			Message: "This server cannot roll back (training is off)."})
+		return
+	}
+	v, err := s.opts.Admin.Rollback(r.Context(), *req.Version)
+	switch {
+	case errors.Is(err, ErrUnknownVersion):
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Param: "version", Code: "version_not_found",
+			Message: err.Error()})
+		return
+	case err != nil:
+		writeError(w, internalError(err))
+		return
+	}
+	writeJSON(w, map[string]any{"object": "rollback", "rolled_back_to": *req.Version, "weight_version": v})
+}

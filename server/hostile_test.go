@@ -116,3 +116,44 @@ func TestReplacementCharacterAccepted(t *testing.T) {
 		}
 	}
 }
+
+type fakeAdmin struct{ asked []uint64 }
+
+func (f *fakeAdmin) Rollback(_ context.Context, v uint64) (uint64, error) {
+	f.asked = append(f.asked, v)
+	if v > 10 {
+		return 0, fmt.Errorf("%w: %d", ErrUnknownVersion, v)
+	}
+	return 42, nil
+}
+
+// POST /admin/rollback answers only to an admin key, never an API key.
+func TestAdminRollbackAuth(t *testing.T) {
+	off := newEnv(t)
+	if resp, body := off.do(http.MethodPost, "/admin/rollback", `{"version":3}`); resp.StatusCode != 403 {
+		t.Errorf("without admin keys: %d %s, want 403", resp.StatusCode, body)
+	}
+	adm := &fakeAdmin{}
+	e := newEnv(t, func(o *Options) { o.APIKeys, o.AdminKeys, o.Admin = []string{"user-key"}, []string{"admin-key"}, adm })
+	for _, tt := range []struct {
+		key, body string
+		status    int
+	}{
+		{"", `{"version":3}`, 401},
+		{"user-key", `{"version":3}`, 401},
+		{"admin-key", `{}`, 400},
+		{"admin-key", `{"version":99}`, 404},
+		{"admin-key", `{"version":3}`, 200},
+	} {
+		var hdr []string
+		if tt.key != "" {
+			hdr = []string{"Authorization", "Bearer " + tt.key}
+		}
+		if resp, body := e.do(http.MethodPost, "/admin/rollback", tt.body, hdr...); resp.StatusCode != tt.status {
+			t.Errorf("key %q body %s: %d %s, want %d", tt.key, tt.body, resp.StatusCode, body, tt.status)
+		}
+	}
+	if len(adm.asked) != 2 || adm.asked[1] != 3 {
+		t.Errorf("rollbacks asked: %v", adm.asked)
+	}
+}

@@ -106,6 +106,11 @@ type Options struct {
 	// served model; "*" accepts any name (for clients that insist on their
 	// own). Without them an unknown model gets 404 model_not_found.
 	ModelAliases []string
+	// AdminKeys are the bearer keys of the admin routes (POST
+	// /admin/rollback); none disables them (403).
+	AdminKeys []string
+	// Admin performs the admin routes' actions; nil answers 501.
+	Admin Admin
 	// Data, if set, deletes a user's records: DELETE /v1/sessions/{id}.
 	// Without it the route answers 501.
 	Data DataStore
@@ -116,6 +121,12 @@ type Options struct {
 	// /metrics (so other packages' metrics can share it); nil makes a new
 	// one with the Go and process collectors.
 	Registry *prometheus.Registry
+}
+
+// Admin rolls the served weights back to an earlier checkpointed version,
+// as a new version; it returns the new version's number.
+type Admin interface {
+	Rollback(ctx context.Context, version uint64) (uint64, error)
 }
 
 // DataStore deletes the stored records of a session (its turns, feedback
@@ -139,6 +150,7 @@ type Server struct {
 	reg     *prometheus.Registry
 	log     zerolog.Logger
 	keys    [][sha256.Size]byte
+	admin   [][sha256.Size]byte
 	stopSet map[int32]bool
 	started time.Time
 	handler http.Handler
@@ -216,6 +228,11 @@ func New(opts Options) (*Server, error) {
 			s.keys = append(s.keys, sha256.Sum256([]byte(k)))
 		}
 	}
+	for _, k := range opts.AdminKeys {
+		if k = strings.TrimSpace(k); k != "" {
+			s.admin = append(s.admin, sha256.Sum256([]byte(k)))
+		}
+	}
 	so := opts.Sessions
 	so.Sink = opts.Sink
 	s.tracker = session.New(so)
@@ -282,6 +299,7 @@ func (s *Server) routes() http.Handler {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	r.Post("/admin/rollback", s.handleRollback)
 	r.Group(func(r chi.Router) {
 		r.Use(s.auth)
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
@@ -455,6 +473,18 @@ func (s *Server) recoverPanic(next http.Handler) http.Handler {
 	})
 }
 
+// keyMatches reports whether r's bearer key is one of keys (in constant
+// time) and whether it gave one at all.
+func keyMatches(r *http.Request, keys [][sha256.Size]byte) (match, given bool) {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	m := 0
+	for _, k := range keys {
+		m |= subtle.ConstantTimeCompare(sum[:], k[:])
+	}
+	return ok && m == 1, ok
+}
+
 // auth checks the bearer key, in constant time, when keys are configured.
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -462,13 +492,8 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		given, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(strings.TrimSpace(given)))
-		match := 0
-		for _, k := range s.keys {
-			match |= subtle.ConstantTimeCompare(sum[:], k[:])
-		}
-		if !ok || match == 0 {
+		match, ok := keyMatches(r, s.keys)
+		if !ok || !match {
 			msg := "Incorrect API key provided."
 			if !ok {
 				msg = "You didn't provide an API key. Provide it in the Authorization header as 'Bearer YOUR_KEY'."

@@ -14,6 +14,9 @@ import (
 // change the checkpoint).
 const PinFile = "PINNED"
 
+// DirOf is the directory of checkpoint n under root (which Open reads).
+func DirOf(root string, n uint64) string { return filepath.Join(root, dirName(n)) }
+
 // Pin marks checkpoint n under root as pinned.
 func Pin(root string, n uint64) error {
 	dir := filepath.Join(root, dirName(n))
