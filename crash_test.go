@@ -135,6 +135,17 @@ func (d *daemon) servedVersion(t *testing.T) uint64 {
 	return v
 }
 
+// waitLog waits until the daemon's log has a new line holding marker (or
+// the timeout passes).
+func waitLog(d *daemon, marker string, timeout time.Duration) {
+	seen := strings.Count(d.log.String(), marker)
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if strings.Count(d.log.String(), marker) > seen {
+			return
+		}
+	}
+}
+
 // startupVersion reads the version the daemon served when it started
 // listening, from its "store opened" log line.
 func startupVersion(t *testing.T, d *daemon) uint64 {
@@ -218,7 +229,17 @@ data:
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		wg.Go(func() { users(ctx, d.url, 3, uint64(i), log) })
-		time.Sleep(time.Duration(300+rng.IntN(2500)) * time.Millisecond)
+		// Most kills land at a random moment; every third one right after a
+		// publication (before or during its checkpoint write), or after a
+		// checkpoint (before the next step's commit).
+		switch i % 3 {
+		case 1:
+			waitLog(d, `"message":"trained and published a new version"`, 3*time.Second)
+		case 2:
+			waitLog(d, `"message":"checkpoint saved"`, 3*time.Second)
+		default:
+			time.Sleep(time.Duration(300+rng.IntN(2500)) * time.Millisecond)
+		}
 		d.kill() // mid-whatever
 		cancel()
 		wg.Wait()
