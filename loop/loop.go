@@ -204,16 +204,23 @@ func (l *Loop) feed(ctx context.Context) {
 	}
 }
 
-// fill submits ready turns until the scorer's queue is full.
+// fill submits ready turns until the scorer's queue is full. It reads
+// only as many turns as the queue has room for: under load the scorer is
+// usually full, and serving should not pay for reading turns it cannot
+// take.
 func (l *Loop) fill() {
 	for {
+		room := min(l.opts.Scorer.Room(), 8)
+		if room <= 0 {
+			return
+		}
 		l.mu.Lock()
 		busy := make(map[string]bool, len(l.inflight))
 		for _, f := range l.inflight {
 			busy[f.turnID] = true
 		}
 		l.mu.Unlock()
-		turns, err := l.opts.DB.ReadyTurns(8, busy)
+		turns, err := l.opts.DB.ReadyTurns(room, busy)
 		if err != nil {
 			l.warn.Warn("ready_turns", err, "loop: reading turns to score failed")
 			return

@@ -119,6 +119,9 @@ func (s *Scorer) Submit(t Turn) error {
 	}
 }
 
+// Room is how many turns Submit would take now (the queue's free slots).
+func (s *Scorer) Room() int { return cap(s.in) - len(s.in) }
+
 // Results delivers the outcome of every submitted turn that was scored.
 // It is closed when Run returns. Read it steadily: when it is full, the
 // workers wait, the queue fills and Submit answers ErrBusy.

@@ -304,50 +304,56 @@ type ReadyTurn struct {
 // can still train within max_staleness; older ones wait for a lull),
 // skipping the ids in busy.
 func (d *DB) ReadyTurns(limit int, busy map[string]bool) ([]ReadyTurn, error) {
-	rows, err := d.db.Query(`SELECT id, gen, session_id, response_id, choice, version, end_reason, completed, body, next_state, prompt, response, logprobs
-		FROM turns WHERE status = 'ready' ORDER BY completed DESC LIMIT ?`, limit+len(busy))
+	// Ids first (the index alone), so that busy turns cost no body read.
+	rows, err := d.db.Query(`SELECT id FROM turns WHERE status = 'ready' ORDER BY completed DESC LIMIT ?`, limit+len(busy))
 	if err != nil {
 		return nil, fmt.Errorf("store: ready turns: %w", err)
 	}
-	var out []ReadyTurn
+	var ids []string
 	for rows.Next() {
-		var t ReadyTurn
-		var version, completed int64
-		var raw, next, prompt, response, logprobs []byte
-		if err := rows.Scan(&t.ID, &t.Gen, &t.SessionID, &t.ResponseID, &t.Choice, &version, &t.End, &completed,
-			&raw, &next, &prompt, &response, &logprobs); err != nil {
+		var id string
+		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("store: ready turns: %w", err)
 		}
-		if busy[t.ID] || len(out) >= limit {
-			continue
+		if !busy[id] && len(ids) < limit {
+			ids = append(ids, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: ready turns: %w", err)
+	}
+	out := make([]ReadyTurn, 0, len(ids))
+	for _, id := range ids {
+		var t ReadyTurn
+		var version, completed int64
+		var raw, next, prompt, response, logprobs []byte
+		err := d.db.QueryRow(`SELECT id, gen, session_id, response_id, choice, version, end_reason, completed, body, next_state, prompt, response, logprobs
+			FROM turns WHERE id = ? AND status = 'ready'`, id).Scan(&t.ID, &t.Gen, &t.SessionID, &t.ResponseID, &t.Choice, &version, &t.End, &completed,
+			&raw, &next, &prompt, &response, &logprobs)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // scored or forgotten meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("store: ready turn %s: %w", id, err)
 		}
 		var body turnBody
 		if err := json.Unmarshal(raw, &body); err != nil {
-			rows.Close()
 			return nil, fmt.Errorf("store: turn %s: body: %w", t.ID, err)
 		}
 		t.Version, t.Completed = uint64(version), time.UnixMilli(completed)
 		t.Messages, t.Tools, t.Reply = body.Messages, body.Tools, body.Reply
 		if next != nil {
 			if err := json.Unmarshal(next, &t.NextState); err != nil {
-				rows.Close()
 				return nil, fmt.Errorf("store: turn %s: next state: %w", t.ID, err)
 			}
 		}
 		t.Prompt, t.Response, t.LogProbs = decodeInt32s(prompt), decodeInt32s(response), decodeFloat32s(logprobs)
-		out = append(out, t)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: ready turns: %w", err)
-	}
-	for i := range out {
-		fbs, err := d.feedbackOf(out[i].ID)
-		if err != nil {
+		if t.Feedback, err = d.feedbackOf(t.ID); err != nil {
 			return nil, err
 		}
-		out[i].Feedback = fbs
+		out = append(out, t)
 	}
 	return out, nil
 }
