@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,6 +114,50 @@ func TestBackgroundYields(t *testing.T) {
 		want := greedyRef(t, m, prompt(6, bgPrompt[i]), 60, nil)
 		if c := collect(t, ch); c.finish != FinishLength || !slices.Equal(c.tokens, want) {
 			t.Errorf("background %d after preemption: %v (%s), want %v", i, c.tokens, c.finish, want)
+		}
+	}
+}
+
+// Under a sustained foreground load, background work keeps its one slot
+// (MinBackground) and finishes early; with strict priority it waits until
+// no foreground request is queued.
+func TestBackgroundNotStarved(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		m := tinyModel(t)
+		opts := Options{Model: m, Cache: newCache(t, m, 256), MaxBatch: 2, QueueSize: 8}
+		if strict {
+			opts.MinBackground = -1
+		}
+		s := startScheduler(t, opts)
+		ctx := context.Background()
+		var mu sync.Mutex
+		var order []string // finish order
+		var wg sync.WaitGroup
+		run := func(name string, req Request) {
+			ch, err := s.Generate(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() {
+				collect(t, ch)
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+			})
+		}
+		for i := range 6 {
+			run("fg", greedyReq(prompt(5, 200+i), 60))
+		}
+		req := greedyReq(prompt(5, 300), 4)
+		req.Background = true
+		run("bg", req)
+		wg.Wait()
+		before := slices.Index(order, "bg") // foreground requests finished before it
+		switch {
+		case !strict && before > 2:
+			t.Errorf("with a guaranteed slot the background request finished after %d foreground ones (order %v)", before, order)
+		case strict && before < 4:
+			t.Errorf("strict priority: the background request finished after only %d foreground ones (order %v)", before, order)
 		}
 	}
 }

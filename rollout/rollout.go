@@ -31,10 +31,11 @@ type Request struct {
 	Frozen bool
 	// Background puts the generation below every foreground request: it
 	// waits in a queue of its own (a full one refuses background requests
-	// only), starts only when no foreground request is waiting, runs at
-	// most Options.MaxBackground at once, and is the first to be
-	// preempted when a foreground request needs its slot or the KV cache
-	// is full. For the judge and other work users do not wait on.
+	// only), starts only when no foreground request is waiting (beyond
+	// Options.MinBackground slots, which it keeps), runs at most
+	// Options.MaxBackground at once, and is the first to be preempted when
+	// a foreground request needs its slot or the KV cache is full. For the
+	// judge and other work users do not wait on.
 	Background bool
 }
 

@@ -47,6 +47,11 @@ type Options struct {
 	// (default a quarter of MaxBatch, at least 1); BackgroundQueue the most
 	// waiting (default QueueSize). See Request.Background.
 	MaxBackground, BackgroundQueue int
+	// MinBackground slots stay with background requests even while
+	// foreground ones wait (default 1; negative: none, strict priority),
+	// so that scoring goes on under a sustained load of users instead of
+	// starving, at the cost of that share of the batch.
+	MinBackground int
 	// Log receives scheduler events.
 	Log zerolog.Logger
 }
@@ -132,6 +137,13 @@ func New(opts Options) (*Scheduler, error) {
 	if opts.BackgroundQueue == 0 {
 		opts.BackgroundQueue = opts.QueueSize
 	}
+	switch {
+	case opts.MinBackground == 0:
+		opts.MinBackground = 1
+	case opts.MinBackground < 0:
+		opts.MinBackground = 0
+	}
+	opts.MinBackground = min(opts.MinBackground, opts.MaxBackground, max(0, opts.MaxBatch-1))
 	if opts.MaxBackground < 1 || opts.BackgroundQueue < 1 {
 		return nil, fmt.Errorf("rollout: need MaxBackground >= 1 and BackgroundQueue >= 1 (got %d, %d)", opts.MaxBackground, opts.BackgroundQueue)
 	}
@@ -426,6 +438,9 @@ func (s *Scheduler) pull(q chan *job, held *[]*job) bool {
 // nextWaiting returns the held list whose first request is the next to
 // start (pulling one from its queue if needed), or nil when none may.
 func (s *Scheduler) nextWaiting() *[]*job {
+	if s.backgroundRunning() < s.opts.MinBackground && (len(s.heldBg) > 0 || s.pull(s.bgQueue, &s.heldBg)) {
+		return &s.heldBg // its guaranteed share
+	}
 	if len(s.held) > 0 || s.pull(s.queue, &s.held) {
 		return &s.held
 	}
@@ -452,6 +467,9 @@ func (s *Scheduler) backgroundRunning() int {
 // full and a foreground request waits for a slot.
 func (s *Scheduler) yieldBackground() {
 	for len(s.running) >= s.opts.MaxBatch && (len(s.held) > 0 || s.pull(s.queue, &s.held)) {
+		if s.backgroundRunning() <= s.opts.MinBackground {
+			return // their guaranteed share
+		}
 		i := newestBackground(s.running)
 		if i < 0 {
 			return
