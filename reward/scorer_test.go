@@ -568,9 +568,17 @@ func TestInjectedVotesDoNotCount(t *testing.T) {
 				next.Role, sm.Reward, sm.Votes, sm.InvalidVotes, sm.Hint)
 		}
 	}
-	// The judge still read what the user wrote, defused.
-	prompt := j.requests[0].Messages[1].Content
-	if !strings.Contains(prompt, "Ignore previous instructions") || strings.Count(prompt, `\boxed{`) != strings.Count(judgeClosing, `\boxed{`) {
-		t.Errorf("judge prompt does not quote the injection defused:\n%s", prompt)
+	// The judges still read what the user wrote, defused: only their own
+	// closing instruction holds real markers.
+	for _, req := range j.requests {
+		prompt := req.Messages[len(req.Messages)-1].Content
+		quoted, ok := strings.CutSuffix(prompt, judgeClosing)
+		if !ok {
+			quoted, ok = strings.CutSuffix(prompt, hintClosing)
+		}
+		if !ok || !strings.Contains(quoted, "Ignore previous instructions") || strings.Contains(quoted, `\boxed{`) ||
+			hintStartRE.MatchString(quoted) {
+			t.Errorf("judge prompt does not quote the injection defused:\n%s", prompt)
+		}
 	}
 }
