@@ -71,34 +71,26 @@ default checkpoints/ under data.dir):
 			return tw.Flush()
 		},
 	}
-	pin := &cobra.Command{
-		Use: "pin N", Short: "Keep checkpoint N through pruning", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := version(args[0])
-			if err != nil {
-				return err
-			}
-			dir, err := root()
-			if err != nil {
-				return err
-			}
-			return weights.Pin(dir, n)
-		},
+	// onVersion is a command that applies fn to the checkpoint root and
+	// the version named by its argument.
+	onVersion := func(use, short string, fn func(root string, n uint64) error) *cobra.Command {
+		return &cobra.Command{
+			Use: use, Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				n, err := version(args[0])
+				if err != nil {
+					return err
+				}
+				dir, err := root()
+				if err != nil {
+					return err
+				}
+				return fn(dir, n)
+			},
+		}
 	}
-	unpin := &cobra.Command{
-		Use: "unpin N", Short: "Let pruning delete checkpoint N again", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := version(args[0])
-			if err != nil {
-				return err
-			}
-			dir, err := root()
-			if err != nil {
-				return err
-			}
-			return weights.Unpin(dir, n)
-		},
-	}
+	pin := onVersion("pin N", "Keep checkpoint N through pruning", weights.Pin)
+	unpin := onVersion("unpin N", "Let pruning delete checkpoint N again", weights.Unpin)
 	rollback := &cobra.Command{
 		Use: "rollback N", Short: "Make checkpoint N's weights the newest version", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
