@@ -101,6 +101,8 @@ type metrics struct {
 	published prometheus.Counter
 	stale     prometheus.Counter
 	inflight  prometheus.GaugeFunc
+	step      *prometheus.GaugeVec     // the last applied step's statistics
+	staleness *prometheus.HistogramVec // versions between generation and training
 }
 
 // New checks the options.
@@ -129,6 +131,11 @@ func New(opts Options) (*Loop, error) {
 			Help: "Weight versions published by training."}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_samples_stale_total",
 			Help: "Queued samples dropped because their generating version was more than max_staleness versions old."}),
+		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "clawrl_train_step",
+			Help: "The last applied training step: clip_fraction, importance_weight (mean truncated behaviour-to-policy weight), kl, entropy, grad_norm, lr, advantage, samples, tokens."},
+			[]string{"stat"}),
+		staleness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "clawrl_train_sample_staleness_versions",
+			Help: "Versions between the one that generated a trained sample and the trainer's.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 16}}, nil),
 		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "clawrl_loop_scoring_inflight",
 			Help: "Turns submitted to the scorer and not yet scored."}, func() float64 {
 			l.mu.Lock()
@@ -138,7 +145,7 @@ func New(opts Options) (*Loop, error) {
 	}
 	if opts.Registry != nil {
 		for _, c := range []prometheus.Collector{l.met.submitted, l.met.scored, l.met.steps, l.met.loss,
-			l.met.published, l.met.stale, l.met.inflight} {
+			l.met.published, l.met.stale, l.met.inflight, l.met.step, l.met.staleness} {
 			if err := opts.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("loop: metrics: %w", err)
 			}
@@ -451,6 +458,18 @@ func (l *Loop) step(batch []trainer.Sample, ids []string) {
 	}
 	l.met.steps.WithLabelValues("applied").Inc()
 	l.met.loss.Set(met.Loss)
+	for stat, v := range map[string]float64{
+		"clip_fraction": met.ClipFraction, "importance_weight": met.ImportanceWeight, "kl": met.KL,
+		"entropy": met.Entropy, "grad_norm": met.GradNorm, "lr": met.LR, "advantage": met.Advantage,
+		"samples": float64(met.Samples), "tokens": float64(met.Tokens),
+	} {
+		l.met.step.WithLabelValues(stat).Set(v)
+	}
+	for k, n := range met.Staleness {
+		for range n {
+			l.met.staleness.WithLabelValues().Observe(float64(k))
+		}
+	}
 	v, err := tr.Publish(l.opts.Versions)
 	if err != nil {
 		l.opts.Log.Error().Err(err).Msg("publishing the new weights failed")

@@ -214,6 +214,12 @@ func TestLoopTrainsAndPublishes(t *testing.T) {
 	if n := testutil.ToFloat64(l.met.published); n != 1 {
 		t.Errorf("%v versions published, want 1", n)
 	}
+	if w := testutil.ToFloat64(l.met.step.WithLabelValues("importance_weight")); w <= 0 {
+		t.Errorf("importance weight gauge %v after a step", w)
+	}
+	if n := testutil.ToFloat64(l.met.step.WithLabelValues("samples")); n != 2 {
+		t.Errorf("samples gauge %v, want 2", n)
+	}
 	if j.calls.Load() != 2 {
 		t.Errorf("judge called %d times, want 2 (the turn without evidence is not judged)", j.calls.Load())
 	}
