@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/weights"
 )
 
@@ -16,18 +15,7 @@ import (
 // current: the judge's verdicts do not move with the policy it trains.
 func TestFrozenIgnoresPublishedVersions(t *testing.T) {
 	m := tinyModel(t)
-	dir := t.TempDir()
-	spec := model.RandomSpec{
-		Arch: model.ArchQwen3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
-		Vocab: 101, MaxPositions: 256, DType: "float32", Seed: 77, InitStd: 0.2,
-	}
-	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
-		t.Fatal(err)
-	}
-	w2, err := m.LoadWeights(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2 := otherWeights(t, m, 77)
 	store := weights.NewStore(weights.StoreOptions{})
 	t.Cleanup(store.Close)
 	v1, _ := store.Publish(m.Weights(), 0, weights.Meta{})

@@ -19,6 +19,25 @@ import (
 	"github.com/clawrl/clawrl/weights"
 )
 
+// otherWeights are weights of tinyModel's shapes from another seed's
+// checkpoint, loaded into m.
+func otherWeights(t testing.TB, m *model.Model, seed uint64) *model.Weights {
+	t.Helper()
+	dir := t.TempDir()
+	spec := model.RandomSpec{
+		Arch: model.ArchQwen3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
+		Vocab: 101, MaxPositions: 256, DType: "float32", Seed: seed, InitStd: 0.2,
+	}
+	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.LoadWeights(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 func tinyModel(t testing.TB) *model.Model {
 	t.Helper()
 	dir := t.TempDir()
@@ -442,19 +461,7 @@ func greedyRefOn(t testing.TB, m *model.Model, w *model.Weights, prompt []int32,
 // request runs on, and reports, the new one.
 func TestWeightSwapDuringStream(t *testing.T) {
 	m := tinyModel(t)
-	// Other weights of the same shapes: another seed's checkpoint.
-	dir := t.TempDir()
-	spec := model.RandomSpec{
-		Arch: model.ArchQwen3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
-		Vocab: 101, MaxPositions: 256, DType: "float32", Seed: 99, InitStd: 0.2,
-	}
-	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
-		t.Fatal(err)
-	}
-	w2, err := m.LoadWeights(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2 := otherWeights(t, m, 99)
 	store := weights.NewStore(weights.StoreOptions{})
 	t.Cleanup(store.Close)
 	v1, err := store.Publish(m.Weights(), 0, weights.Meta{Note: "base"})
