@@ -327,7 +327,7 @@ func (a *app) runGenerate(cmd *cobra.Command, f generateFlags) error {
 				finish = ev.Finish
 				break // the stop token itself is not text
 			}
-			piece, stopped := stops.Push(dec.Add(ev.Token))
+			piece, stopped := stops.Push(tokenizer.Lossy(dec.Add(ev.Token)))
 			fmt.Fprint(out, piece)
 			if stopped {
 				cancel()
@@ -345,7 +345,7 @@ func (a *app) runGenerate(cmd *cobra.Command, f generateFlags) error {
 		}
 	}
 	if !stoppedOnString {
-		rest, stopped := stops.Push(dec.Flush())
+		rest, stopped := stops.Push(tokenizer.Lossy(dec.Flush()))
 		fmt.Fprint(out, rest)
 		if !stopped {
 			fmt.Fprint(out, stops.Flush())

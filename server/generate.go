@@ -10,6 +10,7 @@ import (
 
 	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/sample"
+	"github.com/clawrl/clawrl/tokenizer"
 )
 
 // job is one choice to generate.
@@ -213,7 +214,9 @@ func (s *Server) run(g *generation, emit func(delta) bool) *output {
 			e := s.tokenLogprob(ev.Token, ev.LogProb, ev.Top)
 			lp = &e
 		}
-		text, hit := stop.Push(dec.Add(ev.Token))
+		// Text leaves the process as valid UTF-8 (Hugging Face's lossy
+		// decoding), so the reply the client reads is the one recorded.
+		text, hit := stop.Push(tokenizer.Lossy(dec.Add(ev.Token)))
 		push(text, lp)
 		if hit || (g.oneCall && parser != nil && parser.callsDone() > 0) {
 			stopped = true
@@ -222,7 +225,7 @@ func (s *Server) run(g *generation, emit func(delta) bool) *output {
 	}
 	o.endAt = time.Now()
 	if !stopped {
-		text, hit := stop.Push(dec.Flush())
+		text, hit := stop.Push(tokenizer.Lossy(dec.Flush()))
 		if !hit {
 			text += stop.Flush()
 		}
