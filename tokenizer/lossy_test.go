@@ -21,10 +21,10 @@ func TestLossy(t *testing.T) {
 		{"\xf4\x90\x80\x80", R + R + R + R},
 		{"\xf5\x80", R + R},
 		{"\x80\x80", R + R},
-		{"\xe2\x82", R},                           // cut short
-		{"\xe2\x82\xe2\x82\xac", R + "€"},         // a cut-short € then a whole one
-		{"\xc3\x28", R + "("},                     // a bad continuation is not consumed
-		{"\xf1\x80\x80", R},                       // three of four bytes
+		{"\xe2\x82", R},                   // cut short
+		{"\xe2\x82\xe2\x82\xac", R + "€"}, // a cut-short € then a whole one
+		{"\xc3\x28", R + "("},             // a bad continuation is not consumed
+		{"\xf1\x80\x80", R},               // three of four bytes
 		{"Unicode 3.9: \x61\xf1\x80\x80\xe1\x80\xc2\x62\x80\x63\x80\xbf\x64", "Unicode 3.9: a" + R + R + R + "b" + R + "c" + R + R + "d"},
 	}
 	for _, tt := range tests {
