@@ -73,7 +73,7 @@ default checkpoints/ under data.dir):
 	}
 	// onVersion is a command that applies fn to the checkpoint root and
 	// the version named by its argument.
-	onVersion := func(use, short string, fn func(root string, n uint64) error) *cobra.Command {
+	onVersion := func(use, short string, fn func(cmd *cobra.Command, root string, n uint64) error) *cobra.Command {
 		return &cobra.Command{
 			Use: use, Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -85,23 +85,16 @@ default checkpoints/ under data.dir):
 				if err != nil {
 					return err
 				}
-				return fn(dir, n)
+				return fn(cmd, dir, n)
 			},
 		}
 	}
-	pin := onVersion("pin N", "Keep checkpoint N through pruning", weights.Pin)
-	unpin := onVersion("unpin N", "Let pruning delete checkpoint N again", weights.Unpin)
-	rollback := &cobra.Command{
-		Use: "rollback N", Short: "Make checkpoint N's weights the newest version", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := version(args[0])
-			if err != nil {
-				return err
-			}
-			dir, err := root()
-			if err != nil {
-				return err
-			}
+	pin := onVersion("pin N", "Keep checkpoint N through pruning",
+		func(_ *cobra.Command, dir string, n uint64) error { return weights.Pin(dir, n) })
+	unpin := onVersion("unpin N", "Let pruning delete checkpoint N again",
+		func(_ *cobra.Command, dir string, n uint64) error { return weights.Unpin(dir, n) })
+	rollback := onVersion("rollback N", "Make checkpoint N's weights the newest version",
+		func(cmd *cobra.Command, dir string, n uint64) error {
 			c, err := weights.Open(weights.DirOf(dir, n))
 			if err != nil {
 				return err
@@ -141,8 +134,7 @@ default checkpoints/ under data.dir):
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "version %d holds the weights of %d (%s); a daemon serves it from its next start\n", next, n, out.Dir())
 			return nil
-		},
-	}
+		})
 	cmd.AddCommand(list, pin, unpin, rollback)
 	return cmd
 }

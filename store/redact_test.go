@@ -219,34 +219,12 @@ func redactSecrets(s string) []map[string]int {
 }
 
 // redactSpansFull is what r finds searching all of s with r.full, the
-// plain way that r.spans is a shortcut for.
+// plain way that r.spans is a shortcut for; each match is judged by the
+// same rule (span) as there.
 func redactSpansFull(r *redactRule, s string) []redactSpan {
 	var dst []redactSpan
 	for _, m := range r.full.FindAllStringSubmatchIndex(s, -1) {
-		start, end := m[0], m[1]
-		if len(r.groups) > 0 {
-			start = -1
-			for _, g := range r.groups {
-				if m[2*g] >= 0 {
-					start, end = m[2*g], m[2*g+1]
-					break
-				}
-			}
-			if start < 0 {
-				continue
-			}
-		}
-		if r.trim != nil {
-			end = r.trim(s, start, end)
-		}
-		if start == end || redactIsPlaceholder(s[start:end]) || r.valid != nil && !r.valid(s, m, start, end) {
-			continue
-		}
-		ph := r.ph
-		if r.phOf != nil {
-			ph = r.phOf(s, m)
-		}
-		dst = append(dst, redactSpan{start: start, end: end, ph: ph})
+		dst = r.span(s, m, 0, dst)
 	}
 	return dst
 }
