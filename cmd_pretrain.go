@@ -26,6 +26,7 @@ func (a *app) pretrainCmd() *cobra.Command {
 	o := pretrain.DefaultOptions()
 	var preset string
 	var corpusOnly int
+	var evalOnly string
 	var shape pretrain.Shape
 	cmd := &cobra.Command{
 		Use:   "pretrain",
@@ -49,7 +50,9 @@ The bundled model was made with:
 
   clawrl pretrain --out bundled/model --seed 1
 
---corpus-only N prints N generated conversations and exits.`,
+--corpus-only N prints N generated conversations and exits; --eval-only DIR
+evaluates a checkpoint (the bundled one: bundled/model) and prints the same
+tables a finished run writes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.cfg.Model.Threads > 0 {
@@ -57,6 +60,9 @@ The bundled model was made with:
 			}
 			if corpusOnly > 0 {
 				return printCorpus(cmd.OutOrStdout(), corpusOnly, o.Seed, o.NoTexts)
+			}
+			if evalOnly != "" {
+				return a.evalCheckpoint(cmd, evalOnly, o)
 			}
 			base, ok := pretrain.Presets[preset]
 			if !ok {
@@ -121,6 +127,8 @@ The bundled model was made with:
 	f.IntVar(&o.StopAfter, "stop-after", 0, "stop (and save) after this many steps, as if interrupted")
 	_ = f.MarkHidden("stop-after")
 	f.IntVar(&corpusOnly, "corpus-only", 0, "print this many generated conversations and exit")
+	f.IntVar(&o.EvalFollow, "eval-follow", o.EvalFollow, "held-out prompts per instruction kind and placement in the final evaluation")
+	f.StringVar(&evalOnly, "eval-only", "", "evaluate this checkpoint directory as a finished run is evaluated, print the results and exit")
 	return cmd
 }
 
@@ -241,4 +249,24 @@ func printReport(w io.Writer, rep *pretrain.Report) {
 			100*e.Tools.ParseRate, 100*e.Tools.NameRate, 100*e.Tools.ArgsRate, e.Tools.N)
 		fmt.Fprintf(w, "judge           %.1f%% of %d votes right\n", 100*e.Judge.Rate, e.Judge.N)
 	}
+}
+
+// evalCheckpoint evaluates dir as a finished run is evaluated and prints
+// the evaluation's part of TRAINING.md.
+func (a *app) evalCheckpoint(cmd *cobra.Command, dir string, o pretrain.Options) error {
+	var texts *pretrain.Texts
+	if !o.NoTexts {
+		t, err := pretrain.LoadTexts()
+		if err != nil {
+			return err
+		}
+		texts = t
+	}
+	ev, err := pretrain.Evaluate(cmd.Context(), dir, pretrain.EvalOptions{Seed: o.Seed, Arithmetic: o.EvalArithmetic, Tools: o.EvalTools,
+		Judge: o.EvalJudge, Follow: o.EvalFollow, Texts: texts})
+	if err != nil {
+		return fmt.Errorf("evaluating %s: %w", dir, err)
+	}
+	fmt.Fprint(a.stdout, (&pretrain.Report{Eval: ev}).EvalMarkdown())
+	return nil
 }

@@ -37,16 +37,17 @@ const (
 	CatJSON         = "json"         // reading and editing JSON
 	CatJudge        = "judge"        // the reward judge's prompts (votes and hints)
 	CatText         = "text"         // public-domain text: quotes, verses, jargon
+	CatFollow       = "follow"       // verifiable instructions (package instruct) in the system prompt, request, hint or a correction
 )
 
 // Categories lists every category, in a fixed order.
 var Categories = []string{CatGreeting, CatArithmetic, CatUnits, CatDates, CatSpelling, CatLists, CatFormat,
-	CatInstructions, CatCorrection, CatTools, CatJSON, CatJudge, CatText}
+	CatInstructions, CatCorrection, CatTools, CatJSON, CatJudge, CatText, CatFollow}
 
 // categoryWeights is the mix of the corpus (relative frequencies).
 var categoryWeights = map[string]float64{
-	CatGreeting: 5, CatArithmetic: 20, CatUnits: 6, CatDates: 6, CatSpelling: 6, CatLists: 7, CatFormat: 7,
-	CatInstructions: 8, CatCorrection: 10, CatTools: 12, CatJSON: 4, CatJudge: 3, CatText: 4,
+	CatGreeting: 4, CatArithmetic: 12, CatUnits: 4, CatDates: 4, CatSpelling: 4, CatLists: 5, CatFormat: 5,
+	CatInstructions: 6, CatCorrection: 7, CatTools: 11, CatJSON: 3, CatJudge: 10, CatText: 3, CatFollow: 22,
 }
 
 // Example is one generated conversation.
@@ -173,11 +174,13 @@ func (g *Generator) Of(r *rand.Rand, cat string) Example {
 		ex = genJudge(r)
 	case CatText:
 		ex = g.genText(r)
+	case CatFollow:
+		ex = genFollow(r)
 	default:
 		panic("pretrain: unknown category " + cat)
 	}
 	ex.Category = cat
-	if ex.Tools == nil {
+	if ex.Tools == nil && cat != CatFollow {
 		ex.addSystem(r)
 	}
 	if cat != CatArithmetic && cat != CatTools {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/instruct"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/reward"
 	"github.com/clawrl/clawrl/rollout"
@@ -63,7 +64,37 @@ type Eval struct {
 	// decision) matches the reference.
 	Judge   Score    `json:"judge"`
 	Samples []Sample `json:"samples"`
+
+	// JudgeBy is the vote judge's agreement per class of what happened
+	// next (praise, form_correction, tool_error, ...), hint examples left
+	// out.
+	JudgeBy map[string]Score `json:"judge_by_class,omitempty"`
+	// Hints grades the hint judge on held-out corrections of a reply's
+	// form: the hint parses and states the instruction the user gave.
+	Hints HintScore `json:"hints"`
+	// Follow is instruction following per kind (package instruct) on
+	// held-out phrasings and arguments: "system" with the instruction in
+	// the system prompt, "hint" with it appended to the request as the
+	// teacher context does, "none" without it (the base rate: how often a
+	// reply follows it by chance).
+	Follow map[string]map[string]Score `json:"follow,omitempty"`
 }
+
+// HintScore grades hints.
+type HintScore struct {
+	N      int     `json:"n"`
+	Parsed int     `json:"parsed"` // a hint between the markers, accepted
+	Exact  int     `json:"exact"`  // the hint is the instruction the correction stated
+	Rate   float64 `json:"parse_rate"`
+	Exacts float64 `json:"exact_rate"`
+}
+
+// Placements of an instruction in the evaluation of Follow.
+const (
+	PlaceNone   = "none"
+	PlaceSystem = "system"
+	PlaceHint   = "hint"
+)
 
 // Sample is a conversation and the model's greedy reply.
 type Sample struct {
@@ -76,7 +107,10 @@ type Sample struct {
 type EvalOptions struct {
 	Seed                     uint64
 	Arithmetic, Tools, Judge int
-	Texts                    *Texts // for the generator's text category (may be nil)
+	// Follow is the number of held-out prompts per instruction kind and
+	// placement; 0 skips that evaluation.
+	Follow int
+	Texts  *Texts // for the generator's text category (may be nil)
 }
 
 // engine generates with a loaded checkpoint.
@@ -294,9 +328,23 @@ func Evaluate(ctx context.Context, dir string, o EvalOptions) (*Eval, error) {
 	if err != nil {
 		return nil, err
 	}
+	res.JudgeBy = map[string]Score{}
 	for i := range judge {
 		v, ok := reward.ParseVote(out[i])
 		res.Judge.add(ok && v == votes[i])
+		if class, isVote := judgeClass(judge[i].Key); isVote {
+			s := res.JudgeBy[class]
+			s.add(ok && v == votes[i])
+			res.JudgeBy[class] = s
+		}
+	}
+	if err := e.evalHints(ctx, rng, o.Judge, &res.Hints); err != nil {
+		return nil, err
+	}
+	if o.Follow > 0 {
+		if res.Follow, err = e.evalFollow(ctx, rng, o.Follow); err != nil {
+			return nil, err
+		}
 	}
 
 	samples := SampleConversations()
@@ -368,4 +416,88 @@ func SampleConversations() []Example {
 			{Role: "tool", Content: `{"location": "Oslo", "temperature": 4, "unit": "celsius", "condition": "snowy"}`}}, Tools: []json.RawMessage{weather}},
 		{Messages: judge},
 	}
+}
+
+// judgeClass reads the class of what happened next from a judge example's
+// key, and whether it is a vote (not a hint) example.
+func judgeClass(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "judge:")
+	if !ok {
+		return "", false
+	}
+	class, _, _ := strings.Cut(rest, "|")
+	return class, !strings.Contains(key, "|hint")
+}
+
+// evalHints asks the hint judge about n held-out corrections of a reply's
+// form.
+func (e *engine) evalHints(ctx context.Context, rng *rand.Rand, n int, hs *HintScore) error {
+	var exs []Example
+	var want []string
+	for len(exs) < n {
+		c := genJudgeCase(rng)
+		if c.class != evFormFix {
+			continue
+		}
+		exs = append(exs, Example{Messages: reward.HintMessages(&c.turn, c.feedback, reward.DefaultLimits())})
+		want = append(want, c.hint)
+	}
+	out, err := e.replies(ctx, exs, 120)
+	if err != nil {
+		return err
+	}
+	for i := range exs {
+		hs.N++
+		h := reward.ParseHint(out[i])
+		if h.Valid && h.Accept {
+			hs.Parsed++
+			if strings.TrimSpace(h.Hint) == want[i] {
+				hs.Exact++
+			}
+		}
+	}
+	if hs.N > 0 {
+		hs.Rate, hs.Exacts = float64(hs.Parsed)/float64(hs.N), float64(hs.Exact)/float64(hs.N)
+	}
+	return nil
+}
+
+// evalFollow measures instruction following per kind and placement on
+// held-out questions, phrasings and arguments.
+func (e *engine) evalFollow(ctx context.Context, rng *rand.Rand, n int) (map[string]map[string]Score, error) {
+	type item struct {
+		kind, place string
+		c           instruct.Constraint
+		ex          Example
+	}
+	var items []item
+	for _, k := range instruct.Kinds() {
+		for range n {
+			c := instruct.Random(rng, k, instruct.HeldOut)
+			q, _, _ := PlainQuestion(rng, true)
+			instr := c.Instruction(rng, instruct.HeldOut)
+			items = append(items,
+				item{string(k), PlaceNone, c, Example{Messages: []tokenizer.Message{user(q)}}},
+				item{string(k), PlaceSystem, c, Example{Messages: []tokenizer.Message{{Role: "system", Content: instr}, user(q)}}},
+				item{string(k), PlaceHint, c, Example{Messages: []tokenizer.Message{user(WithHint(q, instr))}}})
+		}
+	}
+	exs := make([]Example, len(items))
+	for i, it := range items {
+		exs[i] = it.ex
+	}
+	out, err := e.replies(ctx, exs, 96)
+	if err != nil {
+		return nil, err
+	}
+	res := map[string]map[string]Score{}
+	for i, it := range items {
+		if res[it.kind] == nil {
+			res[it.kind] = map[string]Score{}
+		}
+		s := res[it.kind][it.place]
+		s.add(it.c.Check(out[i]))
+		res[it.kind][it.place] = s
+	}
+	return res, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/clawrl/clawrl/atomicfile"
 	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/instruct"
 	"github.com/clawrl/clawrl/safetensors"
 )
 
@@ -46,7 +47,7 @@ type Report struct {
 // and loss.png into Out.
 func (r *run) report(ctx context.Context, wall time.Duration) (*Report, error) {
 	o := r.o
-	ev, err := Evaluate(ctx, o.Out, EvalOptions{Seed: o.Seed, Arithmetic: o.EvalArithmetic, Tools: o.EvalTools, Judge: o.EvalJudge, Texts: r.texts})
+	ev, err := Evaluate(ctx, o.Out, EvalOptions{Seed: o.Seed, Arithmetic: o.EvalArithmetic, Tools: o.EvalTools, Judge: o.EvalJudge, Follow: o.EvalFollow, Texts: r.texts})
 	if err != nil {
 		return nil, fmt.Errorf("pretrain: evaluation: %w", err)
 	}
@@ -128,6 +129,7 @@ func (rep *Report) Markdown() string {
 		fmt.Fprintf(&b, "| public-domain text | none was installed |\n")
 	}
 	fmt.Fprintf(&b, "\n![loss](loss.png)\n")
+	b.WriteString(rep.followMarkdown())
 	if e := rep.Eval; e != nil && len(e.Samples) > 0 {
 		fmt.Fprintf(&b, "\n## Sample replies (greedy)\n")
 		for _, sm := range e.Samples {
@@ -161,4 +163,49 @@ func firstLine(s string) string {
 
 func quote(s string) string {
 	return strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n> ")
+}
+
+// EvalMarkdown is the evaluation's part of TRAINING.md alone.
+func (rep *Report) EvalMarkdown() string {
+	var b strings.Builder
+	if e := rep.Eval; e != nil {
+		fmt.Fprintf(&b, "| | |\n|---|---|\n")
+		fmt.Fprintf(&b, "| arithmetic (held-out, greedy) | %s of %d |\n", pct(e.Arithmetic.Rate), e.Arithmetic.N)
+		fmt.Fprintf(&b, "| tool calls (held-out) | %d prompts: %s parse as a JSON call, %s name the right function, %s with exactly the right arguments |\n",
+			e.Tools.N, pct(e.Tools.ParseRate), pct(e.Tools.NameRate), pct(e.Tools.ArgsRate))
+		fmt.Fprintf(&b, "| judge votes (held-out) | %s of %d match the reference verdict |\n", pct(e.Judge.Rate), e.Judge.N)
+	}
+	b.WriteString(rep.followMarkdown())
+	return b.String()
+}
+
+// followMarkdown renders the judge's classes, the hints and instruction
+// following.
+func (rep *Report) followMarkdown() string {
+	e := rep.Eval
+	if e == nil {
+		return ""
+	}
+	var b strings.Builder
+	if len(e.JudgeBy) > 0 {
+		fmt.Fprintf(&b, "\n## The judge (held-out, greedy)\n\n| what happened next | votes matching the reference |\n|---|---|\n")
+		for _, c := range sortedKeys(e.JudgeBy) {
+			fmt.Fprintf(&b, "| %s | %s of %d |\n", c, pct(e.JudgeBy[c].Rate), e.JudgeBy[c].N)
+		}
+		fmt.Fprintf(&b, "\nHints from held-out corrections of a reply's form: %s of %d parse, %s state exactly the instruction the user gave.\n",
+			pct(e.Hints.Rate), e.Hints.N, pct(e.Hints.Exacts))
+	}
+	if len(e.Follow) > 0 {
+		fmt.Fprintf(&b, "\n## Instruction following (held-out questions, phrasings and arguments; greedy)\n\n")
+		fmt.Fprintf(&b, "| kind | trained | without the instruction | in the system prompt | as a hint |\n|---|---|---|---|---|\n")
+		for _, k := range instruct.Kinds() {
+			m, ok := e.Follow[string(k)]
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %v | %s | %s | %s |\n", k, instruct.Constraint{Kind: k}.IsTrained(),
+				pct(m[PlaceNone].Rate), pct(m[PlaceSystem].Rate), pct(m[PlaceHint].Rate))
+		}
+	}
+	return b.String()
 }

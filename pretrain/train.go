@@ -90,6 +90,7 @@ type Options struct {
 	EvalArithmetic int // held-out arithmetic questions in the final evaluation
 	EvalTools      int // held-out tool-use prompts
 	EvalJudge      int // held-out judge prompts
+	EvalFollow     int // held-out prompts per instruction kind and placement
 
 	// Resume continues the run saved in Work; without it a saved run is
 	// an error unless Restart, which discards it.
@@ -109,7 +110,7 @@ func DefaultOptions() Options {
 		Beta1: 0.9, Beta2: 0.95, GradClip: 1,
 		EvalEvery: 100, HeldOutBatches: 4, CheckpointEvery: 50,
 		TokenizerDocs: 40000, TextBytes: 3 << 20,
-		EvalArithmetic: 300, EvalTools: 200, EvalJudge: 100,
+		EvalArithmetic: 300, EvalTools: 200, EvalJudge: 200, EvalFollow: 20,
 	}
 }
 

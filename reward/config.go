@@ -20,6 +20,29 @@ const (
 	TeacherNone      = "none"      // no distillation; hints are not asked for
 )
 
+// Methods: which training signals scoring produces (config
+// reward.method).
+const (
+	// MethodBinary: the judge's ±1 on the sampled response; hints are not
+	// asked for.
+	MethodBinary = "binary"
+	// MethodDistill: the paper's hint distillation alone: the teacher
+	// (policy + hint) scores the sampled response token by token.
+	MethodDistill = "distill"
+	// MethodHinted: the teacher generates HintedRollouts responses with
+	// the hint in context, and the student learns them token by token
+	// (teacher log-prob − student log-prob), so that behaviour the student
+	// never sampled can be taught.
+	MethodHinted = "hinted"
+	// MethodCombined: binary, distill and hinted together.
+	MethodCombined = "combined"
+	// MethodPaper: binary and distill together, as in OpenClaw-RL.
+	MethodPaper = "paper"
+)
+
+// Methods lists the methods.
+var Methods = []string{MethodBinary, MethodDistill, MethodHinted, MethodCombined, MethodPaper}
+
 // Config holds the judge's settings.
 type Config struct {
 	// Backend is BackendLocal or BackendOpenAI; Teacher one of the
@@ -27,6 +50,16 @@ type Config struct {
 	// Backend and a Teacher); ValidateConfig checks they go together.
 	Backend string
 	Teacher string
+
+	// Method selects the training signals (Method* names; "" is
+	// MethodPaper, what a Config built before methods meant).
+	Method string
+	// HintedRollouts is how many responses the teacher generates per
+	// hint for MethodHinted and MethodCombined; RolloutTemperature their
+	// sampling temperature and RolloutMaxTokens their length bound.
+	HintedRollouts     int
+	RolloutTemperature float32
+	RolloutMaxTokens   int
 
 	// Votes is m, the number of judge votes per turn.
 	Votes int
@@ -70,23 +103,27 @@ type Config struct {
 // teacher, three votes at temperature 0.7.
 func DefaultConfig() Config {
 	return Config{
-		Backend:       BackendLocal,
-		Teacher:       TeacherPolicy,
-		Votes:         3,
-		Temperature:   0.7,
-		MaxTokens:     512,
-		HintVotes:     3,
-		HintMaxTokens: 384,
-		HintRule:      HintLongest,
-		MaxHintChars:  800,
-		Limits:        DefaultLimits(),
-		Timeout:       2 * time.Minute,
-		MaxAttempts:   3,
-		BackoffBase:   time.Second,
-		BackoffMax:    15 * time.Second,
-		MaxConcurrent: 4,
-		Workers:       2,
-		QueueSize:     64,
+		Backend:            BackendLocal,
+		Teacher:            TeacherPolicy,
+		Method:             MethodCombined,
+		HintedRollouts:     2,
+		RolloutTemperature: 0.7,
+		RolloutMaxTokens:   256,
+		Votes:              3,
+		Temperature:        0.7,
+		MaxTokens:          512,
+		HintVotes:          3,
+		HintMaxTokens:      384,
+		HintRule:           HintLongest,
+		MaxHintChars:       800,
+		Limits:             DefaultLimits(),
+		Timeout:            2 * time.Minute,
+		MaxAttempts:        3,
+		BackoffBase:        time.Second,
+		BackoffMax:         15 * time.Second,
+		MaxConcurrent:      4,
+		Workers:            2,
+		QueueSize:          64,
 	}
 }
 
@@ -111,6 +148,23 @@ func ValidateConfig(c Config) error {
 		}
 	default:
 		bad("reward: teacher %q is not one of %q, %q, %q, %q", c.Teacher, TeacherPolicy, TeacherReference, TeacherJudge, TeacherNone)
+	}
+	switch c.Method {
+	case "", MethodBinary, MethodDistill, MethodHinted, MethodCombined, MethodPaper:
+	default:
+		bad("reward: method %q is not one of %v", c.Method, Methods)
+	}
+	if c.HintedRollouts < 0 || c.HintedRollouts > 16 {
+		bad("reward: hinted rollouts %d must lie in [0, 16]", c.HintedRollouts)
+	}
+	if c.uses(MethodHinted) && c.HintedRollouts < 1 {
+		bad("reward: method %q needs hinted rollouts >= 1", c.Method)
+	}
+	if c.RolloutTemperature < 0 || c.RolloutTemperature > 2 {
+		bad("reward: rollout temperature %v is outside [0, 2]", c.RolloutTemperature)
+	}
+	if c.uses(MethodHinted) && c.RolloutMaxTokens < 1 {
+		bad("reward: rollout max tokens %d must be >= 1", c.RolloutMaxTokens)
 	}
 	if c.Votes < 1 {
 		bad("reward: votes %d must be >= 1", c.Votes)
@@ -152,3 +206,23 @@ func ValidateConfig(c Config) error {
 	}
 	return errors.Join(errs...)
 }
+
+// uses reports whether the configured method includes signal, one of
+// MethodBinary, MethodDistill or MethodHinted.
+func (c Config) uses(signal string) bool {
+	m := c.Method
+	if m == "" {
+		m = MethodPaper
+	}
+	switch m {
+	case MethodCombined:
+		return true
+	case MethodPaper:
+		return signal == MethodBinary || signal == MethodDistill
+	}
+	return m == signal
+}
+
+// Uses reports whether the configured method includes signal (MethodBinary,
+// MethodDistill or MethodHinted).
+func (c Config) Uses(signal string) bool { return c.uses(signal) }

@@ -1,0 +1,115 @@
+package reward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/clawrl/clawrl/rollout"
+	"github.com/clawrl/clawrl/sample"
+)
+
+// Hinted rollouts: the paper's hint distillation scores only the tokens
+// the student sampled, so a behaviour absent from every sample (a closing
+// word the user asked for) gets no probability it can raise. With
+// MethodHinted the teacher (the policy with the hint in its context) also
+// generates responses of its own; each becomes a sample whose prompt is
+// the turn's original prompt (no hint) and whose response is the
+// teacher's, with the teacher's log-probs per token. The trainer's
+// advantage on such a token is opd_weight·(teacher − student): large where
+// the teacher chose what the student would not have (the closing word),
+// near zero where they agree. That is on-policy distillation on teacher
+// samples: the student learns behaviour it never produced.
+
+// HintedRollout is one response the teacher generated under the hint.
+type HintedRollout struct {
+	// Tokens are the generated tokens, the closing stop token included
+	// (the student learns to stop where the teacher stopped).
+	Tokens []int32
+	// TeacherLogProbs[i] is the teacher's log-prob of Tokens[i] (at
+	// temperature 1, under the weights that generated it).
+	TeacherLogProbs []float32
+	// Version is the weight version that generated it (the live policy's
+	// for teacher "policy"; the checkpoint's for a frozen teacher).
+	Version uint64
+}
+
+// RolloutGenerator generates the teacher's responses to a prompt.
+type RolloutGenerator interface {
+	Rollouts(ctx context.Context, prompt []int32, n, maxTokens int, temperature float32) ([]HintedRollout, error)
+}
+
+// SchedulerRollouts generates hinted rollouts through a rollout scheduler,
+// as background work below every user request.
+type SchedulerRollouts struct {
+	Gen rollout.Generator
+	// StopTokens end a response (EOS, end of turn).
+	StopTokens []int32
+	// Frozen generates with the checkpoint's weights (teacher "reference"
+	// or "judge") instead of the live policy (teacher "policy").
+	Frozen bool
+	TopP   float32
+}
+
+// Rollouts generates n responses to prompt at once and returns those that
+// finished (stopped or reached maxTokens); it fails only when none did.
+func (sr *SchedulerRollouts) Rollouts(ctx context.Context, prompt []int32, n, maxTokens int, temperature float32) ([]HintedRollout, error) {
+	if sr.Gen == nil || len(sr.StopTokens) == 0 {
+		return nil, errors.New("reward: hinted rollouts need a generator and stop tokens")
+	}
+	if n < 1 || maxTokens < 1 || len(prompt) == 0 {
+		return nil, fmt.Errorf("reward: hinted rollouts: need n >= 1, maxTokens >= 1 and a prompt (got %d, %d, %d tokens)", n, maxTokens, len(prompt))
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	streams := make([]<-chan rollout.Event, 0, n)
+	for range n {
+		ch, err := sr.Gen.Generate(gctx, rollout.Request{
+			Prompt: prompt, Sampling: sample.Params{Temperature: temperature, TopP: sr.TopP},
+			MaxTokens: maxTokens, StopTokens: sr.StopTokens, Frozen: sr.Frozen, Background: true,
+		})
+		if err != nil {
+			cancel()
+			for _, s := range streams {
+				drain(s)
+			}
+			return nil, fmt.Errorf("reward: hinted rollouts: %w", err)
+		}
+		streams = append(streams, ch)
+	}
+	var out []HintedRollout
+	var firstErr error
+	for _, s := range streams {
+		var r HintedRollout
+		var err error
+		for ev := range s {
+			if ev.HasToken {
+				r.Tokens = append(r.Tokens, ev.Token)
+				r.TeacherLogProbs = append(r.TeacherLogProbs, ev.LogProb)
+				r.Version = ev.Version
+			}
+			switch ev.Finish {
+			case rollout.FinishError:
+				err = fmt.Errorf("generation failed: %w", ev.Err)
+			case rollout.FinishCancelled:
+				err = cmpOr(ctx.Err(), errors.New("generation cancelled"))
+			}
+		}
+		switch {
+		case err != nil:
+			firstErr = cmpOr(firstErr, err)
+		case len(r.Tokens) == 0 || len(r.Tokens) == 1 && slices.Contains(sr.StopTokens, r.Tokens[0]):
+			// An empty response teaches nothing.
+		default:
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		if firstErr == nil {
+			firstErr = errors.New("every rollout was empty")
+		}
+		return nil, fmt.Errorf("reward: hinted rollouts: %w", firstErr)
+	}
+	return out, nil
+}
