@@ -427,6 +427,8 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	cfg.Votes, cfg.Temperature, cfg.MaxTokens = rc.Votes, float32(rc.Temperature), rc.MaxTokens
 	cfg.HintVotes, cfg.HintRule = rc.HintVotes, reward.HintRule(rc.HintRule)
 	cfg.Timeout, cfg.Workers = rc.Timeout, rc.Workers
+	cfg.Method, cfg.HintedRollouts = rc.Method, rc.HintedRollouts
+	cfg.RolloutTemperature, cfg.RolloutMaxTokens = float32(rc.RolloutTemp), rc.RolloutMaxTokens
 	if rc.Teacher == reward.TeacherNone {
 		cfg.HintVotes = 0
 	}
@@ -477,7 +479,14 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	if err != nil {
 		return fail(err)
 	}
-	scorer, err := reward.New(reward.Options{Config: cfg, Judge: judge, Teacher: teacher, Tokenizer: e.tok, Metrics: rm, Log: a.log})
+	var rollouts reward.RolloutGenerator
+	if rc.Teacher != reward.TeacherNone && cfg.Uses(reward.MethodHinted) {
+		// The teacher writes its responses through the serving scheduler,
+		// below every user request: on the live weights for teacher
+		// "policy", on the checkpoint's for "reference" and "judge".
+		rollouts = &reward.SchedulerRollouts{Gen: e.sched, StopTokens: e.stopTokens(), Frozen: rc.Teacher != reward.TeacherPolicy, TopP: 1}
+	}
+	scorer, err := reward.New(reward.Options{Config: cfg, Judge: judge, Teacher: teacher, Rollouts: rollouts, Tokenizer: e.tok, Metrics: rm, Log: a.log})
 	if err != nil {
 		return fail(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -70,6 +71,10 @@ type Reward struct {
 	JudgeAPIKey      string        `mapstructure:"judge_api_key"`
 	JudgeModel       string        `mapstructure:"judge_model"`
 	Teacher          string        `mapstructure:"teacher"`
+	Method           string        `mapstructure:"method"`
+	HintedRollouts   int           `mapstructure:"hinted_rollouts"`
+	RolloutTemp      float64       `mapstructure:"rollout_temperature"`
+	RolloutMaxTokens int           `mapstructure:"rollout_max_tokens"`
 	Votes            int           `mapstructure:"votes"`
 	Temperature      float64       `mapstructure:"temperature"`
 	MaxTokens        int           `mapstructure:"max_tokens"`
@@ -523,6 +528,16 @@ func (c *Config) Validate() error {
 	}
 	oneOf("reward.teacher", c.Reward.Teacher, "policy", "reference", "judge", "none")
 	oneOf("reward.hint_rule", c.Reward.HintRule, "longest", "shortest")
+	oneOf("reward.method", c.Reward.Method, "binary", "distill", "hinted", "combined", "paper")
+	if c.Reward.HintedRollouts < 0 || c.Reward.HintedRollouts > 16 {
+		errs = append(errs, fmt.Errorf("reward.hinted_rollouts: %d must lie in [0, 16]", c.Reward.HintedRollouts))
+	}
+	if c.Reward.RolloutTemp < 0 || c.Reward.RolloutTemp > 2 || math.IsNaN(c.Reward.RolloutTemp) {
+		errs = append(errs, fmt.Errorf("reward.rollout_temperature: %v must lie in [0, 2]", c.Reward.RolloutTemp))
+	}
+	if c.Reward.RolloutMaxTokens < 1 {
+		errs = append(errs, fmt.Errorf("reward.rollout_max_tokens: %d must be >= 1", c.Reward.RolloutMaxTokens))
+	}
 	keys := c.Server.APIKeys[:0:0]
 	for _, k := range c.Server.APIKeys {
 		if k = strings.TrimSpace(k); k != "" {

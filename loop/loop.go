@@ -288,6 +288,7 @@ func (l *Loop) collect() {
 		err := l.opts.DB.AddSample(store.Sample{
 			TurnID: f.turnID, Gen: f.gen, Version: s.Version, Kind: s.Kind.String(), Reward: s.Reward,
 			Source: string(s.Source), Votes: s.Votes, Hint: s.Hint, Teacher: s.TeacherLogProbs,
+			Rollouts: storeRollouts(s.Rollouts),
 		})
 		l.forget(res.TurnID)
 		if err != nil {
@@ -542,6 +543,17 @@ func ToRewardTurn(t store.ReadyTurn, vars map[string]any) reward.Turn {
 	return rt
 }
 
+func storeRollouts(rs []reward.HintedRollout) []store.Rollout {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]store.Rollout, len(rs))
+	for i, r := range rs {
+		out[i] = store.Rollout{Tokens: r.Tokens, Teacher: r.TeacherLogProbs, Version: r.Version}
+	}
+	return out
+}
+
 // ToTrainerSample adapts a queued sample to the trainer's input.
 func ToTrainerSample(s store.Sample) trainer.Sample {
 	ts := trainer.Sample{
@@ -554,8 +566,13 @@ func ToTrainerSample(s store.Sample) trainer.Sample {
 	if s.Kind == reward.KindBinary.String() || s.Kind == reward.KindBoth.String() {
 		ts.Reward = float32(s.Reward)
 	}
-	if s.Kind == reward.KindDistill.String() || s.Kind == reward.KindBoth.String() {
+	if s.Kind == reward.KindDistill.String() || s.Kind == reward.KindBoth.String() || s.Kind == store.KindRollout {
 		ts.TeacherLogProbs = s.Teacher
+	}
+	if s.Kind == store.KindRollout {
+		// The teacher generated the response: there are no behaviour
+		// log-probs to correct for; the advantage is teacher − current.
+		ts.RolloutLogProbs = nil
 	}
 	return ts
 }

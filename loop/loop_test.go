@@ -314,6 +314,14 @@ func TestToTrainerSample(t *testing.T) {
 			t.Errorf("%v: got %+v", tt.kind, got)
 		}
 	}
+	// A hinted rollout: the teacher's response, learnt from the teacher's
+	// log-probs alone (no reward, no behaviour log-probs to correct for).
+	s := base
+	s.Kind, s.LogProbs = store.KindRollout, nil
+	got := ToTrainerSample(s)
+	if got.Reward != 0 || !slices.Equal(got.TeacherLogProbs, base.Teacher) || got.RolloutLogProbs != nil {
+		t.Errorf("rollout: got %+v", got)
+	}
 }
 
 func TestToRewardTurn(t *testing.T) {

@@ -226,3 +226,20 @@ func (c Config) uses(signal string) bool {
 // Uses reports whether the configured method includes signal (MethodBinary,
 // MethodDistill or MethodHinted).
 func (c Config) Uses(signal string) bool { return c.uses(signal) }
+
+// restrict narrows a sample's kind to the signals the method trains on:
+// a reward the method does not use is kept for the record but not
+// trained.
+func (c Config) restrict(k Kind) Kind {
+	rl := (k == KindBinary || k == KindBoth) && c.uses(MethodBinary)
+	opd := (k == KindDistill || k == KindBoth) && c.uses(MethodDistill)
+	switch {
+	case rl && opd:
+		return KindBoth
+	case rl:
+		return KindBinary
+	case opd:
+		return KindDistill
+	}
+	return KindNone
+}

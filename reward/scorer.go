@@ -23,6 +23,9 @@ type Options struct {
 	// Teacher scores responses under the hint context; nil turns hints and
 	// distillation off.
 	Teacher Teacher
+	// Rollouts generates the teacher's own responses under the hint for
+	// methods that use hinted rollouts; nil turns them off.
+	Rollouts RolloutGenerator
 	// Tokenizer is the policy's tokenizer, whose chat template renders the
 	// teacher context; required with a Teacher. The teacher model must
 	// share its vocabulary.
@@ -57,6 +60,7 @@ type Scorer struct {
 	cfg     Config
 	judge   Backend
 	teacher Teacher
+	gen     RolloutGenerator
 	tok     *tokenizer.Tokenizer
 	m       *Metrics
 	log     zerolog.Logger
@@ -77,10 +81,10 @@ func New(opts Options) (*Scorer, error) {
 	if opts.Judge == nil {
 		return nil, errors.New("reward: Options need a Judge backend")
 	}
-	if opts.Teacher != nil && opts.Tokenizer == nil {
-		return nil, errors.New("reward: a Teacher needs the policy's Tokenizer for the teacher context")
+	if (opts.Teacher != nil || opts.Rollouts != nil) && opts.Tokenizer == nil {
+		return nil, errors.New("reward: a Teacher or hinted rollouts need the policy's Tokenizer for the teacher context")
 	}
-	if opts.Teacher != nil && !opts.Tokenizer.HasChatTemplate() {
+	if (opts.Teacher != nil || opts.Rollouts != nil) && !opts.Tokenizer.HasChatTemplate() {
 		return nil, errors.New("reward: the policy's tokenizer has no chat template for the teacher context")
 	}
 	m := opts.Metrics
@@ -92,7 +96,7 @@ func New(opts Options) (*Scorer, error) {
 	}
 	c := opts.Config
 	return &Scorer{
-		cfg: c, judge: opts.Judge, teacher: opts.Teacher, tok: opts.Tokenizer, m: m, log: opts.Log,
+		cfg: c, judge: opts.Judge, teacher: opts.Teacher, gen: opts.Rollouts, tok: opts.Tokenizer, m: m, log: opts.Log,
 		warn: ratelog.New(opts.Log, 10*time.Second),
 		sem:  make(chan struct{}, c.MaxConcurrent),
 		in:   make(chan Turn, c.QueueSize),
@@ -186,7 +190,9 @@ func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
 		h  hintOutcome
 		wg sync.WaitGroup
 	)
-	if evidence && s.teacher != nil && s.cfg.HintVotes > 0 {
+	useDistill := s.cfg.uses(MethodDistill) && s.teacher != nil
+	useHinted := s.cfg.uses(MethodHinted) && s.gen != nil && s.cfg.HintedRollouts > 0
+	if evidence && (useDistill || useHinted) && s.cfg.HintVotes > 0 {
 		wg.Go(func() { h = s.hint(ctx, &t, fbText) })
 	}
 	switch {
@@ -205,8 +211,24 @@ func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
 	if h.note != "" {
 		o.Note = joinNote(o.Note, h.note)
 	}
+	var rollouts []HintedRollout
 	if h.hint != "" {
 		o.Hint = h.hint
+	}
+	if h.hint != "" && useHinted {
+		rs, err := s.rollouts(ctx, &t, h.hint)
+		switch {
+		case ctx.Err() != nil:
+			return Sample{}, fmt.Errorf("reward: scoring turn %q: %w", t.ID, ctx.Err())
+		case err != nil:
+			s.m.Failures.WithLabelValues("rollouts").Inc()
+			s.warn.Warn("rollouts", fmt.Errorf("turn %s: %w", t.ID, err), "reward: hinted rollouts failed; none for this turn")
+			o.Note = joinNote(o.Note, "hinted rollouts failed: "+err.Error())
+		default:
+			rollouts = rs
+		}
+	}
+	if h.hint != "" && useDistill {
 		lp, err := s.teach(ctx, &t, h.hint)
 		switch {
 		case ctx.Err() != nil:
@@ -220,6 +242,11 @@ func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
 		}
 	}
 	sm := BuildSample(t, o)
+	sm.Kind = s.cfg.restrict(sm.Kind)
+	if sm.Kind != KindDistill && sm.Kind != KindBoth {
+		sm.TeacherLogProbs = nil
+	}
+	sm.Rollouts = rollouts
 	s.m.Turns.WithLabelValues(sm.Kind.String(), string(sm.Source)).Inc()
 	return sm, nil
 }
@@ -323,6 +350,23 @@ func (s *Scorer) teach(ctx context.Context, t *Turn, hint string) ([]float32, er
 		return nil, fmt.Errorf("reward: teacher returned %d log-probs for %d response tokens", len(lp), len(t.ResponseTokens))
 	}
 	return lp, nil
+}
+
+// rollouts has the teacher generate responses to the turn's prompt with
+// the hint in context. A rollout may run to about twice the sampled
+// response's length (at least 64 tokens), within RolloutMaxTokens.
+func (s *Scorer) rollouts(ctx context.Context, t *Turn, hint string) ([]HintedRollout, error) {
+	prompt, err := TeacherPrompt(s.tok, t, hint)
+	if err != nil {
+		return nil, err
+	}
+	maxTokens := min(s.cfg.RolloutMaxTokens, max(2*len(t.ResponseTokens)+16, 64))
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	rs, err := s.gen.Rollouts(rctx, prompt, s.cfg.HintedRollouts, maxTokens, s.cfg.RolloutTemperature)
+	s.m.Latency.WithLabelValues("rollouts").Observe(time.Since(start).Seconds())
+	return rs, err
 }
 
 // call runs one judge call with a per-attempt timeout, a slot of the

@@ -162,6 +162,11 @@ type Sample struct {
 	// under the hint context; nil unless Kind is KindDistill or KindBoth.
 	TeacherLogProbs []float32
 
+	// Rollouts are responses the teacher generated with the hint in
+	// context (methods with hinted rollouts), each to be learnt token by
+	// token with its teacher log-probs.
+	Rollouts []HintedRollout
+
 	// Note explains a degraded outcome (judge failure, teacher failure), ""
 	// when all went as planned.
 	Note string

@@ -189,12 +189,14 @@ type Thumb struct {
 }
 
 // Export writes one JSON line per sample (the latest generation of each
-// scored turn), oldest first, and returns how many it wrote.
+// scored turn), oldest first, and returns how many it wrote. Hinted
+// rollouts (the teacher's own responses) are not exported: a line is a
+// turn the user saw.
 func (d *DB) Export(w io.Writer) (int, error) {
 	rows, err := d.db.Query(`SELECT s.id, t.session_id, t.idx, t.body, t.next_state, s.reward, s.source, s.votes, s.hint, s.kind, s.status,
 		s.version, s.teacher, t.id, t.response, t.logprobs
 		FROM samples s JOIN turns t ON t.id = s.turn_id
-		WHERE s.gen = t.gen ORDER BY t.received, s.id`)
+		WHERE s.gen = t.gen AND s.kind != 'rollout' ORDER BY t.received, s.id`)
 	if err != nil {
 		return 0, fmt.Errorf("store: export: %w", err)
 	}

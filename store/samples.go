@@ -31,11 +31,29 @@ type Sample struct {
 	// Teacher holds the teacher's log-probs of the response tokens.
 	Teacher []float32
 	Created time.Time
+	// Rollouts are responses the teacher generated under the hint (kind
+	// KindRollout), each kept as a sample of its own, id
+	// RolloutID(turn, gen, i), with the same status rules as this one.
+	Rollouts []Rollout
 
 	// Filled when read back for training.
 	Prompt, Response []int32
 	LogProbs         []float32
 }
+
+// KindRollout is the kind of a hinted-rollout sample: its response is the
+// teacher's, not the turn's, and it has no behaviour log-probs.
+const KindRollout = "rollout"
+
+// Rollout is a response the teacher generated under a hint.
+type Rollout struct {
+	Tokens  []int32
+	Teacher []float32 // the teacher's log-prob of each token
+	Version uint64    // the weights that generated it
+}
+
+// RolloutID is the id of rollout i of a turn's sample of generation gen.
+func RolloutID(turnID string, gen, i int) string { return fmt.Sprintf("%s#%d/r%d", turnID, gen, i) }
 
 // SampleID is the id of a turn's sample of scoring generation gen.
 func SampleID(turnID string, gen int) string { return fmt.Sprintf("%s#%d", turnID, gen) }
@@ -75,6 +93,22 @@ func (d *DB) AddSample(s Sample) error {
 			return err
 		}
 		d.met.samples.WithLabelValues(status).Inc()
+		rstatus := status
+		if rstatus == SampleNoSignal {
+			rstatus = SampleQueued
+		}
+		for i, r := range s.Rollouts {
+			if len(r.Tokens) == 0 || len(r.Teacher) != len(r.Tokens) {
+				return fmt.Errorf("store: sample %s: rollout %d has %d tokens and %d teacher log-probs", id, i, len(r.Tokens), len(r.Teacher))
+			}
+			if _, err := tx.Exec(`INSERT INTO samples(id, turn_id, gen, created, version, kind, reward, source, votes, hint, teacher, status, reason, response)
+				VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
+				RolloutID(s.TurnID, s.Gen, i), s.TurnID, s.Gen, d.now(), int64(r.Version), KindRollout, s.Source, string(votes), s.Hint,
+				encodeFloat32s(r.Teacher), rstatus, reason, encodeInt32s(r.Tokens)); err != nil {
+				return err
+			}
+			d.met.samples.WithLabelValues(rstatus).Inc()
+		}
 		if s.Gen < gen {
 			return nil
 		}
@@ -123,7 +157,7 @@ func (d *DB) Queued(limit int) ([]Sample, time.Time, error) {
 		return nil, time.Time{}, nil
 	}
 	rows, err := d.db.Query(`SELECT s.id, s.turn_id, s.gen, s.version, s.kind, s.reward, s.source, s.votes, s.hint, s.teacher, s.created,
-		t.prompt, t.response, t.logprobs
+		t.prompt, COALESCE(s.response, t.response), CASE WHEN s.response IS NULL THEN t.logprobs END
 		FROM samples s JOIN turns t ON t.id = s.turn_id WHERE s.status = 'queued' ORDER BY s.version DESC, s.created DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: queued samples: %w", err)

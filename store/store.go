@@ -72,7 +72,15 @@ const FileName = "clawrl.db"
 
 // schemaVersion is the layout of the tables below; a database of another
 // version is refused.
-const schemaVersion = 1
+const schemaVersion = 2
+
+// migrations[v] brings a database of schema version v to v+1.
+var migrations = map[int]string{
+	// 1 → 2: a sample may carry its own response (a hinted rollout: the
+	// teacher's response to the turn's prompt), trained instead of the
+	// turn's.
+	1: "ALTER TABLE samples ADD COLUMN response BLOB",
+}
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -124,7 +132,8 @@ CREATE TABLE IF NOT EXISTS samples (
 	teacher  BLOB,                         -- float32 LE teacher log-probs
 	status   TEXT NOT NULL,                -- queued | trained | dropped | nosignal
 	reason   TEXT NOT NULL DEFAULT '',
-	step_id  INTEGER
+	step_id  INTEGER,
+	response BLOB                          -- int32 LE: the sample's own response (NULL: the turn's)
 );
 CREATE INDEX IF NOT EXISTS samples_status ON samples(status, version);
 CREATE INDEX IF NOT EXISTS samples_turn ON samples(turn_id);
@@ -310,9 +319,37 @@ func (d *DB) migrate() error {
 		}
 	case schemaVersion:
 	default:
-		return fmt.Errorf("store: %s: schema version %d, this binary reads %d (a newer clawrl wrote it)", d.path, v, schemaVersion)
+		if v > schemaVersion {
+			return fmt.Errorf("store: %s: schema version %d, this binary reads %d (a newer clawrl wrote it)", d.path, v, schemaVersion)
+		}
+		for ; v < schemaVersion; v++ {
+			step, ok := migrations[v]
+			if !ok {
+				return fmt.Errorf("store: %s: schema version %d cannot be migrated to %d", d.path, v, schemaVersion)
+			}
+			if err := d.migrateStep(step, v+1); err != nil {
+				return fmt.Errorf("store: %s: migrating schema %d to %d: %w", d.path, v, v+1, err)
+			}
+		}
 	}
 	return nil
+}
+
+// migrateStep runs one migration and records the new schema version, in
+// one transaction: a crash leaves the database at either version.
+func (d *DB) migrateStep(step string, to int) error {
+	tx, err := d.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(step); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(fmt.Sprintf("PRAGMA user_version = %d", to)); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // checkBase records the base model in a new store and refuses a store of

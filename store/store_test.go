@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -488,5 +489,78 @@ func TestResumeRollback(t *testing.T) {
 	}
 	if n := countRows(t, db, "SELECT COUNT(*) FROM steps WHERE status = 'rolled_back'"); n != 1 {
 		t.Errorf("%d steps rolled back, want 1", n)
+	}
+}
+
+func TestRolloutSamples(t *testing.T) {
+	db := open(t, t.TempDir(), Options{})
+	record(t, db, testTurn("h1", "s", 0, "Name an animal."), []tokenizer.Message{{Role: "user", Content: "End with banana, please."}})
+	rs := []Rollout{
+		{Tokens: []int32{9, 10, 11}, Teacher: []float32{-0.1, -0.2, -0.3}, Version: 4},
+		{Tokens: []int32{12}, Teacher: []float32{-0.4}, Version: 4},
+	}
+	if err := db.AddSample(Sample{TurnID: "h1/0", Version: 3, Kind: "none", Reward: -1, Source: "judge", Hint: "End with banana.", Rollouts: rs}); err != nil {
+		t.Fatal(err)
+	}
+	q, _, err := db.Queued(10)
+	if err != nil || len(q) != 2 {
+		t.Fatalf("queued %d, %v; want the two rollouts (the sample itself has no signal)", len(q), err)
+	}
+	slices.SortFunc(q, func(a, b Sample) int { return strings.Compare(a.ID, b.ID) })
+	for i, s := range q {
+		if s.ID != RolloutID("h1/0", 0, i) || s.Kind != KindRollout || !slices.Equal(s.Response, rs[i].Tokens) ||
+			!slices.Equal(s.Teacher, rs[i].Teacher) || s.LogProbs != nil || s.Version != 4 || !slices.Equal(s.Prompt, []int32{1, 2, 3}) {
+			t.Errorf("rollout %d read back as %+v", i, s)
+		}
+	}
+	var buf bytes.Buffer
+	if n, err := db.Export(&buf); err != nil || n != 1 {
+		t.Errorf("export wrote %d lines, %v; want the turn alone", n, err)
+	}
+	// A rollout whose log-probs do not match its tokens is refused whole.
+	bad := []Rollout{{Tokens: []int32{1, 2}, Teacher: []float32{-1}}}
+	if err := db.AddSample(Sample{TurnID: "h1/0", Gen: 0, Kind: "none", Rollouts: bad}); err == nil {
+		t.Error("a malformed rollout was stored")
+	}
+	// Late feedback re-scores the turn: the old rollouts are superseded.
+	db.Offer(session.Record{Kind: session.KindFeedback, Feedback: &session.Feedback{ID: "fb-h", ResponseID: "h1", Thumb: 1}})
+	db.Flush()
+	if err := db.AddSample(Sample{TurnID: "h1/0", Gen: 1, Version: 3, Kind: "binary", Reward: 1, Source: "feedback"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, db, "SELECT COUNT(*) FROM samples WHERE kind = 'rollout' AND status = 'dropped' AND reason = 'superseded'"); n != 2 {
+		t.Errorf("%d rollouts superseded; want 2", n)
+	}
+}
+
+func TestMigrateSchema1(t *testing.T) {
+	dir := t.TempDir()
+	db := open(t, dir, Options{})
+	record(t, db, testTurn("m1", "s", 0, "hi"), []tokenizer.Message{{Role: "user", Content: "thanks"}})
+	db.AddSample(Sample{TurnID: "m1/0", Version: 3, Kind: "binary", Reward: 1})
+	// Make it a schema-1 database, as an earlier clawrl left it.
+	for _, q := range []string{"ALTER TABLE samples DROP COLUMN response", "PRAGMA user_version = 1"} {
+		if _, err := db.SQL().Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	db = open(t, dir, Options{})
+	var v int
+	db.SQL().QueryRow("PRAGMA user_version").Scan(&v)
+	if v != schemaVersion {
+		t.Errorf("schema version %d after opening; want %d", v, schemaVersion)
+	}
+	q, _, err := db.Queued(10)
+	if err != nil || len(q) != 1 || !slices.Equal(q[0].Response, []int32{4, 5}) || q[0].LogProbs == nil {
+		t.Errorf("the old sample after migration: %+v, %v", q, err)
+	}
+	db.Close()
+	// A database from a newer clawrl is refused, with its path.
+	db = open(t, dir, Options{})
+	db.SQL().Exec("PRAGMA user_version = 99")
+	db.Close()
+	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("a newer schema opened: %v", err)
 	}
 }
