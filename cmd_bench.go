@@ -73,7 +73,7 @@ a temporary directory first.`,
 	fl.Float64Var(&f.serveSeconds, "serve-seconds", 15, "serve: how long each client count keeps sending requests, over all rounds")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the engine sections (gemm, model, serve) to this file")
 	fl.IntVar(&f.bandwidthMB, "bandwidth-mb", kernels.DefaultBandwidthBytes>>20, "buffer for the bandwidth measurements (well above the L3 cache)")
-	cmd.AddCommand(a.benchSoakCmd())
+	cmd.AddCommand(a.benchSoakCmd(), a.benchLearnCmd())
 	return cmd
 }
 

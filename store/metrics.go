@@ -44,7 +44,20 @@ func newMetrics(d *DB, reg prometheus.Registerer) (metrics, error) {
 		defer d.mu.Unlock()
 		return float64(len(d.queue))
 	})
-	for _, c := range []prometheus.Collector{m.commits, m.batch, m.commitSeconds, m.writeErrors, m.refused, m.turns, m.samples, size, queue} {
+	count := func(query string) func() float64 {
+		return func() float64 {
+			var n int64
+			if err := d.db.QueryRow(query).Scan(&n); err != nil {
+				return -1
+			}
+			return float64(n)
+		}
+	}
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "clawrl_store_turns_ready",
+		Help: "Completed turns waiting to be scored (-1: the store could not be read)."}, count("SELECT COUNT(*) FROM turns WHERE status = 'ready'"))
+	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "clawrl_store_samples_queued",
+		Help: "Scored samples waiting for a training step (-1: the store could not be read)."}, count("SELECT COUNT(*) FROM samples WHERE status = 'queued'"))
+	for _, c := range []prometheus.Collector{m.commits, m.batch, m.commitSeconds, m.writeErrors, m.refused, m.turns, m.samples, size, queue, ready, queued} {
 		if err := reg.Register(c); err != nil {
 			return m, fmt.Errorf("store: metrics: %w", err)
 		}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/clawrl/clawrl/learnbench"
+	"github.com/clawrl/clawrl/reward"
+)
+
+type learnFlags struct {
+	scenarios, methods              []string
+	turns, sessionTurns, probeEvery int
+	probes, skills, maxTokens       int
+	seed                            uint64
+	url, apiKey, modelFlag, out     string
+	trainPhrasings                  bool
+	settle                          time.Duration
+}
+
+// benchLearnCmd is `clawrl bench learn`: does the model learn a simulated
+// user's preference from the way the user talks to it?
+func (a *app) benchLearnCmd() *cobra.Command {
+	var f learnFlags
+	var names []string
+	for _, s := range learnbench.Scenarios() {
+		names = append(names, s.Name)
+	}
+	cmd := &cobra.Command{
+		Use:   "learn",
+		Short: "Measure learning: a simulated user with a hidden preference chats with the daemon; probes measure whether it was learnt",
+		Long: `learn runs a simulated user (no language model needed) who holds a hidden
+preference, such as "end every answer with the word lantern". The user chats
+with the daemon over the OpenAI API in sessions (X-Session-Id) and answers
+each reply with praise, or with a correction in plain words when the reply
+does not follow the preference. After each session it waits until the daemon
+has scored and trained what it has; every --probe-every turns it sends
+held-out probe questions (X-No-Train: 1, temperature 0, no instruction) and
+reports the share that follow the preference, and held-out arithmetic and
+tool prompts (skills), which catch forgetting.
+
+For each --methods entry a fresh daemon is started in-process with the
+effective config, reward.method set to that method, a fresh data directory
+and trainer.max_wait 1s (so that a session's leftovers train before the
+next). With --url the user talks to a running daemon instead (its own
+method; its trainer must be on).
+
+It prints a table per scenario (satisfaction at each measurement per method,
+skills before and after, steps taken), and writes learn-<scenario>.png and
+results.json to --out.
+
+Scenarios: ` + strings.Join(names, ", ") + `, or all.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runBenchLearn(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.scenarios, "scenario", []string{"end_word"}, "scenarios to run (comma-separated, or all)")
+	fl.StringSliceVar(&f.methods, "methods", []string{reward.MethodBinary, reward.MethodDistill, reward.MethodHinted, reward.MethodCombined},
+		"training methods to compare: "+strings.Join(reward.Methods, ", "))
+	fl.IntVar(&f.turns, "turns", 64, "graded user turns per run")
+	fl.IntVar(&f.sessionTurns, "session-turns", 4, "graded turns per session")
+	fl.IntVar(&f.probeEvery, "probe-every", 16, "measure every this many turns")
+	fl.IntVar(&f.probes, "probes", 8, "held-out preference probes per measurement")
+	fl.IntVar(&f.skills, "skills", 8, "held-out skill probes per measurement (arithmetic and tool use; -1: none)")
+	fl.IntVar(&f.maxTokens, "max-tokens", 96, "reply length bound")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the user, its questions and the probes")
+	fl.BoolVar(&f.trainPhrasings, "train-phrasings", false, "correct with the pretraining corpus's instruction sentences (default: held-out ones)")
+	fl.DurationVar(&f.settle, "settle-timeout", 5*time.Minute, "longest wait for the daemon to train after a session")
+	fl.StringVar(&f.url, "url", "", "talk to this running daemon instead of starting one per method (e.g. http://127.0.0.1:30000)")
+	fl.StringVar(&f.apiKey, "api-key", "", "API key for --url (default: the first of server.api_keys)")
+	fl.StringVar(&f.modelFlag, "model", "", "checkpoint directory for the in-process daemon (default: model.path, else the bundled model)")
+	fl.StringVar(&f.out, "out", "bench-learn", "directory for the PNGs and results.json")
+	return cmd
+}
+
+func (a *app) runBenchLearn(cmd *cobra.Command, f learnFlags) error {
+	var scenarios []learnbench.Scenario
+	for _, name := range f.scenarios {
+		if name == "all" {
+			scenarios = learnbench.Scenarios()
+			break
+		}
+		sc, err := learnbench.ScenarioByName(name)
+		if err != nil {
+			return err
+		}
+		scenarios = append(scenarios, sc)
+	}
+	for _, m := range f.methods {
+		if !slices.Contains(reward.Methods, m) {
+			return fmt.Errorf("bench learn: method %q is not one of %s", m, strings.Join(reward.Methods, ", "))
+		}
+	}
+	if f.url != "" {
+		f.methods = []string{"daemon"}
+	}
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return fmt.Errorf("bench learn: %w", err)
+	}
+	out := cmd.OutOrStdout()
+	ctx := cmd.Context()
+	all := map[string][]*learnbench.Result{}
+	for _, sc := range scenarios {
+		var results []*learnbench.Result
+		for _, method := range f.methods {
+			fmt.Fprintf(out, "scenario %s, method %s\n", sc.Name, method)
+			r, err := a.learnRun(ctx, f, sc, method, out)
+			if err != nil {
+				return fmt.Errorf("bench learn: scenario %s, method %s: %w", sc.Name, method, err)
+			}
+			r.Method = method
+			results = append(results, r)
+		}
+		learnbench.Table(out, sc, results)
+		png, err := learnbench.Plot(sc, results)
+		if err != nil {
+			return fmt.Errorf("bench learn: plot: %w", err)
+		}
+		path := filepath.Join(f.out, "learn-"+sc.Name+".png")
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			return fmt.Errorf("bench learn: %w", err)
+		}
+		fmt.Fprintf(out, "\nwrote %s\n", path)
+		all[sc.Name] = results
+	}
+	b, err := json.MarshalIndent(all, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(f.out, "results.json"), b, 0o644)
+}
+
+// learnRun runs one scenario against --url, or against a fresh in-process
+// daemon trained with method.
+func (a *app) learnRun(ctx context.Context, f learnFlags, sc learnbench.Scenario, method string, out interface{ Write([]byte) (int, error) }) (*learnbench.Result, error) {
+	opts := learnbench.Options{
+		Scenario: sc, Turns: f.turns, SessionTurns: f.sessionTurns, ProbeEvery: f.probeEvery,
+		Probes: f.probes, Skills: f.skills, MaxTokens: f.maxTokens, Seed: f.seed,
+		TrainPhrasings: f.trainPhrasings, SettleTimeout: f.settle, Progress: out,
+	}
+	key := f.apiKey
+	if key == "" && len(a.cfg.Server.APIKeys) > 0 {
+		key = a.cfg.Server.APIKeys[0]
+	}
+	if f.url != "" {
+		opts.Client = &learnbench.Client{BaseURL: f.url, APIKey: key}
+		return learnbench.Run(ctx, opts)
+	}
+
+	tmp, err := os.MkdirTemp("", "clawrl-learn-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	cfg := *a.cfg
+	cfg.Data.Dir = tmp
+	cfg.Trainer.CheckpointDir = ""
+	cfg.Trainer.Enabled = true
+	cfg.Trainer.MaxWait = time.Second
+	cfg.Reward.Method = method
+	cfg.Server.Host, cfg.Server.Port = "127.0.0.1", 0
+	b := *a
+	b.cfg = &cfg
+	b.log = a.log.Level(max(a.log.GetLevel(), zerolog.WarnLevel))
+	dctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- b.runServe(dctx, f.modelFlag, ready) }()
+	select {
+	case addr := <-ready:
+		opts.Client = &learnbench.Client{BaseURL: "http://" + addr, APIKey: key}
+	case err := <-done:
+		return nil, err
+	}
+	res, err := learnbench.Run(dctx, opts)
+	cancel()
+	if derr := <-done; derr != nil && !errors.Is(derr, context.Canceled) {
+		err = errors.Join(err, derr)
+	}
+	return res, err
+}

@@ -1,0 +1,283 @@
+// Package learnbench measures whether the served model learns a user's
+// preference from the way the user talks to it, through the public API
+// only (`clawrl bench learn`).
+//
+// A simulated user (written in Go, no language model needed) holds a
+// hidden preference from the verifiable-instruction catalog (package
+// instruct): "end every answer with the word lantern", "write in
+// lowercase". It chats with the daemon in sessions of a few turns, with an
+// X-Session-Id header, and answers every reply with praise when the reply
+// satisfies the preference or with a correction in plain words when it
+// does not, followed by its next question, so that each correction is the
+// next state of the turn it judges, as the daemon expects. After every
+// session it waits for the daemon to score and train what it has (the
+// store and loop gauges of /metrics), and every K turns it measures:
+//
+//   - satisfaction: the share of held-out probe questions, sent with
+//     X-No-Train: 1 at temperature 0 and with no instruction, whose answer
+//     satisfies the preference. Probes are chosen so that the plain
+//     reference answer violates it: satisfaction starts near 0 and can only
+//     rise by learning;
+//   - skills: the share of held-out arithmetic and tool-use prompts
+//     answered right, which catches forgetting.
+//
+// Everything is deterministic for a seed up to the daemon's own
+// scheduling (which turns share a training step).
+package learnbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/clawrl/clawrl/instruct"
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// Options configure one run against one daemon.
+type Options struct {
+	Client   *Client
+	Scenario Scenario
+	// Turns is the number of graded user turns (default 64), SessionTurns
+	// how many a session holds before the user starts a new one (default
+	// 4), ProbeEvery how often (in turns) the probes run (default 16).
+	Turns, SessionTurns, ProbeEvery int
+	// Probes and Skills are the numbers of preference and skill probes
+	// (defaults 8 and 8).
+	Probes, Skills int
+	// TrainPhrasings has the user correct with the pretraining corpus's
+	// instruction sentences; by default it uses the held-out ones, which
+	// the model never saw.
+	TrainPhrasings bool
+	// Temperature of the user's chats (default 0.7); probes run at 0.
+	Temperature float64
+	// MaxTokens bounds every reply (default 96).
+	MaxTokens int
+	Seed      uint64
+	// SettleTimeout bounds the wait for the daemon to train after a
+	// session (default 5m); a daemon that does not catch up fails the run.
+	SettleTimeout time.Duration
+	// Progress receives a line per session and per measurement (nil: none).
+	Progress io.Writer
+}
+
+func (o *Options) defaults() {
+	if o.Turns <= 0 {
+		o.Turns = 64
+	}
+	if o.SessionTurns <= 0 {
+		o.SessionTurns = 4
+	}
+	if o.ProbeEvery <= 0 {
+		o.ProbeEvery = 16
+	}
+	if o.Probes <= 0 {
+		o.Probes = 8
+	}
+	if o.Skills < 0 {
+		o.Skills = 0
+	} else if o.Skills == 0 {
+		o.Skills = 8
+	}
+	if o.Temperature == 0 {
+		o.Temperature = 0.7
+	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = 96
+	}
+	if o.SettleTimeout <= 0 {
+		o.SettleTimeout = 5 * time.Minute
+	}
+}
+
+// Point is one measurement.
+type Point struct {
+	Turn    int    `json:"turn"`    // graded user turns so far
+	Version uint64 `json:"version"` // the weight version that answered the probes
+	// Satisfaction is the share of probes satisfying the preference in
+	// force; Previous, after a switch, the share still satisfying the
+	// preference before it (-1: no switch yet).
+	Satisfaction float64 `json:"satisfaction"`
+	Previous     float64 `json:"previous"`
+	Skills       float64 `json:"skills"` // share of skill probes passed (-1: none run)
+	// Example is the first probe's answer, for the report.
+	Example string `json:"example"`
+}
+
+// Result is one run.
+type Result struct {
+	Scenario string  `json:"scenario"`
+	Method   string  `json:"method"`
+	Points   []Point `json:"points"`
+	// Satisfied counts the chat replies (not probes) that satisfied the
+	// preference, of Turns.
+	Satisfied, Turns int
+	// Versions are the weight versions served before and after.
+	FirstVersion, LastVersion uint64
+	Duration                  time.Duration
+	// Daemon holds the daemon's judge and training counters at the end
+	// (votes by class, hint votes by outcome, samples by kind and
+	// outcome), for telling a judge that cannot read the user from a
+	// trainer that cannot learn.
+	Daemon map[string]float64 `json:"daemon"`
+}
+
+// Run chats with the daemon as the scenario's user and measures learning.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	o.defaults()
+	c := o.Client
+	if c == nil || len(o.Scenario.Phases) == 0 {
+		return nil, fmt.Errorf("learnbench: Run needs a client and a scenario")
+	}
+	start := time.Now()
+	v0, err := c.Resolve(ctx)
+	if err != nil {
+		return nil, err
+	}
+	probes := map[instruct.Constraint][]Probe{}
+	for i, ph := range o.Scenario.Phases {
+		ps, err := PreferenceProbes(ph.Pref, o.Probes, o.Seed+uint64(i)*7919)
+		if err != nil {
+			return nil, err
+		}
+		probes[ph.Pref] = ps
+	}
+	var skills []Probe
+	if o.Skills > 0 {
+		skills = SkillProbes(o.Skills, o.Seed)
+	}
+	res := &Result{Scenario: o.Scenario.Name, Turns: o.Turns, FirstVersion: v0}
+	logf := func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, format+"\n", args...)
+		}
+	}
+	measure := func(turn int) error {
+		pref := o.Scenario.PrefAt(max(turn-1, 0))
+		p := Point{Turn: turn, Previous: -1, Skills: -1}
+		var err error
+		var ex string
+		if p.Satisfaction, p.Version, ex, err = o.score(ctx, probes[pref]); err != nil {
+			return err
+		}
+		p.Example = ex
+		if first := o.Scenario.Phases[0].Pref; pref != first {
+			if p.Previous, _, _, err = o.score(ctx, probes[first]); err != nil {
+				return err
+			}
+		}
+		if len(skills) > 0 {
+			if p.Skills, _, _, err = o.score(ctx, skills); err != nil {
+				return err
+			}
+		}
+		res.Points = append(res.Points, p)
+		logf("  turn %3d  version %3d  satisfaction %.2f  skills %.2f  e.g. %q", turn, p.Version, p.Satisfaction, p.Skills, clip(ex, 70))
+		return nil
+	}
+	if err := measure(0); err != nil {
+		return nil, err
+	}
+	phrasing := instruct.HeldOut
+	if o.TrainPhrasings {
+		phrasing = instruct.Train
+	}
+	user := NewUser(o.Scenario.PrefAt(0), phrasing, o.Seed)
+	turn := 0
+	for session := 0; turn < o.Turns; session++ {
+		sid := fmt.Sprintf("learnbench-%d-%s-%d", o.Seed, o.Scenario.Name, session)
+		msgs := []tokenizer.Message{{Role: "user", Content: user.Question()}}
+		sat := 0
+		for k := 0; k < o.SessionTurns && turn < o.Turns; k++ {
+			user.Pref = o.Scenario.PrefAt(turn)
+			reply, err := c.Chat(ctx, ChatRequest{Messages: msgs, SessionID: sid, Temperature: o.Temperature,
+				MaxTokens: o.MaxTokens, Seed: o.Seed*1000003 + uint64(turn)})
+			if err != nil {
+				return nil, fmt.Errorf("learnbench: turn %d: %w", turn, err)
+			}
+			fb, ok := user.Feedback(reply.Text)
+			if ok {
+				sat++
+				res.Satisfied++
+			}
+			turn++
+			next := fb
+			if k < o.SessionTurns-1 && turn < o.Turns {
+				next += "\n\n" + user.Question()
+			}
+			msgs = append(msgs, reply.Message(), tokenizer.Message{Role: "user", Content: next})
+		}
+		// The last feedback alone: it is the next state of the session's
+		// last graded turn. Its own reply is never graded.
+		if _, err := c.Chat(ctx, ChatRequest{Messages: msgs, SessionID: sid, Temperature: o.Temperature, MaxTokens: o.MaxTokens,
+			Seed: o.Seed*1000003 + uint64(turn) + 500000}); err != nil {
+			return nil, fmt.Errorf("learnbench: turn %d: %w", turn, err)
+		}
+		settleStart := time.Now()
+		if err := c.Settle(ctx, o.SettleTimeout); err != nil {
+			return nil, err
+		}
+		logf("  session %2d: %d/%d replies satisfied %s; trained in %.1fs", session, sat, min(o.SessionTurns, turn-session*o.SessionTurns),
+			user.Pref, time.Since(settleStart).Seconds())
+		if turn%o.ProbeEvery == 0 || turn == o.Turns {
+			if err := measure(turn); err != nil {
+				return nil, err
+			}
+		}
+	}
+	v1, err := c.Resolve(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.LastVersion, res.Duration = v1, time.Since(start)
+	m, err := c.Metrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.Daemon = map[string]float64{}
+	for k, v := range m {
+		for _, p := range []string{"clawrl_reward_votes_total{", "clawrl_reward_parse_failures_total{", "clawrl_reward_hint_votes_total{",
+			"clawrl_reward_turns_total{", "clawrl_store_samples_total{", "clawrl_reward_judge_failures_total{", "clawrl_loop_samples_stale_total"} {
+			if strings.HasPrefix(k, p) {
+				res.Daemon[k] = v
+			}
+		}
+	}
+	return res, nil
+}
+
+// score sends the probes greedily, without training, and returns the share
+// that passed, the weight version that answered the first, and the first
+// answer.
+func (o *Options) score(ctx context.Context, probes []Probe) (float64, uint64, string, error) {
+	if len(probes) == 0 {
+		return -1, 0, "", nil
+	}
+	pass := 0
+	var version uint64
+	var first string
+	for i, p := range probes {
+		r, err := o.Client.Chat(ctx, ChatRequest{Messages: p.Messages, Tools: p.Tools, NoTrain: true, Temperature: 0,
+			MaxTokens: o.MaxTokens, Seed: o.Seed})
+		if err != nil {
+			return 0, 0, "", fmt.Errorf("learnbench: probe: %w", err)
+		}
+		if i == 0 {
+			version, first = r.Version, r.Text
+		}
+		if p.Check(r.Text, r.Tool) {
+			pass++
+		}
+	}
+	return float64(pass) / float64(len(probes)), version, first, nil
+}
+
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}

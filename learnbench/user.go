@@ -1,0 +1,182 @@
+package learnbench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/clawrl/clawrl/instruct"
+	"github.com/clawrl/clawrl/pretrain"
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// User is the simulated user: it holds a hidden preference, asks
+// questions from the training split, and answers each reply with praise
+// when the reply satisfies the preference and a correction in plain words
+// when it does not. It never states the preference up front: the model
+// learns it from corrections, as from a person.
+type User struct {
+	Pref instruct.Constraint
+	// Phrasing is the split of the correction sentences (HeldOut: phrasings
+	// the pretraining corpus never used).
+	Phrasing instruct.Split
+	r        *rand.Rand
+}
+
+// NewUser returns a user with preference pref, deterministic for seed.
+func NewUser(pref instruct.Constraint, phrasing instruct.Split, seed uint64) *User {
+	return &User{Pref: pref, Phrasing: phrasing, r: rand.New(rand.NewPCG(seed, 0x5eed))}
+}
+
+// Question returns the next question the user asks: a plain question of
+// the training split (the probes are held out).
+func (u *User) Question() string {
+	q, _, _ := pretrain.PlainQuestion(u.r, false)
+	return q
+}
+
+// Feedback is the user's reaction to reply: praise when it satisfies the
+// preference, else a correction that states the preference, and whether
+// it was satisfied.
+func (u *User) Feedback(reply string) (text string, satisfied bool) {
+	if u.Pref.Check(reply) {
+		return instruct.Praise(u.r), true
+	}
+	return u.Pref.Correction(u.r, u.Phrasing), false
+}
+
+// Probe is a held-out prompt the bench sends without training.
+type Probe struct {
+	Messages []tokenizer.Message
+	// Tools are the tool definitions offered (skill probes), or nil.
+	Tools []json.RawMessage
+	// Check reports whether a reply (its text, and the name of the first
+	// tool it called, "" for none) passes.
+	Check func(text, tool string) bool
+	// Reference is the plain answer of a preference probe (it violates the
+	// preference: that is why it was chosen).
+	Reference string
+}
+
+// PreferenceProbes returns n held-out questions whose plain reference
+// answer violates pref and can be made to follow it: a reply passes when
+// it satisfies pref. Deterministic for seed.
+func PreferenceProbes(pref instruct.Constraint, n int, seed uint64) ([]Probe, error) {
+	r := rand.New(rand.NewPCG(seed, 0x9b0be))
+	seen := map[string]bool{}
+	var out []Probe
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 200*n+1000 {
+			return out, fmt.Errorf("learnbench: only %d of %d held-out probes violate %s", len(out), n, pref)
+		}
+		q, a, _ := pretrain.PlainQuestion(r, true)
+		if seen[q] || pref.Check(a) {
+			continue
+		}
+		if _, ok := pref.Apply(a); !ok {
+			continue
+		}
+		seen[q] = true
+		out = append(out, Probe{
+			Messages:  []tokenizer.Message{{Role: "user", Content: q}},
+			Reference: a,
+			Check:     func(text, _ string) bool { return pref.Check(text) },
+		})
+	}
+	return out, nil
+}
+
+// SkillProbes returns held-out skill prompts, half arithmetic (the reply's
+// last integer must be the answer) and half tool use (the reply must call
+// the right function): what the pretrained model can do and training must
+// not break. Deterministic for seed.
+func SkillProbes(n int, seed uint64) []Probe {
+	r := rand.New(rand.NewPCG(seed, 0x5c111))
+	g := pretrain.NewGenerator(nil)
+	var out []Probe
+	for i := range n {
+		cat := pretrain.CatArithmetic
+		if i%2 == 1 {
+			cat = pretrain.CatTools
+		}
+		ex := pretrain.Prompt(g.HeldOutExample(r, cat))
+		want := ex.Want
+		p := Probe{Messages: ex.Messages}
+		p.Tools = ex.Tools
+		if cat == pretrain.CatArithmetic {
+			p.Check = func(text, _ string) bool { return pretrain.LastInteger(text) == want }
+		} else {
+			p.Check = func(_, tool string) bool { return tool == want }
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Scenario is what a simulated user wants over the run: one preference, or
+// a preference and later its opposite.
+type Scenario struct {
+	Name string
+	// Phases are the preferences in turn order; each holds for Turns user
+	// turns (the last one until the end).
+	Phases []Phase
+	// Note says what the scenario shows.
+	Note string
+}
+
+// Phase is a preference held for a number of user turns.
+type Phase struct {
+	Pref  instruct.Constraint
+	Turns int
+}
+
+// Scenarios are the named scenarios of --scenario. Arguments come from the
+// held-out split (words and phrases the pretraining corpus never asked
+// for), so learning them is not recall.
+func Scenarios() []Scenario {
+	c := func(s string) instruct.Constraint {
+		k, err := instruct.Parse(s)
+		if err != nil {
+			panic(err) // the table below is fixed
+		}
+		return k
+	}
+	one := func(name, pref, note string) Scenario {
+		return Scenario{Name: name, Phases: []Phase{{Pref: c(pref)}}, Note: note}
+	}
+	return []Scenario{
+		one("end_word", "end_word=lantern", "end every answer with one word (the issue's example)"),
+		one("start_phrase", "start_phrase=Ahoy!", "open every answer with a phrase"),
+		one("lowercase", "lowercase", "write in lowercase only"),
+		one("sign_off", "sign_off=Zoe", "sign every answer with a name"),
+		one("bullets", "bullets", "answer as a bulleted list"),
+		one("quotes", "quotes", "wrap the answer in double quotes: a kind the pretraining never asked for"),
+		one("postscript", "postscript=Talk soon.", "add a P.S.: a kind the pretraining never asked for"),
+		{Name: "switch", Phases: []Phase{{Pref: c("lowercase"), Turns: 32}, {Pref: c("uppercase")}},
+			Note: "the user changes their mind halfway: lowercase, then uppercase"},
+	}
+}
+
+// ScenarioByName returns the named scenario.
+func ScenarioByName(name string) (Scenario, error) {
+	var names []string
+	for _, s := range Scenarios() {
+		if s.Name == name {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	return Scenario{}, fmt.Errorf("learnbench: no scenario %q (have %s)", name, strings.Join(names, ", "))
+}
+
+// PrefAt is the preference in force at user turn t (0-based).
+func (s Scenario) PrefAt(t int) instruct.Constraint {
+	for _, p := range s.Phases {
+		if p.Turns <= 0 || t < p.Turns {
+			return p.Pref
+		}
+		t -= p.Turns
+	}
+	return s.Phases[len(s.Phases)-1].Pref
+}
