@@ -182,6 +182,12 @@ func (a *app) resume(e *engine, db *store.DB, srv *server.Server, p *pipeline) e
 		case c != nil && c.Manifest.Meta.Base != "" && c.Manifest.Meta.Base != p.ckpt.Base:
 			return fmt.Errorf("resume: checkpoint %s was trained from base model %s, and this daemon serves base model %s: "+
 				"use another data.dir / trainer.checkpoint_dir for this model", c.Dir(), c.Manifest.Meta.Base, p.ckpt.Base)
+		case c != nil && c.Info().Version == e.store.Current():
+			// The checkpoint of the base version itself (the guard saves
+			// one before the first step, to roll back to): the trainer
+			// already holds it.
+			p.loop.SetCheckpointed(c.Info().Version)
+			a.log.Info().Uint64("version", c.Info().Version).Str("checkpoint", c.Dir()).Msg("the newest checkpoint is the base version")
 		case c != nil:
 			if err := p.trainer.Restore(c); err != nil {
 				return fmt.Errorf("resume: %w", err)
@@ -504,6 +510,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 		opts.MaxStaleness, opts.MicroBatchTokens = tc.MaxStaleness, tc.MicroBatchTokens
 		opts.LoRARank, opts.LoRAAlpha, opts.LoRATargets = tc.LoRARank, tc.LoRAAlpha, tc.LoRATargets
 		opts.Checkpointing = tc.ActivationCheckpointing
+		opts.MeasureKL = tc.Guard.KLMax > 0
 		if err := opts.Validate(); err != nil {
 			return fail(err)
 		}
@@ -532,10 +539,16 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	if !tc.Enabled {
 		training = nil
 	}
+	guard := loop.GuardOptions{KLMax: tc.Guard.KLMax, SkillMargin: tc.Guard.SkillMargin, SkillEvery: tc.Guard.SkillEvery, LRFactor: tc.Guard.LRFactor}
+	if tc.Guard.SkillProbes > 0 && training != nil {
+		if guard.Skill, err = e.guardSkill(tc.Guard.SkillProbes, vars); err != nil {
+			return fail(err)
+		}
+	}
 	l, err := loop.New(loop.Options{
 		DB: db, Scorer: scorer, Trainer: training, Versions: e.store,
 		BatchSize: tc.BatchSize, MaxWait: tc.MaxWait, TemplateVars: vars,
-		Checkpoint: ck, CheckpointEvery: tc.CheckpointEvery,
+		Checkpoint: ck, CheckpointEvery: tc.CheckpointEvery, Guard: guard,
 		Registry: reg, Log: a.log,
 	})
 	if err != nil {

@@ -62,6 +62,16 @@ type Trainer struct {
 	CheckpointDir           string        `mapstructure:"checkpoint_dir"`
 	CheckpointEvery         int           `mapstructure:"checkpoint_every"`
 	KeepCheckpoints         int           `mapstructure:"keep_checkpoints"`
+	Guard                   Guard         `mapstructure:"guard"`
+}
+
+// Guard configures automatic rollback (trainer.guard).
+type Guard struct {
+	KLMax       float64 `mapstructure:"kl_max"`
+	SkillProbes int     `mapstructure:"skill_probes"`
+	SkillMargin float64 `mapstructure:"skill_margin"`
+	SkillEvery  int     `mapstructure:"skill_every"`
+	LRFactor    float64 `mapstructure:"lr_factor"`
 }
 
 // Reward configures the judge and the teacher.
@@ -512,6 +522,10 @@ func (c *Config) Validate() error {
 	positive("reward.workers", c.Reward.Workers)
 	if c.Reward.TeacherKVCacheMB < 0 {
 		errs = append(errs, fmt.Errorf("reward.teacher_kv_cache_mb: %d must be >= 0 (0 = sized from the model)", c.Reward.TeacherKVCacheMB))
+	}
+	if g := c.Trainer.Guard; g.KLMax < 0 || math.IsNaN(g.KLMax) || g.SkillProbes < 0 || g.SkillMargin < 0 || g.SkillMargin > 1 ||
+		g.SkillEvery < 1 || g.LRFactor <= 0 || g.LRFactor > 1 {
+		errs = append(errs, fmt.Errorf("trainer.guard: kl_max >= 0, skill_probes >= 0, skill_margin in [0, 1], skill_every >= 1 and lr_factor in (0, 1] are required (got %+v)", g))
 	}
 	if c.Trainer.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("trainer.max_wait: %v must not be negative", c.Trainer.MaxWait))

@@ -240,4 +240,3 @@ func TestReport(t *testing.T) {
 		t.Errorf("plot: %d bytes, %v", len(png), err)
 	}
 }
-

@@ -17,7 +17,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,6 +60,9 @@ type Options struct {
 	Poll time.Duration
 	// OnPublish, if set, is called with every version the loop publishes.
 	OnPublish func(v *weights.Version)
+	// Guard configures automatic rollback (see GuardOptions); with a
+	// trainer, non-finite steps always trip it.
+	Guard GuardOptions
 	// Registry receives the loop's metrics (nil: none registered).
 	Registry prometheus.Registerer
 	Log      zerolog.Logger
@@ -73,6 +78,10 @@ type Loop struct {
 	last         trainer.Metrics
 	inflight     map[string]inflight // by sample id
 	checkpointed uint64              // version of the newest checkpoint written
+
+	guard         *guard        // owned by the training goroutine (nil without a trainer)
+	guardGood     atomic.Uint64 // the guard's last good version, for Guard
+	guardBaseline atomic.Uint64 // float64 bits of its starting skill score
 
 	samples  chan struct{}    // pinged when a sample was queued
 	rollback chan rollbackReq // served by the training goroutine, between steps
@@ -143,9 +152,15 @@ func New(opts Options) (*Loop, error) {
 			return float64(len(l.inflight))
 		}),
 	}
+	l.guardBaseline.Store(math.Float64bits(math.NaN()))
+	cs := []prometheus.Collector{l.met.submitted, l.met.scored, l.met.steps, l.met.loss,
+		l.met.published, l.met.stale, l.met.inflight, l.met.step, l.met.staleness}
+	if opts.Trainer != nil {
+		l.guard = newGuard(opts.Guard)
+		cs = append(cs, l.guard.collectors()...)
+	}
 	if opts.Registry != nil {
-		for _, c := range []prometheus.Collector{l.met.submitted, l.met.scored, l.met.steps, l.met.loss,
-			l.met.published, l.met.stale, l.met.inflight, l.met.step, l.met.staleness} {
+		for _, c := range cs {
 			if err := opts.Registry.Register(c); err != nil {
 				return nil, fmt.Errorf("loop: metrics: %w", err)
 			}
@@ -285,6 +300,9 @@ func (l *Loop) collect() {
 		}
 		s := res.Sample
 		l.met.scored.WithLabelValues(s.Kind.String()).Inc()
+		if l.guard != nil && s.Source == reward.SourceJudge {
+			l.guard.observeReward(s.Reward)
+		}
 		err := l.opts.DB.AddSample(store.Sample{
 			TurnID: f.turnID, Gen: f.gen, Version: s.Version, Kind: s.Kind.String(), Reward: s.Reward,
 			Source: string(s.Source), Votes: s.Votes, Hint: s.Hint, Teacher: s.TeacherLogProbs,
@@ -307,6 +325,7 @@ func (l *Loop) collect() {
 // train steps the trainer whenever a full batch is queued, or a partial
 // one has waited MaxWait.
 func (l *Loop) train(ctx context.Context) {
+	l.guardStart(ctx)
 	tick := time.NewTicker(l.opts.Poll)
 	defer tick.Stop()
 	for {
@@ -320,7 +339,7 @@ func (l *Loop) train(ctx context.Context) {
 		case <-l.samples:
 		case <-tick.C:
 		}
-		for ctx.Err() == nil && l.maybeStep() {
+		for ctx.Err() == nil && l.maybeStep(ctx) {
 		}
 	}
 }
@@ -376,7 +395,7 @@ func (l *Loop) doRollback(c *weights.Checkpoint) (uint64, error) {
 }
 
 // maybeStep trains one batch if one is due; it reports whether it did.
-func (l *Loop) maybeStep() bool {
+func (l *Loop) maybeStep(ctx context.Context) bool {
 	tr := l.opts.Trainer
 	if cur, keep := tr.Version(), uint64(tr.Options().MaxStaleness); cur > keep {
 		n, err := l.opts.DB.DropStale(cur - keep)
@@ -414,13 +433,13 @@ func (l *Loop) maybeStep() bool {
 			batch[i].Version, batch[i].RolloutLogProbs = cur, nil
 		}
 	}
-	l.step(batch, ids)
+	l.step(ctx, batch, ids)
 	return true
 }
 
 // step runs one optimizer step, records it with its samples, publishes
 // the result and checkpoints it when due.
-func (l *Loop) step(batch []trainer.Sample, ids []string) {
+func (l *Loop) step(ctx context.Context, batch []trainer.Sample, ids []string) {
 	tr := l.opts.Trainer
 	start := time.Now()
 	met, err := tr.Step(batch)
@@ -442,6 +461,7 @@ func (l *Loop) step(batch []trainer.Sample, ids []string) {
 		l.met.steps.WithLabelValues("skipped").Inc()
 		l.opts.Log.Warn().Str("reason", met.SkipReason).Msg("training step skipped; its samples are dropped")
 		drop("nonfinite: " + met.SkipReason)
+		l.guardTrip("a non-finite step: "+met.SkipReason, "nonfinite")
 		return
 	case !met.Applied:
 		l.met.steps.WithLabelValues("empty").Inc()
@@ -490,6 +510,7 @@ func (l *Loop) step(batch []trainer.Sample, ids []string) {
 	if l.opts.CheckpointEvery > 0 && met.Step%int64(l.opts.CheckpointEvery) == 0 {
 		l.checkpoint()
 	}
+	l.guardAfterStep(ctx, met.KL)
 }
 
 // checkpoint saves the trainer's current version.

@@ -41,6 +41,7 @@ func (j *judge) Complete(_ context.Context, req reward.Request) ([]string, error
 }
 
 type rig struct {
+	dir   string
 	m     *model.Model
 	store *weights.Store
 	sched *rollout.Scheduler
@@ -82,7 +83,7 @@ func newRig(t *testing.T) *rig {
 		kv.Close()
 		m.Close()
 	})
-	return &rig{m: m, store: store, sched: sched}
+	return &rig{dir: dir, m: m, store: store, sched: sched}
 }
 
 // generate runs one greedy generation and returns the record a server

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -256,4 +257,26 @@ func (d *DB) Export(w io.Writer) (int, error) {
 		return n, fmt.Errorf("store: export: %w", err)
 	}
 	return n, bw.Flush()
+}
+
+// Meta returns the value of a key of the store's meta table ("" when it
+// has none).
+func (d *DB) Meta(key string) (string, error) {
+	var v string
+	err := d.db.QueryRow("SELECT value FROM meta WHERE key = ?", key).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: meta %s: %w", key, err)
+	}
+	return v, nil
+}
+
+// SetMeta sets a key of the store's meta table and waits for the commit.
+func (d *DB) SetMeta(key, value string) error {
+	return d.enqueue("meta", true, false, func(tx *sql.Tx) error {
+		_, err := tx.Exec("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
+		return err
+	})
 }

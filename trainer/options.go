@@ -30,6 +30,10 @@ type Options struct {
 	RLWeight      float64 // rl_weight: w_rl, weight of the binary reward in the advantage
 	OPDWeight     float64 // opd_weight: w_opd, weight of teacher − old in the advantage
 	AdvantageClip float64 // advantage_clip: bound on |teacher − old|; ≤ 0 disables
+	// MeasureKL computes the KL to the frozen reference (Metrics.KL) even
+	// when KLCoef is 0, for a guard that watches it; it costs a forward
+	// pass of the reference per sample.
+	MeasureKL bool
 
 	// Off-policy samples.
 	MaxStaleness  int     // max_staleness: samples more versions behind are dropped

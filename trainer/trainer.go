@@ -40,6 +40,7 @@ type Trainer struct {
 	tokens   int64
 	skipped  int64
 	lastLoss float64
+	lrScale  float64 // times the scheduled learning rate (ScaleLR); 1 at start
 
 	refCache  *model.KVCache // for reference log-probs (KL), made on first use
 	refTokens int            // tokens refCache holds
@@ -76,7 +77,7 @@ func New(m *model.Model, base *model.Weights, opts Options) (*Trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
-	t := &Trainer{m: m, b: b, opts: opts, base: base, tr: tr, params: tr.Params()}
+	t := &Trainer{m: m, b: b, opts: opts, base: base, tr: tr, params: tr.Params(), lrScale: 1}
 	t.opts.LoRATargets = append([]string(nil), opts.LoRATargets...)
 	for _, p := range t.params {
 		var mm moments
@@ -117,6 +118,26 @@ func (t *Trainer) SetVersion(n uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.version = n
+}
+
+// ScaleLR multiplies the learning rate of every later step by f (the
+// guard lowers it after a rollback) and returns the resulting scale of
+// the configured rate.
+func (t *Trainer) ScaleLR(f float64) float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if f > 0 && !math.IsInf(f, 0) {
+		t.lrScale *= f
+	}
+	return t.lrScale
+}
+
+// LRScale is the scale of the configured learning rate (1 unless ScaleLR
+// lowered it).
+func (t *Trainer) LRScale() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lrScale
 }
 
 // StepCount is the number of optimizer steps applied.
@@ -242,7 +263,7 @@ func (t *Trainer) Step(batch []Sample) (Metrics, error) {
 	}
 
 	next := t.step + 1
-	lr := t.opts.LearningRate(int(next))
+	lr := t.opts.LearningRate(int(next)) * t.lrScale
 	opt := t.opts.AdamW()
 	for i, p := range t.params {
 		opt.Update(t.b, p, t.mom[i].m, t.mom[i].v, int(next), lr, met.GradNorm)
@@ -384,7 +405,7 @@ func (t *Trainer) referenceLogProbs(mb []*Sample) ([][]float32, error) {
 		switch {
 		case s.RefLogProbs != nil:
 			refs[i] = s.RefLogProbs
-		case t.opts.KLCoef > 0:
+		case t.opts.KLCoef > 0 || t.opts.MeasureKL:
 			need = append(need, model.ScoreRequest{Prompt: s.Prompt, Response: s.Response})
 			idx = append(idx, i)
 		}

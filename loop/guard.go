@@ -1,0 +1,280 @@
+package loop
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/clawrl/clawrl/weights"
+)
+
+// The guard: automatic rollback. Training on what people say can go
+// wrong (a poisoned batch, a judge that misreads a user, a learning rate
+// too high for the model), and a user must not be left with a model that
+// forgot how to answer. After every applied step the guard looks at
+//
+//   - the step itself: a non-finite loss or gradient (the trainer skips
+//     such a step), or a mean KL to the frozen reference above KLMax;
+//   - every SkillEvery steps, the served version's score on held-out
+//     skill probes, against the score of the version the daemon started
+//     with: a drop of more than SkillMargin;
+//
+// and when one trips, serving reverts to the last good version (the last
+// that passed a skill check, or the one the daemon started with), the
+// learning rate is multiplied by LRFactor, and the event is counted
+// (clawrl_loop_guard_events_total{reason}) and logged. The last good
+// version's checkpoint is pinned so that pruning keeps it; the guard
+// unpins the one it pinned before. The judge's moving-average reward is
+// kept beside it (clawrl_loop_reward_moving_average) for the operator.
+
+// GuardOptions configure the guard.
+type GuardOptions struct {
+	// KLMax trips the guard when an applied step's mean KL to the frozen
+	// reference exceeds it (0: off). The trainer must measure KL
+	// (trainer.Options.MeasureKL or KLCoef > 0).
+	KLMax float64
+	// Skill scores held-out skills on the version being served (the share
+	// of probes passed, in [0, 1]); nil turns the skill check off.
+	Skill func(ctx context.Context) (float64, error)
+	// SkillMargin trips the guard when the skill score falls more than
+	// this below the starting score.
+	SkillMargin float64
+	// SkillEvery is how many applied steps pass between skill checks
+	// (default 4).
+	SkillEvery int
+	// LRFactor multiplies the learning rate at every trip (default 0.5).
+	LRFactor float64
+	// RewardWindow is how many judged samples the moving-average reward
+	// spans (default 32).
+	RewardWindow int
+}
+
+// metaGuardGood is the store meta key of the checkpoint the guard pinned.
+const metaGuardGood = "guard_good"
+
+type guard struct {
+	opts     GuardOptions
+	baseline float64 // skill score at start (NaN: not measured)
+	good     uint64  // last good version (0: none known)
+	pinned   uint64  // the checkpoint the guard pinned (0: none)
+	since    int     // applied steps since the last skill check
+
+	rmu     sync.Mutex // the collect goroutine adds rewards
+	rewards []int      // ring of the last judged rewards
+	next    int
+
+	events  *prometheus.CounterVec
+	skill   prometheus.Gauge
+	reward  prometheus.Gauge
+	lrScale prometheus.Gauge
+}
+
+func newGuard(o GuardOptions) *guard {
+	if o.SkillEvery <= 0 {
+		o.SkillEvery = 4
+	}
+	if o.LRFactor <= 0 || o.LRFactor > 1 {
+		o.LRFactor = 0.5
+	}
+	if o.RewardWindow <= 0 {
+		o.RewardWindow = 32
+	}
+	return &guard{
+		opts: o, baseline: math.NaN(),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "clawrl_loop_guard_events_total",
+			Help: "Automatic rollbacks, by reason (nonfinite, kl, skill)."}, []string{"reason"}),
+		skill: prometheus.NewGauge(prometheus.GaugeOpts{Name: "clawrl_loop_skill",
+			Help: "Share of held-out skill probes the served version passed at the last check (-1: not measured)."}),
+		reward: prometheus.NewGauge(prometheus.GaugeOpts{Name: "clawrl_loop_reward_moving_average",
+			Help: "Mean judge reward over the last judged samples."}),
+		lrScale: prometheus.NewGauge(prometheus.GaugeOpts{Name: "clawrl_loop_lr_scale",
+			Help: "Scale of the configured learning rate (lowered by each automatic rollback)."}),
+	}
+}
+
+func (g *guard) collectors() []prometheus.Collector {
+	return []prometheus.Collector{g.events, g.skill, g.reward, g.lrScale}
+}
+
+// observeReward adds a judged reward to the moving average.
+func (g *guard) observeReward(r int) {
+	g.rmu.Lock()
+	defer g.rmu.Unlock()
+	if len(g.rewards) < g.opts.RewardWindow {
+		g.rewards = append(g.rewards, r)
+	} else {
+		g.rewards[g.next] = r
+		g.next = (g.next + 1) % len(g.rewards)
+	}
+	sum := 0
+	for _, x := range g.rewards {
+		sum += x
+	}
+	g.reward.Set(float64(sum) / float64(len(g.rewards)))
+}
+
+// GuardStatus is what the guard knows.
+type GuardStatus struct {
+	Good     uint64  // last good version
+	Baseline float64 // starting skill score (NaN: not measured)
+	Events   map[string]int
+	LRScale  float64
+}
+
+// guardStart runs before the first step, on the training goroutine: the
+// version the daemon starts with is good by definition; it is
+// checkpointed and pinned, and its skill score is the baseline.
+func (l *Loop) guardStart(ctx context.Context) {
+	g, tr := l.guard, l.opts.Trainer
+	g.skill.Set(-1)
+	g.lrScale.Set(tr.LRScale())
+	if prev, err := l.opts.DB.Meta(metaGuardGood); err == nil && prev != "" {
+		if n, err := strconv.ParseUint(prev, 10, 64); err == nil {
+			g.pinned = n
+		}
+	}
+	l.markGood(tr.Version())
+	if g.opts.Skill != nil {
+		s, err := g.opts.Skill(ctx)
+		if err != nil {
+			l.warn.Warn("guard_skill", err, "guard: the starting skill check failed; the skill check is off")
+			g.opts.Skill = nil
+			return
+		}
+		g.baseline = s
+		l.guardBaseline.Store(math.Float64bits(s))
+		g.skill.Set(s)
+		l.opts.Log.Info().Float64("skill", s).Uint64("version", tr.Version()).Msg("guard: starting skill score")
+	}
+}
+
+// markGood records version v (the trainer's current one) as the last good
+// version: it is checkpointed if it is not yet, and pinned.
+func (l *Loop) markGood(v uint64) {
+	g, root := l.guard, l.opts.Checkpoint.Root
+	if root == "" {
+		g.good = v
+		l.guardGood.Store(v)
+		return
+	}
+	l.mu.Lock()
+	done := l.checkpointed == v
+	l.mu.Unlock()
+	if !done {
+		l.checkpoint()
+		l.mu.Lock()
+		done = l.checkpointed == v
+		l.mu.Unlock()
+		if !done {
+			return // the checkpoint failed (logged): keep the older good one
+		}
+	}
+	if err := weights.Pin(root, v); err != nil {
+		l.warn.Warn("guard_pin", err, "guard: pinning the last good checkpoint failed")
+		return
+	}
+	if g.pinned != 0 && g.pinned != v {
+		if err := weights.Unpin(root, g.pinned); err != nil {
+			l.warn.Warn("guard_pin", err, "guard: unpinning the previous good checkpoint failed")
+		}
+	}
+	g.good, g.pinned = v, v
+	l.guardGood.Store(v)
+	if err := l.opts.DB.SetMeta(metaGuardGood, strconv.FormatUint(v, 10)); err != nil {
+		l.warn.Warn("guard_pin", err, "guard: recording the last good version failed")
+	}
+}
+
+// guardAfterStep runs after a step was applied and published as version v.
+func (l *Loop) guardAfterStep(ctx context.Context, kl float64) {
+	g, tr := l.guard, l.opts.Trainer
+	if g.opts.KLMax > 0 && kl > g.opts.KLMax {
+		l.guardTrip(fmt.Sprintf("KL to the reference %.3g > %.3g", kl, g.opts.KLMax), "kl")
+		return
+	}
+	g.since++
+	if g.opts.Skill == nil {
+		// Without a skill check, a version is good once it is on disk.
+		l.mu.Lock()
+		done := l.checkpointed == tr.Version()
+		l.mu.Unlock()
+		if done {
+			l.markGood(tr.Version())
+		}
+		return
+	}
+	if g.since < g.opts.SkillEvery {
+		return
+	}
+	g.since = 0
+	s, err := g.opts.Skill(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.warn.Warn("guard_skill", err, "guard: the skill check failed")
+		}
+		return
+	}
+	g.skill.Set(s)
+	if !math.IsNaN(g.baseline) && g.baseline-s > g.opts.SkillMargin {
+		l.guardTrip(fmt.Sprintf("held-out skill %.2f fell below the starting %.2f by more than %.2f", s, g.baseline, g.opts.SkillMargin), "skill")
+		return
+	}
+	l.markGood(tr.Version())
+}
+
+// guardTrip reverts serving to the last good version and lowers the
+// learning rate.
+func (l *Loop) guardTrip(why, reason string) {
+	g, tr := l.guard, l.opts.Trainer
+	g.events.WithLabelValues(reason).Inc()
+	scale := tr.ScaleLR(g.opts.LRFactor)
+	g.lrScale.Set(scale)
+	cur := tr.Version()
+	ev := l.opts.Log.Warn().Str("reason", reason).Str("why", why).Uint64("version", cur).Uint64("last_good", g.good).
+		Float64("lr_scale", scale)
+	if g.good == 0 || g.good == cur || l.opts.Checkpoint.Root == "" {
+		ev.Msg("guard: tripped; the served version is the last good one, the learning rate is lowered")
+		return
+	}
+	c, err := weights.Open(weights.DirOf(l.opts.Checkpoint.Root, g.good))
+	if err != nil {
+		ev.Err(err).Msg("guard: tripped, but the last good checkpoint cannot be opened; the learning rate is lowered")
+		return
+	}
+	ev.Msg("guard: tripped; rolling back to the last good version and lowering the learning rate")
+	v, err := l.doRollback(c)
+	if err != nil {
+		l.opts.Log.Error().Err(err).Msg("guard: rollback failed")
+		return
+	}
+	g.since = 0
+	l.markGood(v)
+}
+
+// Guard returns what the guard knows (for status output and tests).
+func (l *Loop) Guard() GuardStatus {
+	st := GuardStatus{Good: l.guardGood.Load(), Baseline: math.Float64frombits(l.guardBaseline.Load()), Events: map[string]int{}}
+	if l.guard == nil {
+		return st
+	}
+	for _, r := range []string{"nonfinite", "kl", "skill"} {
+		st.Events[r] = int(counterValue(l.guard.events.WithLabelValues(r)))
+	}
+	if l.opts.Trainer != nil {
+		st.LRScale = l.opts.Trainer.LRScale()
+	}
+	return st
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}

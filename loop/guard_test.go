@@ -1,0 +1,195 @@
+package loop
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/clawrl/clawrl/reward"
+	"github.com/clawrl/clawrl/session"
+	"github.com/clawrl/clawrl/store"
+	"github.com/clawrl/clawrl/tokenizer"
+	"github.com/clawrl/clawrl/trainer"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// guardLoop is newLoop with checkpoints and guard options.
+func guardLoop(t *testing.T, r *rig, db *store.DB, g GuardOptions, measureKL bool) (*Loop, *trainer.Trainer, string) {
+	t.Helper()
+	cfg := reward.DefaultConfig()
+	cfg.HintVotes = 0
+	scorer, err := reward.New(reward.Options{Config: cfg, Judge: &judge{verdict: `\boxed{1}`}, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := trainer.DefaultOptions()
+	opts.LR, opts.WarmupSteps, opts.LoRARank = 5e-2, 0, 4
+	opts.MeasureKL = measureKL
+	tr, err := trainer.New(r.m, r.m.Weights(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	tr.SetVersion(r.store.Current())
+	cj, err := os.ReadFile(filepath.Join(r.dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	l, err := New(Options{DB: db, Scorer: scorer, Trainer: tr, Versions: r.store, BatchSize: 1,
+		Checkpoint: trainer.CheckpointOptions{Root: root, Keep: 1, ConfigJSON: cj}, CheckpointEvery: 1, Guard: g,
+		Poll: 20 * time.Millisecond, Registry: prometheus.NewRegistry(), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, tr, root
+}
+
+// greedy is the served model's greedy continuation of a fixed prompt.
+func greedy(t *testing.T, r *rig) []int32 {
+	return r.generate(t, []int32{7, 8, 9}).ResponseTokens
+}
+
+// An injected regression: the skill score falls after training, so the
+// guard serves the starting version again, lowers the learning rate and
+// counts the event; the rolled-back steps' samples never train again.
+func TestGuardRollsBackARegression(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	var checks atomic.Int32
+	skill := func(context.Context) (float64, error) {
+		if checks.Add(1) == 1 {
+			return 0.9, nil // the starting version
+		}
+		return 0.5, nil // after training: forgot
+	}
+	l, tr, root := guardLoop(t, r, db, GuardOptions{Skill: skill, SkillMargin: 0.1, SkillEvery: 2}, false)
+	start := r.store.Current()
+	before := greedy(t, r)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	for i := range 2 {
+		turn := r.generate(t, []int32{1, 2, int32(3 + i)})
+		turn.ResponseID = fmt.Sprintf("chatcmpl-g%d", i)
+		put(t, db, turn, []tokenizer.Message{{Role: "user", Content: "thanks"}})
+	}
+	waitFor(t, "the guard to trip", func() bool { return l.Guard().Events["skill"] == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st := l.Guard()
+	if st.LRScale != 0.5 || st.Baseline != 0.9 {
+		t.Errorf("guard status %+v", st)
+	}
+	if tr.StepCount() != 0 {
+		t.Errorf("trainer at step %d after rolling back to the start; want 0", tr.StepCount())
+	}
+	if got := greedy(t, r); !slices.Equal(got, before) {
+		t.Errorf("served greedy output %v after the rollback; the starting version gave %v", got, before)
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM steps WHERE status = 'rolled_back'"); n != 2 {
+		t.Errorf("%d steps rolled back; want 2", n)
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'dropped' AND reason = 'rolled_back'"); n != 2 {
+		t.Errorf("%d samples dropped as rolled back; want 2", n)
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM versions WHERE note = ?", fmt.Sprintf("rollback to %d", start)); n != 1 {
+		t.Errorf("no version records the rollback to %d", start)
+	}
+	// The good version is pinned on disk, so pruning keeps it.
+	if st.Good == start || !weights.Pinned(root, st.Good) {
+		t.Errorf("last good %d (start %d) pinned: %v", st.Good, start, weights.Pinned(root, st.Good))
+	}
+}
+
+// An injected NaN: a sample whose teacher log-probs are NaN makes a
+// non-finite step, which the trainer skips; the guard serves the last good
+// version (the start: the skill check has not passed anything newer) and
+// lowers the learning rate.
+func TestGuardNonFinite(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	skill := func(context.Context) (float64, error) { return 1, nil }
+	l, tr, _ := guardLoop(t, r, db, GuardOptions{Skill: skill, SkillMargin: 0.1, SkillEvery: 100}, false)
+	start := r.store.Current()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	turn := r.generate(t, []int32{1, 2, 3})
+	turn.ResponseID = "chatcmpl-ok"
+	put(t, db, turn, []tokenizer.Message{{Role: "user", Content: "thanks"}})
+	waitFor(t, "a step", func() bool { return tr.StepCount() == 1 })
+
+	bad := r.generate(t, []int32{4, 5, 6})
+	bad.ResponseID = "chatcmpl-nan"
+	db.Offer(session.Record{Kind: session.KindRecorded, Turn: bad})
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nan := make([]float32, len(bad.ResponseTokens))
+	for i := range nan {
+		nan[i] = float32(math.NaN())
+	}
+	if err := db.AddSample(store.Sample{TurnID: "chatcmpl-nan/0", Version: bad.Version, Kind: "distill", Source: "judge", Teacher: nan, Hint: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the guard to trip", func() bool { return l.Guard().Events["nonfinite"] == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if tr.LRScale() != 0.5 || tr.StepCount() != 0 {
+		t.Errorf("lr scale %v, step %d; want 0.5 and the start's 0", tr.LRScale(), tr.StepCount())
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM samples WHERE reason LIKE 'nonfinite%'"); n != 1 {
+		t.Errorf("%d samples dropped as non-finite; want 1", n)
+	}
+	if n := count(t, db, "SELECT COUNT(*) FROM versions WHERE note = ?", fmt.Sprintf("rollback to %d", start)); n != 1 {
+		t.Error("the rollback is not recorded")
+	}
+}
+
+// KL to the reference above the threshold trips the guard at once; a
+// trainer that does not measure KL never trips it.
+func TestGuardKL(t *testing.T) {
+	for _, measure := range []bool{false, true} {
+		t.Run(fmt.Sprint("measure=", measure), func(t *testing.T) {
+			r := newRig(t)
+			db := openDB(t)
+			l, tr, _ := guardLoop(t, r, db, GuardOptions{KLMax: 1e-9}, measure)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- l.Run(ctx) }()
+			// KL is measured before the update, on the parameters the step
+			// starts from: the first step's is 0, the second's is not.
+			for i := range 2 {
+				turn := r.generate(t, []int32{1, 2, int32(3 + i)})
+				turn.ResponseID = fmt.Sprintf("chatcmpl-kl%d", i)
+				put(t, db, turn, []tokenizer.Message{{Role: "user", Content: "thanks"}})
+				waitFor(t, "a step", func() bool { return count(t, db, "SELECT COUNT(*) FROM steps") == i+1 })
+			}
+			if measure {
+				waitFor(t, "the guard to trip", func() bool { return l.Guard().Events["kl"] == 1 })
+			}
+			cancel()
+			<-done
+			if trips := l.Guard().Events["kl"]; (trips == 1) != measure {
+				t.Errorf("%d KL trips; want %v", trips, measure)
+			}
+			if measure && (tr.StepCount() != 1 || tr.LRScale() != 0.5) {
+				t.Errorf("step %d lr scale %v after the trip", tr.StepCount(), tr.LRScale())
+			}
+		})
+	}
+}
