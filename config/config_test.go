@@ -102,6 +102,15 @@ func TestLoad(t *testing.T) {
 		{name: "negative kv cache", env: []string{"CLAWRL_MODEL_KV_CACHE_MB=-1"}, wantErr: "model.kv_cache_mb"},
 		{name: "negative teacher cache", file: "reward:\n  teacher_kv_cache_mb: -5\n", wantErr: "reward.teacher_kv_cache_mb"},
 		{name: "negative threads", env: []string{"CLAWRL_MODEL_THREADS=-2"}, wantErr: "model.threads"},
+		{name: "method", file: "reward:\n  method: hinted\n  hinted_rollouts: 4\n",
+			check: func(c *Config) bool { return c.Reward.Method == "hinted" && c.Reward.HintedRollouts == 4 }},
+		{name: "bad method", file: "reward:\n  method: magic\n", wantErr: "reward.method"},
+		{name: "too many rollouts", file: "reward:\n  hinted_rollouts: 99\n", wantErr: "reward.hinted_rollouts"},
+		{name: "bad rollout temperature", file: "reward:\n  rollout_temperature: 3\n", wantErr: "reward.rollout_temperature"},
+		{name: "guard", file: "trainer:\n  guard:\n    kl_max: 0\n    skill_probes: 0\n",
+			check: func(c *Config) bool { return c.Trainer.Guard.KLMax == 0 && c.Trainer.Guard.SkillProbes == 0 && c.Trainer.Guard.LRFactor == 0.5 }},
+		{name: "bad guard", file: "trainer:\n  guard:\n    lr_factor: 2\n", wantErr: "trainer.guard"},
+		{name: "bad guard margin", file: "trainer:\n  guard:\n    skill_margin: -1\n", wantErr: "trainer.guard"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

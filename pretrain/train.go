@@ -106,7 +106,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Shape: Presets["small"], Seed: 1,
-		Steps: 1600, SeqLen: 1024, Batch: 4, LR: 1.5e-3, MinLR: 0.1, Warmup: 100, WeightDecay: 0.1,
+		Steps: 4000, SeqLen: 1024, Batch: 4, LR: 1.5e-3, MinLR: 0.1, Warmup: 100, WeightDecay: 0.1,
 		Beta1: 0.9, Beta2: 0.95, GradClip: 1,
 		EvalEvery: 100, HeldOutBatches: 4, CheckpointEvery: 50,
 		TokenizerDocs: 40000, TextBytes: 3 << 20,
