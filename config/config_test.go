@@ -108,7 +108,9 @@ func TestLoad(t *testing.T) {
 		{name: "too many rollouts", file: "reward:\n  hinted_rollouts: 99\n", wantErr: "reward.hinted_rollouts"},
 		{name: "bad rollout temperature", file: "reward:\n  rollout_temperature: 3\n", wantErr: "reward.rollout_temperature"},
 		{name: "guard", file: "trainer:\n  guard:\n    kl_max: 0\n    skill_probes: 0\n",
-			check: func(c *Config) bool { return c.Trainer.Guard.KLMax == 0 && c.Trainer.Guard.SkillProbes == 0 && c.Trainer.Guard.LRFactor == 0.5 }},
+			check: func(c *Config) bool {
+				return c.Trainer.Guard.KLMax == 0 && c.Trainer.Guard.SkillProbes == 0 && c.Trainer.Guard.LRFactor == 0.5
+			}},
 		{name: "bad guard", file: "trainer:\n  guard:\n    lr_factor: 2\n", wantErr: "trainer.guard"},
 		{name: "bad guard margin", file: "trainer:\n  guard:\n    skill_margin: -1\n", wantErr: "trainer.guard"},
 	}
