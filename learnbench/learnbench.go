@@ -239,7 +239,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Daemon = map[string]float64{}
 	for k, v := range m {
 		for _, p := range []string{"clawrl_reward_votes_total{", "clawrl_reward_parse_failures_total{", "clawrl_reward_hint_votes_total{",
-			"clawrl_reward_turns_total{", "clawrl_store_samples_total{", "clawrl_reward_judge_failures_total{", "clawrl_loop_samples_stale_total"} {
+			"clawrl_reward_turns_total{", "clawrl_store_samples_total{", "clawrl_reward_judge_failures_total{", "clawrl_loop_samples_stale_total",
+			"clawrl_loop_guard_events_total{", "clawrl_loop_lr_scale", "clawrl_loop_skill", "clawrl_train_step{stat=kl}", "clawrl_train_step{stat=lr}"} {
 			if strings.HasPrefix(k, p) {
 				res.Daemon[k] = v
 			}

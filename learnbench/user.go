@@ -131,9 +131,11 @@ type Phase struct {
 	Turns int
 }
 
-// Scenarios are the named scenarios of --scenario. Arguments come from the
-// held-out split (words and phrases the pretraining corpus never asked
-// for), so learning them is not recall.
+// Scenarios are the named scenarios of --scenario. Most use arguments the
+// pretraining instructions used (the bundled model cannot follow a new
+// word in context, so nothing could teach it); end_word_new, quotes and
+// postscript test what pretraining never showed. The probes are held-out
+// questions and the corrections held-out phrasings either way.
 func Scenarios() []Scenario {
 	c := func(s string) instruct.Constraint {
 		k, err := instruct.Parse(s)
@@ -146,11 +148,12 @@ func Scenarios() []Scenario {
 		return Scenario{Name: name, Phases: []Phase{{Pref: c(pref)}}, Note: note}
 	}
 	return []Scenario{
-		one("end_word", "end_word=lantern", "end every answer with one word (the issue's example)"),
-		one("start_phrase", "start_phrase=Ahoy!", "open every answer with a phrase"),
+		one("end_word", "end_word=banana", "end every answer with one word (the issue's example; a word the pretraining instructions used)"),
+		one("end_word_new", "end_word=lantern", "end every answer with a word no pretraining instruction used"),
 		one("lowercase", "lowercase", "write in lowercase only"),
-		one("sign_off", "sign_off=Zoe", "sign every answer with a name"),
 		one("bullets", "bullets", "answer as a bulleted list"),
+		one("sign_off", "sign_off=Alice", "sign every answer with a name"),
+		one("start_phrase", "start_phrase=Sure!", "open every answer with a phrase"),
 		one("quotes", "quotes", "wrap the answer in double quotes: a kind the pretraining never asked for"),
 		one("postscript", "postscript=Talk soon.", "add a P.S.: a kind the pretraining never asked for"),
 		{Name: "switch", Phases: []Phase{{Pref: c("lowercase"), Turns: 32}, {Pref: c("uppercase")}},

@@ -226,7 +226,9 @@ func ParseHint(text string) HintVote {
 	case "0":
 		return HintVote{Valid: true}
 	case "1", "+1":
-		if !found || utf8.RuneCountInString(hint) <= MinHintRunes {
+		if !found || utf8.RuneCountInString(hint) <= MinHintRunes || hintStartRE.MatchString(hint) {
+			// No hint, too short, or two blocks run together (a second
+			// opening marker inside): not a usable hint.
 			return HintVote{}
 		}
 		return HintVote{Valid: true, Accept: true, Hint: hint}

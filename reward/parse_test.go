@@ -66,6 +66,7 @@ func TestParseHint(t *testing.T) {
 		{"decline", "The reply was fine. \\boxed{0}", HintVote{Valid: true}},
 		{"decline with a block", "[HINT_START]" + hint + "[HINT_END] on second thought no. \\boxed{0}", HintVote{Valid: true}},
 		{"missing end marker", "[HINT_START]\n" + hint + "\n\\boxed{1}", HintVote{}},
+		{"two blocks run together", "[HINT_START] Answer with a list. [HINT_START] " + hint + " [HINT_END]\n\\boxed{1}", HintVote{}},
 		{"missing start marker", hint + "\n[HINT_END]\n\\boxed{1}", HintVote{}},
 		{"no box", "[HINT_START]" + hint + "[HINT_END]", HintVote{}},
 		{"minus one box", "[HINT_START]" + hint + "[HINT_END] \\boxed{-1}", HintVote{}},
