@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,6 +27,7 @@ type learnFlags struct {
 	seed                            uint64
 	url, apiKey, modelFlag, out     string
 	trainPhrasings                  bool
+	judge                           string
 	settle                          time.Duration
 }
 
@@ -76,6 +79,7 @@ Scenarios: ` + strings.Join(names, ", ") + `, or all.`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the user, its questions and the probes")
 	fl.BoolVar(&f.trainPhrasings, "train-phrasings", false, "correct with the pretraining corpus's instruction sentences (default: held-out ones)")
 	fl.DurationVar(&f.settle, "settle-timeout", 5*time.Minute, "longest wait for the daemon to train after a session")
+	fl.StringVar(&f.judge, "judge", "model", "model: the daemon's configured judge; oracle: an OpenAI-compatible judge that knows the preference (a control: votes from the user's praise, the canonical instruction as the hint)")
 	fl.StringVar(&f.url, "url", "", "talk to this running daemon instead of starting one per method (e.g. http://127.0.0.1:30000)")
 	fl.StringVar(&f.apiKey, "api-key", "", "API key for --url (default: the first of server.api_keys)")
 	fl.StringVar(&f.modelFlag, "model", "", "checkpoint directory for the in-process daemon (default: model.path, else the bundled model)")
@@ -101,7 +105,13 @@ func (a *app) runBenchLearn(cmd *cobra.Command, f learnFlags) error {
 			return fmt.Errorf("bench learn: method %q is not one of %s", m, strings.Join(reward.Methods, ", "))
 		}
 	}
+	if f.judge != "model" && f.judge != "oracle" {
+		return fmt.Errorf("bench learn: --judge %q is not model or oracle", f.judge)
+	}
 	if f.url != "" {
+		if f.judge == "oracle" {
+			return errors.New("bench learn: --judge oracle starts its own daemons; it cannot be used with --url")
+		}
 		f.methods = []string{"daemon"}
 	}
 	if err := os.MkdirAll(f.out, 0o755); err != nil {
@@ -169,6 +179,17 @@ func (a *app) learnRun(ctx context.Context, f learnFlags, sc learnbench.Scenario
 	cfg.Trainer.MaxWait = time.Second
 	cfg.Reward.Method = method
 	cfg.Server.Host, cfg.Server.Port = "127.0.0.1", 0
+	if f.judge == "oracle" {
+		opts.Oracle = &learnbench.Oracle{}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		hs := &http.Server{Handler: opts.Oracle, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		defer hs.Close()
+		cfg.Reward.Judge, cfg.Reward.JudgeBaseURL, cfg.Reward.JudgeModel = "openai", "http://"+ln.Addr().String()+"/v1", "oracle"
+	}
 	b := *a
 	b.cfg = &cfg
 	b.log = a.log.Level(max(a.log.GetLevel(), zerolog.WarnLevel))

@@ -61,6 +61,9 @@ type Options struct {
 	SettleTimeout time.Duration
 	// Progress receives a line per session and per measurement (nil: none).
 	Progress io.Writer
+	// Oracle, when the daemon judges through it, is told the preference
+	// in force before every turn.
+	Oracle *Oracle
 }
 
 func (o *Options) defaults() {
@@ -192,6 +195,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		sat := 0
 		for k := 0; k < o.SessionTurns && turn < o.Turns; k++ {
 			user.Pref = o.Scenario.PrefAt(turn)
+			if o.Oracle != nil {
+				o.Oracle.SetPref(user.Pref)
+			}
 			reply, err := c.Chat(ctx, ChatRequest{Messages: msgs, SessionID: sid, Temperature: o.Temperature,
 				MaxTokens: o.MaxTokens, Seed: o.Seed*1000003 + uint64(turn)})
 			if err != nil {

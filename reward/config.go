@@ -106,7 +106,7 @@ func DefaultConfig() Config {
 		Backend:            BackendLocal,
 		Teacher:            TeacherPolicy,
 		Method:             MethodCombined,
-		HintedRollouts:     2,
+		HintedRollouts:     4,
 		RolloutTemperature: 0.7,
 		RolloutMaxTokens:   256,
 		Votes:              3,

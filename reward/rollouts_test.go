@@ -41,15 +41,15 @@ func TestScoreMethods(t *testing.T) {
 		method       string
 		kind         Kind
 		teacherCalls int32
-		rollouts     int
+		rollouts     int // the default HintedRollouts
 		hintCalls    int32
 	}{
 		{MethodBinary, KindBinary, 0, 0, 0},
 		{MethodDistill, KindDistill, 1, 0, 1},
-		{MethodHinted, KindNone, 0, 2, 1},
+		{MethodHinted, KindNone, 0, 4, 1},
 		{MethodPaper, KindBoth, 1, 0, 1},
 		{"", KindBoth, 1, 0, 1},
-		{MethodCombined, KindBoth, 1, 2, 1},
+		{MethodCombined, KindBoth, 1, 4, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method, func(t *testing.T) {
