@@ -221,9 +221,7 @@ func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
 		case ctx.Err() != nil:
 			return Sample{}, fmt.Errorf("reward: scoring turn %q: %w", t.ID, ctx.Err())
 		case err != nil:
-			s.m.Failures.WithLabelValues("rollouts").Inc()
-			s.warn.Warn("rollouts", fmt.Errorf("turn %s: %w", t.ID, err), "reward: hinted rollouts failed; none for this turn")
-			o.Note = joinNote(o.Note, "hinted rollouts failed: "+err.Error())
+			s.degraded(&t, &o, "rollouts", "hinted rollouts", "none for this turn", err)
 		default:
 			rollouts = rs
 		}
@@ -234,9 +232,7 @@ func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
 		case ctx.Err() != nil:
 			return Sample{}, fmt.Errorf("reward: scoring turn %q: %w", t.ID, ctx.Err())
 		case err != nil:
-			s.m.Failures.WithLabelValues("teacher").Inc()
-			s.warn.Warn("teacher", fmt.Errorf("turn %s: %w", t.ID, err), "reward: teacher failed; no distillation for this turn")
-			o.Note = joinNote(o.Note, "teacher failed: "+err.Error())
+			s.degraded(&t, &o, "teacher", "teacher", "no distillation for this turn", err)
 		default:
 			o.TeacherLogProbs = lp
 		}
@@ -350,6 +346,14 @@ func (s *Scorer) teach(ctx context.Context, t *Turn, hint string) ([]float32, er
 		return nil, fmt.Errorf("reward: teacher returned %d log-probs for %d response tokens", len(lp), len(t.ResponseTokens))
 	}
 	return lp, nil
+}
+
+// degraded records a hint stage that failed for turn t: counted by stage,
+// logged (rate-limited) and noted on the outcome, which goes on without it.
+func (s *Scorer) degraded(t *Turn, o *Outcome, stage, what, consequence string, err error) {
+	s.m.Failures.WithLabelValues(stage).Inc()
+	s.warn.Warn(stage, fmt.Errorf("turn %s: %w", t.ID, err), "reward: "+what+" failed; "+consequence)
+	o.Note = joinNote(o.Note, what+" failed: "+err.Error())
 }
 
 // rollouts has the teacher generate responses to the turn's prompt with
