@@ -54,13 +54,17 @@ type GuardOptions struct {
 	RewardWindow int
 }
 
-// metaGuardGood is the store meta key of the checkpoint the guard pinned.
-const metaGuardGood = "guard_good"
+// Store meta keys: the checkpoint the guard pinned, and the skill score
+// of the first version it checked (kept across restarts, so that a slow
+// decline spread over several restarts still counts from the start).
+const (
+	metaGuardGood     = "guard_good"
+	metaGuardBaseline = "guard_baseline"
+)
 
 type guard struct {
 	opts     GuardOptions
-	baseline float64 // skill score at start (NaN: not measured)
-	good     uint64  // last good version (0: none known)
+	baseline float64 // skill score of the first version the guard saw (NaN: not measured)
 	pinned   uint64  // the checkpoint the guard pinned (0: none)
 	since    int     // applied steps since the last skill check
 
@@ -127,8 +131,9 @@ type GuardStatus struct {
 }
 
 // guardStart runs before the first step, on the training goroutine: the
-// version the daemon starts with is good by definition; it is
-// checkpointed and pinned, and its skill score is the baseline.
+// version the daemon starts with is the last good one (it is checkpointed
+// and pinned); the skill baseline is the score of the first version this
+// data directory ever served, measured now on a first start.
 func (l *Loop) guardStart(ctx context.Context) {
 	g, tr := l.guard, l.opts.Trainer
 	g.skill.Set(-1)
@@ -139,17 +144,30 @@ func (l *Loop) guardStart(ctx context.Context) {
 		}
 	}
 	l.markGood(tr.Version())
-	if g.opts.Skill != nil {
-		s, err := g.opts.Skill(ctx)
-		if err != nil {
-			l.warn.Warn("guard_skill", err, "guard: the starting skill check failed; the skill check is off")
-			g.opts.Skill = nil
-			return
+	if g.opts.Skill == nil {
+		return
+	}
+	s, err := g.opts.Skill(ctx)
+	if err != nil {
+		l.warn.Warn("guard_skill", err, "guard: the starting skill check failed; the skill check is off")
+		g.opts.Skill = nil
+		return
+	}
+	g.skill.Set(s)
+	base := s
+	if prev, err := l.opts.DB.Meta(metaGuardBaseline); err == nil && prev != "" {
+		if b, err := strconv.ParseFloat(prev, 64); err == nil {
+			base = b
 		}
-		g.baseline = s
-		l.guardBaseline.Store(math.Float64bits(s))
-		g.skill.Set(s)
-		l.opts.Log.Info().Float64("skill", s).Uint64("version", tr.Version()).Msg("guard: starting skill score")
+	} else if err := l.opts.DB.SetMeta(metaGuardBaseline, strconv.FormatFloat(s, 'g', -1, 64)); err != nil {
+		l.warn.Warn("guard_skill", err, "guard: recording the skill baseline failed")
+	}
+	g.baseline = base
+	l.guardBaseline.Store(math.Float64bits(base))
+	l.opts.Log.Info().Float64("skill", s).Float64("baseline", base).Uint64("version", tr.Version()).Msg("guard: skill at start")
+	if base-s > g.opts.SkillMargin {
+		l.warn.Warn("guard_skill", fmt.Errorf("skill %.2f at start, %.2f when the data directory began", s, base),
+			"guard: the version resumed is already below the skill baseline; the last good checkpoint is kept pinned")
 	}
 }
 
@@ -158,7 +176,6 @@ func (l *Loop) guardStart(ctx context.Context) {
 func (l *Loop) markGood(v uint64) {
 	g, root := l.guard, l.opts.Checkpoint.Root
 	if root == "" {
-		g.good = v
 		l.guardGood.Store(v)
 		return
 	}
@@ -183,7 +200,7 @@ func (l *Loop) markGood(v uint64) {
 			l.warn.Warn("guard_pin", err, "guard: unpinning the previous good checkpoint failed")
 		}
 	}
-	g.good, g.pinned = v, v
+	g.pinned = v
 	l.guardGood.Store(v)
 	if err := l.opts.DB.SetMeta(metaGuardGood, strconv.FormatUint(v, 10)); err != nil {
 		l.warn.Warn("guard_pin", err, "guard: recording the last good version failed")
@@ -234,14 +251,14 @@ func (l *Loop) guardTrip(why, reason string) {
 	g.events.WithLabelValues(reason).Inc()
 	scale := tr.ScaleLR(g.opts.LRFactor)
 	g.lrScale.Set(scale)
-	cur := tr.Version()
-	ev := l.opts.Log.Warn().Str("reason", reason).Str("why", why).Uint64("version", cur).Uint64("last_good", g.good).
+	cur, good := tr.Version(), l.guardGood.Load()
+	ev := l.opts.Log.Warn().Str("reason", reason).Str("why", why).Uint64("version", cur).Uint64("last_good", good).
 		Float64("lr_scale", scale)
-	if g.good == 0 || g.good == cur || l.opts.Checkpoint.Root == "" {
+	if good == 0 || good == cur || l.opts.Checkpoint.Root == "" {
 		ev.Msg("guard: tripped; the served version is the last good one, the learning rate is lowered")
 		return
 	}
-	c, err := weights.Open(weights.DirOf(l.opts.Checkpoint.Root, g.good))
+	c, err := weights.Open(weights.DirOf(l.opts.Checkpoint.Root, good))
 	if err != nil {
 		ev.Err(err).Msg("guard: tripped, but the last good checkpoint cannot be opened; the learning rate is lowered")
 		return
