@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -30,35 +29,20 @@ func (e *engine) guardSkill(n int, vars map[string]any) (func(ctx context.Contex
 	}
 	stops := e.stopTokens()
 	return func(ctx context.Context) (float64, error) {
-		streams := make([]<-chan rollout.Event, len(prompts))
-		gctx, cancel := context.WithCancel(ctx)
-		defer cancel()
+		reqs := make([]rollout.Request, len(prompts))
 		for i, p := range prompts {
-			ch, err := e.sched.Generate(gctx, rollout.Request{Prompt: p, Sampling: sample.Params{Temperature: 0},
-				MaxTokens: 96, StopTokens: stops, Background: true})
-			if err != nil {
-				cancel()
-				for _, s := range streams[:i] {
-					for range s {
-					}
-				}
-				return 0, fmt.Errorf("guard: skill probe: %w", err)
-			}
-			streams[i] = ch
+			reqs[i] = rollout.Request{Prompt: p, Sampling: sample.Params{Temperature: 0}, MaxTokens: 96, StopTokens: stops, Background: true}
+		}
+		outs, err := rollout.GenerateAll(ctx, e.sched, reqs)
+		if err != nil {
+			return 0, fmt.Errorf("guard: skill probe: %w", err)
 		}
 		pass := 0
-		var errs []error
-		for i, s := range streams {
-			var toks []int32
-			for ev := range s {
-				if ev.HasToken {
-					toks = append(toks, ev.Token)
-				}
-				if ev.Finish == rollout.FinishError {
-					errs = append(errs, ev.Err)
-				}
+		for i, o := range outs {
+			if o.Err != nil {
+				return 0, fmt.Errorf("guard: skill probe: %w", o.Err)
 			}
-			text := e.tok.Decode(toks)
+			text := e.tok.Decode(o.Tokens)
 			tool := ""
 			if c, ok := pretrain.ParseToolCall(text); ok {
 				tool = c.Name
@@ -66,12 +50,6 @@ func (e *engine) guardSkill(n int, vars map[string]any) (func(ctx context.Contex
 			if probes[i].Check(strings.TrimSpace(text), tool) {
 				pass++
 			}
-		}
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		if len(errs) > 0 {
-			return 0, fmt.Errorf("guard: skill probe: %w", errors.Join(errs...))
 		}
 		return float64(pass) / float64(len(prompts)), nil
 	}, nil

@@ -61,48 +61,28 @@ func (sr *SchedulerRollouts) Rollouts(ctx context.Context, prompt []int32, n, ma
 	if n < 1 || maxTokens < 1 || len(prompt) == 0 {
 		return nil, fmt.Errorf("reward: hinted rollouts: need n >= 1, maxTokens >= 1 and a prompt (got %d, %d, %d tokens)", n, maxTokens, len(prompt))
 	}
-	gctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	streams := make([]<-chan rollout.Event, 0, n)
-	for range n {
-		ch, err := sr.Gen.Generate(gctx, rollout.Request{
-			Prompt: prompt, Sampling: sample.Params{Temperature: temperature, TopP: sr.TopP},
-			MaxTokens: maxTokens, StopTokens: sr.StopTokens, Frozen: sr.Frozen, Background: true,
-		})
-		if err != nil {
-			cancel()
-			for _, s := range streams {
-				drain(s)
-			}
-			return nil, fmt.Errorf("reward: hinted rollouts: %w", err)
-		}
-		streams = append(streams, ch)
+	req := rollout.Request{
+		Prompt: prompt, Sampling: sample.Params{Temperature: temperature, TopP: sr.TopP},
+		MaxTokens: maxTokens, StopTokens: sr.StopTokens, Frozen: sr.Frozen, Background: true,
+	}
+	reqs := make([]rollout.Request, n)
+	for i := range reqs {
+		reqs[i] = req
+	}
+	outs, err := rollout.GenerateAll(ctx, sr.Gen, reqs)
+	if err != nil {
+		return nil, fmt.Errorf("reward: hinted rollouts: %w", err)
 	}
 	var out []HintedRollout
 	var firstErr error
-	for _, s := range streams {
-		var r HintedRollout
-		var err error
-		for ev := range s {
-			if ev.HasToken {
-				r.Tokens = append(r.Tokens, ev.Token)
-				r.TeacherLogProbs = append(r.TeacherLogProbs, ev.LogProb)
-				r.Version = ev.Version
-			}
-			switch ev.Finish {
-			case rollout.FinishError:
-				err = fmt.Errorf("generation failed: %w", ev.Err)
-			case rollout.FinishCancelled:
-				err = cmpOr(ctx.Err(), errors.New("generation cancelled"))
-			}
-		}
+	for _, o := range outs {
 		switch {
-		case err != nil:
-			firstErr = cmpOr(firstErr, err)
-		case len(r.Tokens) == 0 || len(r.Tokens) == 1 && slices.Contains(sr.StopTokens, r.Tokens[0]):
+		case o.Err != nil:
+			firstErr = cmpOr(firstErr, o.Err)
+		case len(o.Tokens) == 0 || len(o.Tokens) == 1 && slices.Contains(sr.StopTokens, o.Tokens[0]):
 			// An empty response teaches nothing.
 		default:
-			out = append(out, r)
+			out = append(out, HintedRollout{Tokens: o.Tokens, TeacherLogProbs: o.LogProbs, Version: o.Version})
 		}
 	}
 	if len(out) == 0 {

@@ -9,6 +9,7 @@ package rollout
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/clawrl/clawrl/sample"
 )
@@ -90,3 +91,60 @@ var (
 	// ErrClosed means the scheduler has shut down.
 	ErrClosed = errors.New("rollout: scheduler closed")
 )
+
+// Output is what one generation produced, read to its end.
+type Output struct {
+	// Tokens are the sampled tokens (a closing stop token included) and
+	// LogProbs their log-probs; Version is the weight version of the last.
+	Tokens   []int32
+	LogProbs []float32
+	Version  uint64
+	Finish   FinishReason
+	// Err is set when the generation failed or was cancelled.
+	Err error
+}
+
+// GenerateAll starts every request at once (so that they batch together)
+// and reads each stream to its end. If a request cannot start, the ones
+// already started are cancelled and drained, and the error is returned.
+func GenerateAll(ctx context.Context, g Generator, reqs []Request) ([]Output, error) {
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	streams := make([]<-chan Event, 0, len(reqs))
+	for _, r := range reqs {
+		ch, err := g.Generate(gctx, r)
+		if err != nil {
+			cancel()
+			for _, s := range streams {
+				for range s {
+				}
+			}
+			return nil, err
+		}
+		streams = append(streams, ch)
+	}
+	out := make([]Output, len(streams))
+	for i, s := range streams {
+		o := &out[i]
+		for ev := range s {
+			if ev.HasToken {
+				o.Tokens = append(o.Tokens, ev.Token)
+				o.LogProbs = append(o.LogProbs, ev.LogProb)
+				o.Version = ev.Version
+			}
+			if ev.Finish != "" {
+				o.Finish = ev.Finish
+			}
+			switch ev.Finish {
+			case FinishError:
+				o.Err = fmt.Errorf("generation failed: %w", ev.Err)
+			case FinishCancelled:
+				o.Err = errors.New("generation cancelled")
+				if ctx.Err() != nil {
+					o.Err = ctx.Err()
+				}
+			}
+		}
+	}
+	return out, nil
+}
