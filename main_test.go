@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,7 +104,7 @@ func TestServe(t *testing.T) {
 	if _, _, err := run(t, "", "testmodel", dir); err != nil {
 		t.Fatal(err)
 	}
-	var out, errb bytes.Buffer
+	var out, errb lockedBuffer // the daemon's goroutines log at once
 	a := &app{stdout: &out, stderr: &errb}
 	root := newRootCmd(&out, &errb)
 	root.SetArgs([]string{"version"})
@@ -180,7 +179,7 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 	if err := writeTestModel(other, spec, "", false); err != nil { // the same trained tokenizer, other weights
 		t.Fatal(err)
 	}
-	var out, errb bytes.Buffer
+	var out, errb lockedBuffer // the daemon's goroutines log at once
 	a := &app{stdout: &out, stderr: &errb}
 	root := newRootCmd(&out, &errb)
 	root.SetArgs([]string{"version"})
