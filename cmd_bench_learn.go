@@ -74,7 +74,7 @@ Scenarios: ` + strings.Join(names, ", ") + `, or all.`,
 	fl.IntVar(&f.sessionTurns, "session-turns", 4, "graded turns per session")
 	fl.IntVar(&f.probeEvery, "probe-every", 16, "measure every this many turns")
 	fl.IntVar(&f.probes, "probes", 8, "held-out preference probes per measurement")
-	fl.IntVar(&f.skills, "skills", 8, "held-out skill probes per measurement (arithmetic and tool use; -1: none)")
+	fl.IntVar(&f.skills, "skills", 24, "held-out skill probes per measurement (a third each arithmetic, tool use and plain questions; -1: none)")
 	fl.IntVar(&f.maxTokens, "max-tokens", 96, "reply length bound")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the user, its questions and the probes")
 	fl.BoolVar(&f.trainPhrasings, "train-phrasings", false, "correct with the pretraining corpus's instruction sentences (default: held-out ones)")

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ func (a *app) pretrainCmd() *cobra.Command {
 	var corpusOnly int
 	var evalOnly string
 	var shape pretrain.Shape
+	var mix map[string]string
 	cmd := &cobra.Command{
 		Use:   "pretrain",
 		Short: "Train the small bundled model from scratch on the CPU",
@@ -69,6 +71,28 @@ tables a finished run writes.`,
 				return fmt.Errorf("unknown --preset %q (known: %s)", preset, strings.Join(presetList(), ", "))
 			}
 			o.Shape = overrideShape(cmd.Flags(), base, shape)
+			if o.Init != "" {
+				for _, name := range []string{"preset", "hidden", "intermediate", "layers", "heads", "kv-heads", "vocab", "context"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s cannot be used with --init: the shape is the checkpoint's", name)
+					}
+				}
+				s, err := pretrain.ShapeOf(o.Init)
+				if err != nil {
+					return fmt.Errorf("--init %s: %w", o.Init, err)
+				}
+				o.Shape = s
+			}
+			for cat, v := range mix {
+				w, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return fmt.Errorf("--mix %s=%s: the weight is not a number", cat, v)
+				}
+				if o.Mix == nil {
+					o.Mix = map[string]float64{}
+				}
+				o.Mix[cat] = w
+			}
 			if o.Work == "" {
 				w, err := defaultWorkDir(o.Out)
 				if err != nil {
@@ -122,6 +146,8 @@ tables a finished run writes.`,
 	f.IntVar(&o.EvalArithmetic, "eval-arithmetic", o.EvalArithmetic, "held-out arithmetic questions in the final evaluation")
 	f.IntVar(&o.EvalTools, "eval-tools", o.EvalTools, "held-out tool-use prompts in the final evaluation")
 	f.IntVar(&o.EvalJudge, "eval-judge", o.EvalJudge, "held-out judge prompts in the final evaluation")
+	f.StringVar(&o.Init, "init", "", "start from this checkpoint (a pretrain output) instead of a new vocabulary and random weights")
+	f.StringToStringVar(&mix, "mix", nil, "corpus mix overrides, category=weight,... (categories: "+strings.Join(pretrain.Categories, ", ")+")")
 	f.BoolVar(&o.Resume, "resume", false, "continue the run saved in --work")
 	f.BoolVar(&o.Restart, "restart", false, "discard a run saved in --work and start over")
 	f.IntVar(&o.StopAfter, "stop-after", 0, "stop (and save) after this many steps, as if interrupted")

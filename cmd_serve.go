@@ -544,6 +544,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 		if guard.Skill, err = e.guardSkill(tc.Guard.SkillProbes, vars); err != nil {
 			return fail(err)
 		}
+		guard.SkillSet = guardSkillSet(tc.Guard.SkillProbes)
 	}
 	l, err := loop.New(loop.Options{
 		DB: db, Scorer: scorer, Trainer: training, Versions: e.store,

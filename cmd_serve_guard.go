@@ -13,12 +13,23 @@ import (
 )
 
 // guardSkill returns the guard's held-out skill check: n held-out
-// arithmetic and tool-use prompts (the same kind `bench learn` uses),
+// arithmetic, tool-use and plain-question prompts (learnbench.SkillProbes,
+// which `bench learn` uses too),
 // answered greedily by the live weights through the scheduler as
 // background work, scored as the share answered right. The prompts are
 // fixed for the daemon's life, so scores of two versions compare.
+// guardSkillSet names the probe set guardSkill scores: a stored baseline
+// of another set is measured again. Bump the version when SkillProbes
+// changes what it draws.
+func guardSkillSet(n int) string {
+	return fmt.Sprintf("learnbench.SkillProbes/v2 n=%d seed=%#x", n, guardSkillSeed)
+}
+
+// guardSkillSeed seeds the guard's skill probes.
+const guardSkillSeed = 0x5a11
+
 func (e *engine) guardSkill(n int, vars map[string]any) (func(ctx context.Context) (float64, error), error) {
-	probes := learnbench.SkillProbes(n, 0x5a11)
+	probes := learnbench.SkillProbes(n, guardSkillSeed)
 	prompts := make([][]int32, len(probes))
 	for i, p := range probes {
 		text, err := e.tok.ApplyChatTemplate(tokenizer.ChatRequest{Messages: p.Messages, Tools: p.Tools, Vars: vars, AddGenerationPrompt: true})

@@ -18,7 +18,7 @@
 //     satisfies the preference. Probes are chosen so that the plain
 //     reference answer violates it: satisfaction starts near 0 and can only
 //     rise by learning;
-//   - skills: the share of held-out arithmetic and tool-use prompts
+//   - skills: the share of held-out arithmetic, tool-use and plain-question prompts
 //     answered right, which catches forgetting.
 //
 // Everything is deterministic for a seed up to the daemon's own
@@ -82,7 +82,7 @@ func (o *Options) defaults() {
 	if o.Skills < 0 {
 		o.Skills = 0
 	} else if o.Skills == 0 {
-		o.Skills = 8
+		o.Skills = 24
 	}
 	if o.Temperature == 0 {
 		o.Temperature = 0.7

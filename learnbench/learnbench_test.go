@@ -71,15 +71,30 @@ func TestProbes(t *testing.T) {
 			}
 		}
 	}
-	skills := SkillProbes(8, 1)
-	tools := 0
+	skills := SkillProbes(9, 1)
+	tools, plain := 0, 0
 	for _, p := range skills {
 		if len(p.Tools) > 0 {
 			tools++
 		}
+		if p.Reference != "" {
+			plain++
+			// The reference passes, and still passes under a learned
+			// preference; an answer that lost it does not.
+			fixed, _ := instruct.Constraint{Kind: instruct.Lowercase}.Apply(p.Reference)
+			end, _ := instruct.Constraint{Kind: instruct.EndWord, Arg: "banana"}.Apply(p.Reference)
+			for _, ok := range []string{p.Reference, fixed, end, "- " + p.Reference} {
+				if !p.Check(ok, "") {
+					t.Errorf("plain probe %q: %q fails", p.Messages[0].Content, ok)
+				}
+			}
+			if p.Check("Sure:", "") {
+				t.Errorf("plain probe %q passes a reply without its answer", p.Messages[0].Content)
+			}
+		}
 	}
-	if len(skills) != 8 || tools != 4 {
-		t.Errorf("%d skill probes, %d with tools", len(skills), tools)
+	if len(skills) != 9 || tools != 3 || plain != 3 {
+		t.Errorf("%d skill probes, %d with tools, %d plain", len(skills), tools, plain)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"unicode"
 
 	"github.com/clawrl/clawrl/instruct"
 	"github.com/clawrl/clawrl/pretrain"
@@ -87,17 +88,28 @@ func PreferenceProbes(pref instruct.Constraint, n int, seed uint64) ([]Probe, er
 	return out, nil
 }
 
-// SkillProbes returns held-out skill prompts, half arithmetic (the reply's
-// last integer must be the answer) and half tool use (the reply must call
-// the right function): what the pretrained model can do and training must
-// not break. Deterministic for seed.
+// SkillProbes returns held-out skill prompts, a third each: arithmetic
+// (the reply's last integer must be the answer), tool use (the reply must
+// call the right function) and plain questions with one right answer
+// (capitals, units, comparisons, ...: the reply must contain the
+// reference answer, ignoring case and punctuation, so that a reply that
+// also follows a learned preference such as lowercase or a closing word
+// still passes): what the pretrained model can do and training must not
+// break. Deterministic for seed.
 func SkillProbes(n int, seed uint64) []Probe {
 	r := rand.New(rand.NewPCG(seed, 0x5c111))
 	g := pretrain.NewGenerator(nil)
 	var out []Probe
 	for i := range n {
+		if i%3 == 2 {
+			q, a := plainProbe(r)
+			want := normText(a)
+			out = append(out, Probe{Messages: []tokenizer.Message{{Role: "user", Content: q}}, Reference: a,
+				Check: func(text, _ string) bool { return strings.Contains(normText(text), want) }})
+			continue
+		}
 		cat := pretrain.CatArithmetic
-		if i%2 == 1 {
+		if i%3 == 1 {
 			cat = pretrain.CatTools
 		}
 		ex := pretrain.Prompt(g.HeldOutExample(r, cat))
@@ -112,6 +124,40 @@ func SkillProbes(n int, seed uint64) []Probe {
 		out = append(out, p)
 	}
 	return out
+}
+
+// plainKinds are the kinds of plain question (the key's prefix) with one
+// right answer that the bundled model mostly knows; lists drawn at random,
+// reversals and sorting are left out.
+var plainKinds = map[string]bool{"cap": true, "ant": true, "tf": true, "gt": true, "parity": true, "units": true, "plural": true,
+	"only": true, "datefact": true, "bigger": true, "leap": true, "times": true}
+
+// plainProbe draws a held-out plain question of plainKinds and its
+// reference answer.
+func plainProbe(r *rand.Rand) (q, a string) {
+	for {
+		q, a, key := pretrain.PlainQuestion(r, true)
+		if i := strings.IndexAny(key, ":+-"); i > 0 && plainKinds[key[:i]] {
+			return q, a
+		}
+	}
+}
+
+// normText lowercases s and keeps its letters and digits, one space
+// between runs.
+func normText(s string) string {
+	var b strings.Builder
+	space := false
+	for _, c := range strings.ToLower(s) {
+		if unicode.IsLetter(c) || unicode.IsDigit(c) {
+			b.WriteRune(c)
+			space = false
+		} else if !space {
+			b.WriteByte(' ')
+			space = true
+		}
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // Scenario is what a simulated user wants over the run: one preference, or

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -41,6 +42,10 @@ type GuardOptions struct {
 	// Skill scores held-out skills on the version being served (the share
 	// of probes passed, in [0, 1]); nil turns the skill check off.
 	Skill func(ctx context.Context) (float64, error)
+	// SkillSet names the probe set Skill scores (its size and seed, say):
+	// a baseline stored for another set is not comparable, and is
+	// measured again.
+	SkillSet string
 	// SkillMargin trips the guard when the skill score falls more than
 	// this below the starting score.
 	SkillMargin float64
@@ -54,13 +59,36 @@ type GuardOptions struct {
 	RewardWindow int
 }
 
-// Store meta keys: the checkpoint the guard pinned, and the skill score
-// of the first version it checked (kept across restarts, so that a slow
-// decline spread over several restarts still counts from the start).
+// Store meta keys: the checkpoint the guard pinned; the skill score of
+// the first version it checked, with the probe set's name (kept across
+// restarts, so that a slow decline spread over several restarts still
+// counts from the start); the learning-rate scale its trips left (a
+// restart does not undo the lowering).
 const (
 	metaGuardGood     = "guard_good"
 	metaGuardBaseline = "guard_baseline"
+	metaGuardLRScale  = "guard_lr_scale"
 )
+
+// storedBaseline is the guard_baseline meta value.
+type storedBaseline struct {
+	Score float64 `json:"score"`
+	Set   string  `json:"probe_set"`
+}
+
+// parseBaseline reads a guard_baseline value: JSON, or a bare number
+// (written before probe sets were named, for the set "").
+func parseBaseline(v string) (storedBaseline, bool) {
+	var b storedBaseline
+	if err := json.Unmarshal([]byte(v), &b); err == nil {
+		return b, !math.IsNaN(b.Score)
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) {
+		return storedBaseline{}, false
+	}
+	return storedBaseline{Score: f}, true
+}
 
 type guard struct {
 	opts     GuardOptions
@@ -137,6 +165,12 @@ type GuardStatus struct {
 func (l *Loop) guardStart(ctx context.Context) {
 	g, tr := l.guard, l.opts.Trainer
 	g.skill.Set(-1)
+	if v, err := l.opts.DB.Meta(metaGuardLRScale); err == nil && v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 && f <= 1 && f != tr.LRScale() {
+			tr.ScaleLR(f / tr.LRScale())
+			l.opts.Log.Info().Float64("lr_scale", f).Msg("guard: the learning rate stays lowered by earlier rollbacks")
+		}
+	}
 	g.lrScale.Set(tr.LRScale())
 	if prev, err := l.opts.DB.Meta(metaGuardGood); err == nil && prev != "" {
 		if n, err := strconv.ParseUint(prev, 10, 64); err == nil {
@@ -155,12 +189,20 @@ func (l *Loop) guardStart(ctx context.Context) {
 	}
 	g.skill.Set(s)
 	base := s
-	if prev, err := l.opts.DB.Meta(metaGuardBaseline); err == nil && prev != "" {
-		if b, err := strconv.ParseFloat(prev, 64); err == nil {
-			base = b
+	prev, err := l.opts.DB.Meta(metaGuardBaseline)
+	stored, ok := parseBaseline(prev)
+	switch {
+	case err == nil && ok && stored.Set == g.opts.SkillSet:
+		base = stored.Score
+	default:
+		if ok {
+			l.opts.Log.Warn().Str("was", stored.Set).Str("now", g.opts.SkillSet).
+				Msg("guard: the skill probe set changed; the baseline is measured again on the version served now")
 		}
-	} else if err := l.opts.DB.SetMeta(metaGuardBaseline, strconv.FormatFloat(s, 'g', -1, 64)); err != nil {
-		l.warn.Warn("guard_skill", err, "guard: recording the skill baseline failed")
+		js, _ := json.Marshal(storedBaseline{Score: s, Set: g.opts.SkillSet})
+		if err := l.opts.DB.SetMeta(metaGuardBaseline, string(js)); err != nil {
+			l.warn.Warn("guard_skill", err, "guard: recording the skill baseline failed")
+		}
 	}
 	g.baseline = base
 	l.guardBaseline.Store(math.Float64bits(base))
@@ -251,6 +293,9 @@ func (l *Loop) guardTrip(why, reason string) {
 	g.events.WithLabelValues(reason).Inc()
 	scale := tr.ScaleLR(g.opts.LRFactor)
 	g.lrScale.Set(scale)
+	if err := l.opts.DB.SetMeta(metaGuardLRScale, strconv.FormatFloat(scale, 'g', -1, 64)); err != nil {
+		l.warn.Warn("guard_lr", err, "guard: recording the lowered learning rate failed")
+	}
 	cur, good := tr.Version(), l.guardGood.Load()
 	ev := l.opts.Log.Warn().Str("reason", reason).Str("why", why).Uint64("version", cur).Uint64("last_good", good).
 		Float64("lr_scale", scale)

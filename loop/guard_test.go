@@ -208,3 +208,54 @@ func TestGuardBaselineKeptAcrossRestarts(t *testing.T) {
 		}
 	}
 }
+
+// A baseline stored for another probe set (or in the old bare-number
+// form, for the unnamed set) is not comparable: it is measured again.
+func TestGuardBaselineProbeSetChanged(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	if err := db.SetMeta(metaGuardBaseline, "0.9"); err != nil { // written by an older daemon
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		set   string
+		score float64
+		want  float64
+	}{
+		{"", 0.7, 0.9},          // the same (unnamed) set: kept
+		{"skills-24", 0.6, 0.6}, // a new set: measured again
+		{"skills-24", 0.3, 0.6}, // kept for it
+		{"skills-32", 0.5, 0.5},
+	} {
+		skill := func(context.Context) (float64, error) { return c.score, nil }
+		l, _, _ := guardLoop(t, r, db, GuardOptions{Skill: skill, SkillSet: c.set, SkillMargin: 0.1}, false)
+		l.guardStart(context.Background())
+		if got := l.Guard().Baseline; got != c.want {
+			t.Errorf("set %q scoring %v: baseline %v; want %v", c.set, c.score, got, c.want)
+		}
+	}
+}
+
+// The learning rate a rollback lowered stays lowered after a restart.
+func TestGuardLRScaleKeptAcrossRestarts(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	l, tr, _ := guardLoop(t, r, db, GuardOptions{LRFactor: 0.5}, false)
+	l.guardStart(context.Background())
+	l.guardTrip("test", "kl")
+	l.guardTrip("test", "kl")
+	if got := tr.LRScale(); got != 0.25 {
+		t.Fatalf("lr scale %v after two trips; want 0.25", got)
+	}
+	l2, tr2, _ := guardLoop(t, r, db, GuardOptions{LRFactor: 0.5}, false)
+	if got := tr2.LRScale(); got != 1 {
+		t.Fatalf("a new trainer starts at lr scale %v", got)
+	}
+	l2.guardStart(context.Background())
+	if got := tr2.LRScale(); got != 0.25 {
+		t.Errorf("lr scale %v after a restart; want the stored 0.25", got)
+	}
+	if got := l2.Guard().LRScale; got != 0.25 {
+		t.Errorf("guard status lr scale %v", got)
+	}
+}

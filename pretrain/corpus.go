@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -24,30 +25,31 @@ import (
 
 // Categories of generated conversations.
 const (
-	CatGreeting     = "greeting"     // hellos, thanks, who are you
-	CatArithmetic   = "arithmetic"   // + − × on small numbers
-	CatUnits        = "units"        // unit conversions
-	CatDates        = "dates"        // days, months, leap years, ISO dates
-	CatSpelling     = "spelling"     // letters, reversing, case
-	CatLists        = "lists"        // lists, sorting, min/max
-	CatFormat       = "format"       // JSON, Markdown, case styles, numbers in words
-	CatInstructions = "instructions" // yes/no, true/false, facts, repeat-after-me
-	CatCorrection   = "correction"   // a wrong answer, the user's correction, the fix
-	CatTools        = "tools"        // tool calls in the template's <tool_call> format
-	CatJSON         = "json"         // reading and editing JSON
-	CatJudge        = "judge"        // the reward judge's prompts (votes and hints)
-	CatText         = "text"         // public-domain text: quotes, verses, jargon
-	CatFollow       = "follow"       // verifiable instructions (package instruct) in the system prompt, request, hint or a correction
+	CatGreeting     = "greeting"      // hellos, thanks, who are you
+	CatArithmetic   = "arithmetic"    // + − × on small numbers
+	CatUnits        = "units"         // unit conversions
+	CatDates        = "dates"         // days, months, leap years, ISO dates
+	CatSpelling     = "spelling"      // letters, reversing, case
+	CatLists        = "lists"         // lists, sorting, min/max
+	CatFormat       = "format"        // JSON, Markdown, case styles, numbers in words
+	CatInstructions = "instructions"  // yes/no, true/false, facts, repeat-after-me
+	CatCorrection   = "correction"    // a wrong answer, the user's correction, the fix
+	CatTools        = "tools"         // tool calls in the template's <tool_call> format
+	CatJSON         = "json"          // reading and editing JSON
+	CatJudge        = "judge"         // the reward judge's prompts (votes and hints)
+	CatJudgeSession = "judge_session" // the judge on turns of sessions with a lasting preference (see session.go)
+	CatText         = "text"          // public-domain text: quotes, verses, jargon
+	CatFollow       = "follow"        // verifiable instructions (package instruct) in the system prompt, request, hint or a correction
 )
 
 // Categories lists every category, in a fixed order.
 var Categories = []string{CatGreeting, CatArithmetic, CatUnits, CatDates, CatSpelling, CatLists, CatFormat,
-	CatInstructions, CatCorrection, CatTools, CatJSON, CatJudge, CatText, CatFollow}
+	CatInstructions, CatCorrection, CatTools, CatJSON, CatJudge, CatText, CatFollow, CatJudgeSession}
 
 // categoryWeights is the mix of the corpus (relative frequencies).
 var categoryWeights = map[string]float64{
 	CatGreeting: 4, CatArithmetic: 12, CatUnits: 4, CatDates: 4, CatSpelling: 4, CatLists: 5, CatFormat: 5,
-	CatInstructions: 6, CatCorrection: 7, CatTools: 11, CatJSON: 3, CatJudge: 10, CatText: 3, CatFollow: 22,
+	CatInstructions: 6, CatCorrection: 7, CatTools: 11, CatJSON: 3, CatJudge: 10, CatText: 3, CatFollow: 22, CatJudgeSession: 6,
 }
 
 // Example is one generated conversation.
@@ -97,6 +99,30 @@ func NewGenerator(text *Texts) *Generator {
 		g.total += categoryWeights[c]
 	}
 	return g
+}
+
+// SetMix overrides category weights (0 leaves a category out); the others
+// keep theirs.
+func (g *Generator) SetMix(mix map[string]float64) error {
+	for cat, w := range mix {
+		if !slices.Contains(Categories, cat) {
+			return fmt.Errorf("unknown corpus category %q", cat)
+		}
+		if !(w >= 0) || math.IsInf(w, 0) {
+			return fmt.Errorf("corpus category %s: weight %v must be finite and ≥ 0", cat, w)
+		}
+	}
+	g.total = 0
+	for i, c := range g.cats {
+		if w, ok := mix[c]; ok {
+			g.weights[i] = w
+		}
+		g.total += g.weights[i]
+	}
+	if !(g.total > 0) {
+		return fmt.Errorf("the corpus mix leaves every category out")
+	}
+	return nil
 }
 
 // Categories lists the categories this generator draws from.
@@ -176,6 +202,8 @@ func (g *Generator) Of(r *rand.Rand, cat string) Example {
 		ex = g.genText(r)
 	case CatFollow:
 		ex = genFollow(r)
+	case CatJudgeSession:
+		ex = genJudgeSession(r)
 	default:
 		panic("pretrain: unknown category " + cat)
 	}

@@ -72,6 +72,13 @@ type Eval struct {
 	// Hints grades the hint judge on held-out corrections of a reply's
 	// form: the hint parses and states the instruction the user gave.
 	Hints HintScore `json:"hints"`
+	// SessionVotes and SessionHints grade the judge on turns of sessions
+	// with a lasting preference (session.go), the person correcting in
+	// held-out phrasings as `clawrl bench learn` does: votes matching the
+	// reference, and hints after a correction that parse and state the
+	// preference's canonical instruction.
+	SessionVotes Score     `json:"session_votes"`
+	SessionHints HintScore `json:"session_hints"`
 	// Follow is instruction following per kind (package instruct) on
 	// held-out phrasings and arguments: "system" with the instruction in
 	// the system prompt, "hint" with it appended to the request as the
@@ -341,6 +348,9 @@ func Evaluate(ctx context.Context, dir string, o EvalOptions) (*Eval, error) {
 	if err := e.evalHints(ctx, rng, o.Judge, &res.Hints); err != nil {
 		return nil, err
 	}
+	if err := e.evalSessions(ctx, rng, o.Judge, &res.SessionVotes, &res.SessionHints); err != nil {
+		return nil, err
+	}
 	if o.Follow > 0 {
 		if res.Follow, err = e.evalFollow(ctx, rng, o.Follow); err != nil {
 			return nil, err
@@ -447,6 +457,49 @@ func (e *engine) evalHints(ctx context.Context, rng *rand.Rand, n int, hs *HintS
 		return err
 	}
 	for i := range exs {
+		hs.N++
+		h := reward.ParseHint(out[i])
+		if h.Valid && h.Accept {
+			hs.Parsed++
+			if strings.TrimSpace(h.Hint) == want[i] {
+				hs.Exact++
+			}
+		}
+	}
+	if hs.N > 0 {
+		hs.Rate, hs.Exacts = float64(hs.Parsed)/float64(hs.N), float64(hs.Exact)/float64(hs.N)
+	}
+	return nil
+}
+
+// evalSessions asks the vote judge about n session turns and the hint
+// judge about n corrected ones, the corrections in held-out phrasings.
+func (e *engine) evalSessions(ctx context.Context, rng *rand.Rand, n int, votes *Score, hs *HintScore) error {
+	var exs []Example
+	var want []string
+	for range n {
+		c := genSessionCase(rng, instruct.HeldOut)
+		exs = append(exs, Example{Messages: reward.JudgeMessages(&c.turn, "", reward.DefaultLimits())})
+		want = append(want, fmt.Sprint(evidence[c.class].vote))
+	}
+	for len(exs) < 2*n {
+		c := genSessionCase(rng, instruct.HeldOut)
+		if c.class != evFormFix {
+			continue
+		}
+		exs = append(exs, Example{Messages: reward.HintMessages(&c.turn, "", reward.DefaultLimits())})
+		want = append(want, c.hint)
+	}
+	out, err := e.replies(ctx, exs, 120)
+	if err != nil {
+		return err
+	}
+	for i := range exs {
+		if i < n {
+			v, ok := reward.ParseVote(out[i])
+			votes.add(ok && fmt.Sprint(v) == want[i])
+			continue
+		}
 		hs.N++
 		h := reward.ParseHint(out[i])
 		if h.Valid && h.Accept {

@@ -104,14 +104,9 @@ func genJudgeCase(r *rand.Rand) judgeCase {
 		}
 		c.turn = reward.Turn{Messages: withSys(append(msgs, user(q))), Response: assistant(plain),
 			NextState: []tokenizer.Message{user(next(cs[0].Correction(r, instruct.Train)))}}
+		// The hint is the instruction in its canonical phrasing, whichever
+		// the correction used: the one the teacher follows best.
 		c.class, c.hint = evFormFix, cs[0].Instruction(nil, instruct.Train)
-		// The correction states the instruction; the hint is that
-		// sentence (the phrasing the correction used, when it shows).
-		for _, p := range cs[0].Phrasings(instruct.Train) {
-			if strings.Contains(c.turn.NextState[0].Content, strings.TrimSuffix(p[1:], ".")) {
-				c.hint = p
-			}
-		}
 	case k < 14: // a reply that followed a preference (or a plain one), and praise
 		q, a, _ := plainQA(r)
 		if r.IntN(2) == 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clawrl/clawrl/instruct"
 	"github.com/clawrl/clawrl/reward"
 	"github.com/clawrl/clawrl/tokenizer"
 )
@@ -108,6 +110,19 @@ func TestCorpusCategories(t *testing.T) {
 				if ex.Messages[i].Role != "assistant" {
 					t.Errorf("untrained message %d is a %s message", i, ex.Messages[i].Role)
 				}
+			}
+		},
+		CatJudgeSession: func(t *testing.T, ex Example) {
+			m, _ := FirstReply(ex)
+			if strings.Contains(ex.Key, "|hint") {
+				h := reward.ParseHint(m.Content)
+				if !h.Valid || h.Accept != (ex.Want == evFormFix) {
+					t.Errorf("hint answer %q for a %s turn", m.Content, ex.Want)
+				}
+				return
+			}
+			if v, ok := reward.ParseVote(m.Content); !ok || fmt.Sprint(v) != ex.Want {
+				t.Errorf("verdict %q, want %s", m.Content, ex.Want)
 			}
 		},
 		CatJudge: func(t *testing.T, ex Example) {
@@ -270,6 +285,31 @@ func TestPretrainLowersLoss(t *testing.T) {
 	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "--resume") {
 		t.Errorf("second run: %v, want a --resume/--restart error", err)
 	}
+
+	// A continued run (--init) starts from the trained weights and keeps
+	// the vocabulary: its first loss is near where the first run ended.
+	c := tinyOptions(t.TempDir())
+	c.Init, c.Steps, c.Warmup = o.Out, 5, 1
+	c.Mix = map[string]float64{CatJudgeSession: 20}
+	if c.Shape, err = ShapeOf(o.Out); err != nil || c.Shape.Hidden != o.Shape.Hidden {
+		t.Fatalf("shape of %s: %+v %v", o.Out, c.Shape, err)
+	}
+	rc, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rc.Train[0].Loss; !(got < first-0.5) {
+		t.Errorf("continued run's first loss %.3f; a fresh run's was %.3f, the first run ended at %.3f", got, first, last)
+	}
+	a, _ := os.ReadFile(filepath.Join(o.Out, "tokenizer.json"))
+	b2, _ := os.ReadFile(filepath.Join(c.Out, "tokenizer.json"))
+	if !bytes.Equal(a, b2) {
+		t.Error("the continued run changed the vocabulary")
+	}
+	c.Mix = map[string]float64{"nope": 1}
+	if _, err := Run(context.Background(), c); err == nil || !strings.Contains(err.Error(), "unknown category") {
+		t.Errorf("bad --mix: %v", err)
+	}
 }
 
 // TestResumeBitIdentical interrupts a run and resumes it: the parameters,
@@ -326,5 +366,69 @@ func TestLossPlot(t *testing.T) {
 	png, err := LossPlot(train, held)
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
 		t.Fatalf("LossPlot: %v", err)
+	}
+}
+
+// A session turn: the judged reply keeps to the preference exactly when
+// the person's next message is praise; a correction's hint is the
+// preference's canonical instruction, whatever phrasing the person used.
+func TestSessionCases(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	classes := map[string]int{}
+	for range 300 {
+		for _, split := range []instruct.Split{instruct.Train, instruct.HeldOut} {
+			c := genSessionCase(r, split)
+			classes[c.class]++
+			next := c.turn.NextState[0].Content
+			followed := c.pref.Check(c.turn.Response.Content)
+			if followed != (c.class == evPraise) {
+				t.Fatalf("reply %q follows %s: %v, but the class is %s", c.turn.Response.Content, c.pref, followed, c.class)
+			}
+			if c.class == evFormFix && c.hint != c.pref.Instruction(nil, instruct.Train) {
+				t.Fatalf("hint %q for %s", c.hint, c.pref)
+			}
+			if c.class == evPraise && c.hint != "" {
+				t.Fatalf("a hint %q after praise %q", c.hint, next)
+			}
+			last := c.turn.Messages[len(c.turn.Messages)-1]
+			if last.Role != "user" || c.turn.Response.Role != "assistant" {
+				t.Fatalf("turn shape %+v", c.turn)
+			}
+		}
+	}
+	if classes[evPraise] < 100 || classes[evFormFix] < 200 {
+		t.Errorf("classes %v", classes)
+	}
+}
+
+func TestSetMix(t *testing.T) {
+	g := NewGenerator(nil)
+	if err := g.SetMix(map[string]float64{CatJudgeSession: 1, CatGreeting: 0}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Categories {
+		if c != CatJudgeSession && c != CatText {
+			if err := g.SetMix(map[string]float64{c: 0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20 {
+		if ex := g.Next(r); ex.Category != CatJudgeSession {
+			t.Fatalf("drew %s from a mix of %s only", ex.Category, CatJudgeSession)
+		}
+	}
+	for _, bad := range []map[string]float64{{"nope": 1}, {CatJudge: -1}, {CatJudge: math.NaN()}, {CatJudgeSession: 0}} {
+		if err := NewGenerator(nil).SetMix(bad); err == nil && bad[CatJudgeSession] != 0 {
+			t.Errorf("mix %v accepted", bad)
+		}
+	}
+	all := map[string]float64{}
+	for _, c := range Categories {
+		all[c] = 0
+	}
+	if err := NewGenerator(nil).SetMix(all); err == nil {
+		t.Error("a mix without any category was accepted")
 	}
 }

@@ -194,6 +194,11 @@ func (rep *Report) followMarkdown() string {
 		}
 		fmt.Fprintf(&b, "\nHints from held-out corrections of a reply's form: %s of %d parse, %s state exactly the instruction the user gave.\n",
 			pct(e.Hints.Rate), e.Hints.N, pct(e.Hints.Exacts))
+		if e.SessionHints.N > 0 {
+			fmt.Fprintf(&b, "\nTurns of sessions with a lasting preference, corrected in held-out phrasings (as `clawrl bench learn` does): "+
+				"votes %s of %d match the reference; after a correction, %s of %d hints parse and %s state the preference's canonical instruction.\n",
+				pct(e.SessionVotes.Rate), e.SessionVotes.N, pct(e.SessionHints.Rate), e.SessionHints.N, pct(e.SessionHints.Exacts))
+		}
 	}
 	if len(e.Follow) > 0 {
 		fmt.Fprintf(&b, "\n## Instruction following (held-out questions, phrasings and arguments; greedy)\n\n")

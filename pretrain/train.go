@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/clawrl/clawrl/atomicfile"
@@ -91,6 +92,16 @@ type Options struct {
 	EvalTools      int // held-out tool-use prompts
 	EvalJudge      int // held-out judge prompts
 	EvalFollow     int // held-out prompts per instruction kind and placement
+
+	// Init, if set, is a checkpoint directory (this package's output, in
+	// Hugging Face layout) the run starts from instead of a new vocabulary
+	// and random weights: a continued pretraining on a changed corpus, as
+	// the bundled model's later versions were made. Its shape replaces
+	// Shape.
+	Init string
+	// Mix overrides the corpus mix: category → relative weight (0 leaves
+	// a category out); categories not named keep their default weight.
+	Mix map[string]float64
 
 	// Resume continues the run saved in Work; without it a saved run is
 	// an error unless Restart, which discards it.
@@ -158,6 +169,14 @@ func (o *Options) Validate() error {
 	if o.Resume && o.Restart {
 		errs = append(errs, errors.New("--resume and --restart exclude each other"))
 	}
+	for cat, w := range o.Mix {
+		if !slices.Contains(Categories, cat) {
+			bad("--mix", cat, "unknown category (known: "+strings.Join(Categories, ", ")+")")
+		}
+		if !(w >= 0) || math.IsInf(w, 0) {
+			bad("--mix "+cat, w, "weight must be a finite number ≥ 0")
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -190,8 +209,10 @@ func (o *Options) fingerprint() string {
 		LR, MinLR, WeightDecay, Beta1, Beta2, GradClip    float64
 		HeldOutBatches, TokenizerDocs, TextBytes, Threads int
 		NoTexts                                           bool
+		Init                                              string             `json:",omitempty"`
+		Mix                                               map[string]float64 `json:",omitempty"`
 	}{o.Shape, o.Seed, o.SeqLen, o.Batch, o.Warmup, o.LR, o.MinLR, o.WeightDecay, o.Beta1, o.Beta2, o.GradClip,
-		o.HeldOutBatches, o.TokenizerDocs, o.TextBytes, kernels.Threads(), o.NoTexts})
+		o.HeldOutBatches, o.TokenizerDocs, o.TextBytes, kernels.Threads(), o.NoTexts, o.Init, o.Mix})
 	return string(b)
 }
 
@@ -234,7 +255,27 @@ const (
 	adamMPre   = "adam_m/"
 	adamVPre   = "adam_v/"
 	initFormat = "clawrl-pretrain"
+	initMark   = "INIT_FROM" // in Work/init: the --init checkpoint it was copied from
 )
+
+// copyFile copies src to dst (atomically).
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteBytes(dst, 0o644, data)
+}
+
+// ShapeOf reads the shape of the checkpoint in dir (for --init).
+func ShapeOf(dir string) (Shape, error) {
+	c, err := model.LoadConfig(dir)
+	if err != nil {
+		return Shape{}, err
+	}
+	return Shape{Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Layers: c.NumLayers, Heads: c.NumHeads, KVHeads: c.NumKVHeads,
+		Vocab: c.VocabSize, MaxPositions: c.MaxPositions, RopeTheta: c.RopeTheta, Tied: c.TieWordEmbeddings}, nil
+}
 
 // run is a pretraining run in progress.
 type run struct {
@@ -297,6 +338,9 @@ func open(o Options) (*run, error) {
 	}
 	r.texts = texts
 	r.gen = NewGenerator(texts)
+	if err := r.gen.SetMix(o.Mix); err != nil {
+		return nil, fmt.Errorf("pretrain: %w", err)
+	}
 	var srcs []string
 	if texts != nil {
 		srcs = texts.Sources
@@ -341,12 +385,20 @@ func open(o Options) (*run, error) {
 }
 
 // initialise trains the vocabulary and writes the random initial model
-// into Work/init.
+// into Work/init, or copies the Init checkpoint there.
 func (r *run) initialise() error {
 	o := r.o
 	dir := filepath.Join(o.Work, initDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("pretrain: %w", err)
+	}
+	if o.Init != "" {
+		for _, name := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+			if err := copyFile(filepath.Join(o.Init, name), filepath.Join(dir, name)); err != nil {
+				return fmt.Errorf("pretrain: --init: %w", err)
+			}
+		}
+		return atomicfile.WriteBytes(filepath.Join(dir, initMark), 0o644, []byte(o.Init+"\n"))
 	}
 	render, err := NewRenderer()
 	if err != nil {
@@ -406,11 +458,14 @@ func (r *run) load() error {
 	r.tr = tr
 	r.ps = tr.Params()
 	// GPT-2's initialisation: the projections that write into the residual
-	// stream start smaller, by 1/√(2·layers).
-	scale := float32(1 / math.Sqrt(2*float64(m.Config.NumLayers)))
-	for _, p := range r.ps {
-		if hasSuffix(p.Name, "o_proj.weight", "down_proj.weight") {
-			r.tb.Scale(p.Value, scale)
+	// stream start smaller, by 1/√(2·layers). A run from a trained
+	// checkpoint keeps its weights.
+	if r.o.Init == "" {
+		scale := float32(1 / math.Sqrt(2*float64(m.Config.NumLayers)))
+		for _, p := range r.ps {
+			if hasSuffix(p.Name, "o_proj.weight", "down_proj.weight") {
+				r.tb.Scale(p.Value, scale)
+			}
 		}
 	}
 	for _, p := range r.ps {
