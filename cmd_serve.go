@@ -507,7 +507,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 		opts.LR, opts.WarmupSteps, opts.WeightDecay, opts.GradClip = tc.LR, tc.WarmupSteps, tc.WeightDecay, tc.GradClip
 		opts.EpsLow, opts.EpsHigh = tc.ClipEpsLow, tc.ClipEpsHigh
 		opts.RLWeight, opts.OPDWeight, opts.KLCoef = tc.RLWeight, tc.OPDWeight, tc.KLCoef
-		opts.MaxStaleness, opts.MicroBatchTokens = tc.MaxStaleness, tc.MicroBatchTokens
+		opts.MaxStaleness, opts.MicroBatchTokens, opts.PPOEpochs = tc.MaxStaleness, tc.MicroBatchTokens, tc.PPOEpochs
 		opts.LoRARank, opts.LoRAAlpha, opts.LoRATargets = tc.LoRARank, tc.LoRAAlpha, tc.LoRATargets
 		opts.Checkpointing = tc.ActivationCheckpointing
 		opts.MeasureKL = tc.Guard.KLMax > 0

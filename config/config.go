@@ -54,6 +54,7 @@ type Trainer struct {
 	OPDWeight               float64       `mapstructure:"opd_weight"`
 	KLCoef                  float64       `mapstructure:"kl_coef"`
 	MaxStaleness            int           `mapstructure:"max_staleness"`
+	PPOEpochs               int           `mapstructure:"ppo_epochs"`
 	MicroBatchTokens        int           `mapstructure:"micro_batch_tokens"`
 	LoRARank                int           `mapstructure:"lora_rank"`
 	LoRAAlpha               float64       `mapstructure:"lora_alpha"`

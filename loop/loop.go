@@ -141,7 +141,7 @@ func New(opts Options) (*Loop, error) {
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_samples_stale_total",
 			Help: "Queued samples dropped because their generating version was more than max_staleness versions old."}),
 		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "clawrl_train_step",
-			Help: "The last applied training step: clip_fraction, importance_weight (mean truncated behaviour-to-policy weight), kl, entropy, grad_norm, lr, advantage, samples, tokens."},
+			Help: "The last applied training step: clip_fraction (updates after the first, trainer.ppo_epochs > 1), importance_weight (mean truncated behaviour-to-proximal weight), kl, entropy, grad_norm, lr, advantage, samples, tokens."},
 			[]string{"stat"}),
 		staleness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "clawrl_train_sample_staleness_versions",
 			Help: "Versions between the one that generated a trained sample and the trainer's.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 16}}, nil),

@@ -226,3 +226,32 @@ func TestValidateOptions(t *testing.T) {
 		}
 	}
 }
+
+// Decoupled PPO by hand: behaviour (the rollout's version), proximal (the
+// parameters when the step began) and current log-probs of three tokens,
+// advantage 1 (reward +1), importance cap 2, clip [0.8, 1.28]:
+//
+//	token 0: w = min(0.6/0.5, 2) = 1.2, ρ = 0.66/0.6 = 1.1: −w·ρ = −1.32, d = −1.32
+//	token 1: w = 1.2, ρ = 0.9/0.6 = 1.5 > 1.28: clipped, −1.2·1.28 = −1.536, d = 0
+//	token 2: w = min(0.6/0.1, 2) = 2 (capped), ρ = 1: −2, d = −2
+//
+// The sample's loss is the token mean; its gradient per token is d/3.
+func TestDecoupledPPOByHand(t *testing.T) {
+	ln := func(x float64) float32 { return float32(math.Log(x)) }
+	s := &Sample{Prompt: []int32{1}, Response: []int32{2, 3, 4}, Reward: 1,
+		RolloutLogProbs: []float32{ln(0.5), ln(0.5), ln(0.1)}}
+	prox := []float32{ln(0.6), ln(0.6), ln(0.6)}
+	cur := []float32{ln(0.66), ln(0.9), ln(0.6)}
+	ac := advantageConfig{rlWeight: 1, opdWeight: 1}
+	st := sampleLoss(testClip, ac, 2, s, cur, prox, nil, 1)
+	wantLoss := (-1.32 - 1.536 - 2) / 3
+	wantGrad := []float64{-1.32 / 3, 0, -2.0 / 3}
+	if math.Abs(st.loss-wantLoss) > 1e-5 || st.clipped != 1 || math.Abs(st.wSum-4.4) > 1e-5 {
+		t.Errorf("loss %v (want %v), clipped %d (want 1), Σw %v (want 4.4)", st.loss, wantLoss, st.clipped, st.wSum)
+	}
+	for i, g := range st.grad {
+		if math.Abs(float64(g)-wantGrad[i]) > 1e-5 {
+			t.Errorf("token %d: gradient %v, want %v", i, g, wantGrad[i])
+		}
+	}
+}

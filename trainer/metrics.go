@@ -22,7 +22,9 @@ type Metrics struct {
 	// progress for distillation (teacher − current shrinks) but is flat for
 	// pure binary RL.
 	Loss float64
-	// ClipFraction is the share of unmasked tokens on the clipped branch.
+	// ClipFraction is the share of unmasked tokens on the clipped branch,
+	// averaged over the updates after the first (0 with PPOEpochs 1: the
+	// first update's ratio is 1).
 	ClipFraction float64
 	// KL is the mean k3 estimate of KL(π‖ref) per unmasked token (0
 	// without reference log-probs).

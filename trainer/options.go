@@ -38,6 +38,12 @@ type Options struct {
 	// Off-policy samples.
 	MaxStaleness  int     // max_staleness: samples more versions behind are dropped
 	ImportanceCap float64 // importance_cap: cap of the truncated importance weight; ≤ 0 disables
+	// PPOEpochs (ppo_epochs) is the number of optimizer updates one Step
+	// makes on its batch, all against the proximal policy (the parameters
+	// before the first update): AReaL's decoupled PPO. With 1 the clip
+	// never binds (the proximal policy is the one being updated); with
+	// more it bounds how far one batch moves each token.
+	PPOEpochs int
 
 	// Batching.
 	MicroBatchTokens int // micro_batch_tokens: token budget of one forward/backward pass
@@ -61,7 +67,7 @@ func DefaultOptions() Options {
 		LR: 1e-5, Beta1: 0.9, Beta2: 0.98, AdamEps: 1e-8, WeightDecay: 0.1,
 		GradClip: 1.0, WarmupSteps: 10,
 		EpsLow: 0.2, EpsHigh: 0.28, KLCoef: 0, RLWeight: 1, OPDWeight: 1, AdvantageClip: 0,
-		MaxStaleness: 4, ImportanceCap: 2,
+		MaxStaleness: 4, ImportanceCap: 2, PPOEpochs: 1,
 		MicroBatchTokens: 4096,
 		LoRARank:         0, LoRAAlpha: 32, LoRATargets: []string{"q", "k", "v", "o", "gate", "up", "down"}, LoRASeed: 1,
 		LoRAMergeDType: "float32",
@@ -121,6 +127,9 @@ func (o *Options) Validate() error {
 	}
 	if !finite(o.AdvantageClip) {
 		bad("advantage_clip", o.AdvantageClip, "must be finite (≤ 0 disables)")
+	}
+	if o.PPOEpochs < 1 || o.PPOEpochs > 16 {
+		bad("ppo_epochs", o.PPOEpochs, "must lie in [1, 16]")
 	}
 	if o.MaxStaleness < 0 || o.MaxStaleness > maxMaxStaleness {
 		bad("max_staleness", o.MaxStaleness, fmt.Sprintf("must lie in [0, %d]", maxMaxStaleness))

@@ -176,24 +176,29 @@ func (t *Trainer) Close() {
 // errSkip marks a step abandoned by the non-finite guard.
 var errSkip = errors.New("non-finite")
 
-// Step trains on one batch: one optimizer step over all of its samples
-// that are fresh enough and carry a signal.
+// Step trains on one batch: PPOEpochs optimizer updates (default one)
+// over all of its samples that are fresh enough and carry a signal.
 //
-// The old policy of the PPO ratio is the current parameters: with one
-// optimizer step per batch, the policy about to be updated is the one that
-// just ran the forward pass, so the trainer takes the forward pass's own
-// log-probs, detached, as logπ_old (no second forward). ρ is then 1 at the
-// point where the gradient is taken, and the clip decides nothing yet; it
-// bounds the update once several steps share one old policy. The rollout's
-// log-probs enter through the truncated importance weight instead, which
-// corrects for the versions between the rollout and now.
+// The PPO ratio is taken against the proximal policy, as in AReaL's
+// decoupled PPO: the parameters when the step begins. The first update's
+// forward pass is that policy, so the trainer takes its own log-probs,
+// detached, as logπ_old (no extra forward): ρ is 1 there and the clip
+// decides nothing. Later updates (PPOEpochs > 1) reuse those log-probs, so
+// ρ moves away from 1 and the clip bounds how far one batch moves a token
+// (Metrics.ClipFraction reports those updates). The behaviour policy (the
+// version that generated the turn, whose log-probs the rollout recorded)
+// enters through the truncated importance weight from behaviour to
+// proximal, which corrects for the versions between the rollout and now;
+// MaxStaleness bounds that gap.
 //
 // Samples are processed in micro-batches of at most MicroBatchTokens
 // tokens; each micro-batch's gradient is scaled so that their sum is the
 // gradient of the whole batch's loss (the mean over samples of each
 // sample's token-mean). The step is all-or-nothing: if any loss or
-// gradient is NaN or infinite, the gradients are dropped, nothing else
-// changes (parameters, moments, step count) and Metrics.Skipped is set.
+// gradient of the first update is NaN or infinite, the gradients are
+// dropped, nothing else changes (parameters, moments, step count) and
+// Metrics.Skipped is set; a non-finite later update is dropped with the
+// rest, the earlier ones standing (Metrics.SkipReason says so).
 //
 // An invalid sample (empty, a token outside the vocabulary, a per-token
 // slice of the wrong length) fails the call before anything changes.
@@ -236,18 +241,47 @@ func (t *Trainer) Step(batch []Sample) (Metrics, error) {
 		return met, nil
 	}
 
-	acc, err := t.accumulate(keep)
-	met.MicroBatches, met.PassTokens = acc.microBatches, acc.passTokens
-	switch {
-	case errors.Is(err, errSkip):
-		return t.skip(met, acc.reason), nil
-	case err != nil:
-		t.tr.ZeroGrad()
-		return met, err
+	// The first update's forward pass is the proximal policy; later
+	// updates (PPOEpochs > 1) take their ratio and importance weight
+	// against its log-probs.
+	var prox [][]float32
+	for epoch := range max(t.opts.PPOEpochs, 1) {
+		acc, err := t.accumulate(keep, prox)
+		if epoch == 0 {
+			met.MicroBatches, met.PassTokens = acc.microBatches, acc.passTokens
+		}
+		switch {
+		case errors.Is(err, errSkip) && epoch == 0:
+			return t.skip(met, acc.reason), nil
+		case errors.Is(err, errSkip):
+			// Earlier updates stand; this one and the rest are dropped.
+			t.tr.ZeroGrad()
+			met.SkipReason = fmt.Sprintf("update %d of %d: %s", epoch+1, t.opts.PPOEpochs, acc.reason)
+			return met, nil
+		case err != nil:
+			t.tr.ZeroGrad()
+			return met, err
+		}
+		if epoch == 0 {
+			acc.fill(&met)
+			prox = acc.logps
+			met.ClipFraction = 0
+		} else {
+			// The clip can bind from the second update on: report it there.
+			met.ClipFraction += float64(acc.clipped) / float64(max(acc.tokens, 1)) / float64(t.opts.PPOEpochs-1)
+		}
+		applied, err := t.update(&met)
+		if err != nil || !applied {
+			return met, err
+		}
 	}
-	acc.fill(&met)
+	return met, nil
+}
 
-	// Global gradient norm, checked before anything is updated.
+// update takes the optimizer step on the gradients accumulated in the
+// parameters, after the global-norm check; false (and a skipped step)
+// when the norm is not finite.
+func (t *Trainer) update(met *Metrics) (bool, error) {
 	grads := make([]compute.Tensor, len(t.params))
 	for i, p := range t.params {
 		grads[i] = p.Grad
@@ -255,11 +289,17 @@ func (t *Trainer) Step(batch []Sample) (Metrics, error) {
 	ss, err := t.b.SumSquares(grads...)
 	if err != nil {
 		t.tr.ZeroGrad()
-		return met, fmt.Errorf("trainer: gradient norm: %w", err)
+		return false, fmt.Errorf("trainer: gradient norm: %w", err)
 	}
 	met.GradNorm = math.Sqrt(ss)
 	if math.IsNaN(met.GradNorm) || math.IsInf(met.GradNorm, 0) {
-		return t.skip(met, fmt.Sprintf("gradient norm %g", met.GradNorm)), nil
+		if met.Applied { // a later update of a step: the earlier ones stand
+			t.tr.ZeroGrad()
+			met.SkipReason = fmt.Sprintf("a later update's gradient norm %g", met.GradNorm)
+			return false, nil
+		}
+		*met = t.skip(*met, fmt.Sprintf("gradient norm %g", met.GradNorm))
+		return false, nil
 	}
 
 	next := t.step + 1
@@ -271,16 +311,18 @@ func (t *Trainer) Step(batch []Sample) (Metrics, error) {
 	if err := t.b.Synchronize(); err != nil {
 		// A device error midway leaves the parameters undefined; the
 		// caller must restore from a checkpoint.
-		return met, fmt.Errorf("trainer: optimizer step: %w", err)
+		return false, fmt.Errorf("trainer: optimizer step: %w", err)
 	}
 	t.tr.ZeroGrad()
 	t.step = next
 	t.dirty = true
-	t.samples += int64(met.Samples)
-	t.tokens += int64(met.Tokens)
+	if !met.Applied { // samples and tokens count once per batch
+		t.samples += int64(met.Samples)
+		t.tokens += int64(met.Tokens)
+	}
 	t.lastLoss = met.Loss
 	met.Step, met.Applied, met.LR = t.step, true, lr
-	return met, nil
+	return true, nil
 }
 
 // skip abandons a step: gradients are zeroed, nothing else changes.
@@ -301,6 +343,7 @@ type accumulation struct {
 	wSum                         float64
 	klTokens                     int
 	reason                       string
+	logps                        [][]float32 // per sample of keep: the pass's log-probs (the proximal policy's, on a first update)
 }
 
 func (a *accumulation) fill(m *Metrics) {
@@ -323,8 +366,15 @@ func (a *accumulation) fill(m *Metrics) {
 // leaving the gradient of the batch loss in the parameters' Grad tensors.
 // It returns an error wrapping errSkip when a loss or a loss gradient is
 // not finite (the gradients are then partial and must be zeroed).
-func (t *Trainer) accumulate(keep []*Sample) (accumulation, error) {
+//
+// prox, if not nil, holds per sample of keep the proximal policy's
+// log-probs (the logπ_old of the ratio); nil takes the pass's own,
+// detached, and returns copies of them in accumulation.logps.
+func (t *Trainer) accumulate(keep []*Sample, prox [][]float32) (accumulation, error) {
 	var acc accumulation
+	if prox == nil {
+		acc.logps = make([][]float32, len(keep))
+	}
 	cc := clipConfig{epsLow: t.opts.EpsLow, epsHigh: t.opts.EpsHigh, klCoef: t.opts.KLCoef}
 	ac := advantageConfig{rlWeight: t.opts.RLWeight, opdWeight: t.opts.OPDWeight, clip: t.opts.AdvantageClip}
 	scale := 1 / float64(len(keep)) // the batch loss is the mean over samples
@@ -350,6 +400,11 @@ func (t *Trainer) accumulate(keep []*Sample) (accumulation, error) {
 		for i, s := range mb {
 			logp := pass.LogProbs[i]
 			old := logp // detached: see Step
+			if prox != nil {
+				old = prox[bounds[g]+i]
+			} else {
+				acc.logps[bounds[g]+i] = append([]float32(nil), logp...)
+			}
 			st := sampleLoss(cc, ac, t.opts.ImportanceCap, s, logp, old, refs[i], scale)
 			if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {
 				pass.Free()

@@ -94,11 +94,11 @@ func TestGradAccumulationEquivalence(t *testing.T) {
 			split := whole
 			split.MicroBatchTokens = 12
 			a, b := newTrainer(t, m, whole), newTrainer(t, m, split)
-			accA, err := a.accumulate(ptrs(batch))
+			accA, err := a.accumulate(ptrs(batch), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			accB, err := b.accumulate(ptrs(batch))
+			accB, err := b.accumulate(ptrs(batch), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -252,7 +252,7 @@ func TestImportanceWeights(t *testing.T) {
 				b[0].RolloutLogProbs[j] = x - float32(shift)
 			}
 		}
-		acc, err := tr.accumulate(ptrs(b))
+		acc, err := tr.accumulate(ptrs(b), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -436,5 +436,68 @@ func TestPublishVersions(t *testing.T) {
 	met, err = tr.Step(batch)
 	if err != nil || met.Staleness[1] != 3 {
 		t.Fatalf("staleness after publish: %+v, %v", met, err)
+	}
+}
+
+// PPOEpochs 2: two optimizer updates on one batch, the second against the
+// proximal policy (the parameters before the first), exactly as one
+// update followed by an update whose ratio is taken against the first
+// pass's log-probs; with a large learning rate the clip binds.
+func TestPPOEpochsUseTheProximalPolicy(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			m, _ := loadTiny(t, tinySpec())
+			batch := mixedBatch(3, 6)
+			o := testOptions(mode.lora)
+			o.LR, o.WarmupSteps = 0.05, 0
+			two := o
+			two.PPOEpochs = 2
+			a, b := newTrainer(t, m, two), newTrainer(t, m, o)
+			met, err := a.Step(batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !met.Applied || met.Step != 2 || a.StepCount() != 2 {
+				t.Fatalf("metrics %+v, step count %d: want two applied updates", met, a.StepCount())
+			}
+			if !(met.ClipFraction > 0) {
+				t.Errorf("clip fraction %v after a second update at lr %v: the clip never bound", met.ClipFraction, o.LR)
+			}
+			// The same by hand on b.
+			first, err := b.accumulate(ptrs(batch), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.tr.ZeroGrad()
+			if _, err := b.Step(batch); err != nil {
+				t.Fatal(err)
+			}
+			second, err := b.accumulate(ptrs(batch), first.logps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mb Metrics
+			mb.Applied = true
+			if ok, err := b.update(&mb); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			if second.clipped == 0 {
+				t.Error("the hand-made second update clipped nothing")
+			}
+			if d, s := maxAbsDiff(paramValues(t, a), paramValues(t, b)); d > 1e-6*math.Max(1, s) {
+				t.Errorf("parameters differ by %g from one update plus one against the proximal log-probs", d)
+			}
+			// Against its own log-probs instead (the clip never binding),
+			// the result differs: the test can tell.
+			c := newTrainer(t, m, o)
+			for range 2 {
+				if _, err := c.Step(batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d, _ := maxAbsDiff(paramValues(t, a), paramValues(t, c)); d == 0 {
+				t.Error("two epochs equal two independent steps")
+			}
+		})
 	}
 }
