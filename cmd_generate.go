@@ -165,6 +165,9 @@ func (a *app) openEngine(dir string) (*engine, error) {
 		return nil, err
 	}
 	rc := a.cfg.Rollout
+	// Teacher, reference and KL passes run in rounds of the same size as
+	// the prefill chunks, letting decode steps in between.
+	m.SetScoreChunk(rc.StepTokens)
 	sched, err := rollout.New(rollout.Options{
 		Model: m, Cache: cache, Log: a.log, Versions: store,
 		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache,

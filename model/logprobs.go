@@ -44,9 +44,14 @@ func (m *Model) LogProbsBatch(cache *KVCache, reqs []ScoreRequest, topK int) ([]
 	return m.LogProbsWith(m.base, cache, reqs, topK)
 }
 
-// LogProbsWith scores several requests in one batched pass with the weight
-// set w (nil: the checkpoint's), which must belong to m and stay unfreed
-// for the call.
+// LogProbsWith scores several requests with the weight set w (nil: the
+// checkpoint's), which must belong to m and stay unfreed for the call.
+//
+// The requests' tokens run in rounds of at most ScoreChunkTokens tokens
+// (each request's next piece, packed, as the scheduler prefills prompts
+// in chunks), and the model's lock is released between rounds and handed
+// to a waiting Run first: a long teacher or reference pass never holds up
+// serving for more than one round, so decode steps interleave with it.
 //
 // The log-softmax is computed on the backend in float32 with the row
 // maximum subtracted and the sum of exponentials accumulated in float64.
@@ -57,19 +62,22 @@ func (m *Model) LogProbsWith(w *Weights, cache *KVCache, reqs []ScoreRequest, to
 	if topK < 0 || topK > m.Config.VocabSize {
 		return nil, fmt.Errorf("model: topK %d outside [0, %d]", topK, m.Config.VocabSize)
 	}
-	steps := make([]Step, len(reqs))
+	seqs := make([]*Sequence, len(reqs))
+	toks := make([][]int32, len(reqs))
+	base := make([]int, len(reqs)) // offset of each request's first response token in the output
 	total := 0
 	for i, r := range reqs {
 		if len(r.Prompt) == 0 || len(r.Response) == 0 {
 			return nil, fmt.Errorf("model: LogProbs request %d needs a non-empty prompt and response", i)
 		}
-		toks := make([]int32, 0, len(r.Prompt)+len(r.Response))
-		steps[i] = Step{Seq: cache.NewSequence(), Tokens: append(append(toks, r.Prompt...), r.Response...)}
+		toks[i] = append(append(make([]int32, 0, len(r.Prompt)+len(r.Response)), r.Prompt...), r.Response...)
+		seqs[i] = cache.NewSequence()
+		base[i] = total
 		total += len(r.Response)
 	}
 	defer func() {
-		for _, st := range steps {
-			st.Seq.Free()
+		for _, sq := range seqs {
+			sq.Free()
 		}
 	}()
 
@@ -79,56 +87,107 @@ func (m *Model) LogProbsWith(w *Weights, cache *KVCache, reqs []ScoreRequest, to
 	}
 	defer w.unlock()
 	ws := w.w
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	x, err := m.run(ws, steps)
-	if err != nil {
-		return nil, err
-	}
-	// The logits at the last prompt token and at every response token but
-	// the last predict the response tokens.
-	rows := m.s.hRows[:0]
-	targets := make([]int32, 0, total)
-	for i, r := range reqs {
-		first := m.s.hQStart[i] + int32(len(r.Prompt)) - 1
-		for t := range r.Response {
-			rows = append(rows, first+int32(t))
-		}
-		targets = append(targets, r.Response...)
-	}
-	m.s.hRows = rows
-	h, err := m.finalHidden(ws, x, rows)
-	if err != nil {
-		return nil, err
-	}
-
-	b, vocab := m.b, m.Config.VocabSize
 	lps := make([]float32, total)
 	var top [][]TokenLogProb
 	if topK > 0 {
 		top = make([][]TokenLogProb, total)
 	}
-	for r0 := 0; r0 < total; r0 += logitChunk {
-		r1 := min(r0+logitChunk, total)
+	chunk := m.ScoreChunk()
+	done := make([]int, len(reqs)) // tokens of each request already run
+	for first := true; ; first = false {
+		var steps []Step
+		var which []int
+		budget := chunk
+		for i := range reqs {
+			if left := len(toks[i]) - done[i]; left > 0 && budget > 0 {
+				n := min(left, budget)
+				steps = append(steps, Step{Seq: seqs[i], Tokens: toks[i][done[i] : done[i]+n]})
+				which = append(which, i)
+				budget -= n
+			}
+		}
+		if len(steps) == 0 {
+			break
+		}
+		if !first {
+			m.yieldToRun()
+		}
+		if err := m.scoreRound(ws, reqs, steps, which, done, base, lps, top, topK); err != nil {
+			return nil, err
+		}
+		for k, i := range which {
+			done[i] += len(steps[k].Tokens)
+		}
+	}
+
+	out := make([]Scored, len(reqs))
+	for i, r := range reqs {
+		n, off := len(r.Response), base[i]
+		out[i].LogProbs = lps[off : off+n : off+n]
+		if top != nil {
+			out[i].TopK = top[off : off+n : off+n]
+		}
+	}
+	return out, nil
+}
+
+// scoreRound runs one round of LogProbsWith under the model's lock: the
+// pieces steps (of requests which, each starting at done[i]) and the
+// log-probs of the response tokens those pieces predict.
+func (m *Model) scoreRound(ws *weights, reqs []ScoreRequest, steps []Step, which, done, base []int, lps []float32, top [][]TokenLogProb, topK int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	x, err := m.run(ws, steps)
+	if err != nil {
+		return err
+	}
+	// Position p of a request (prompt then response) predicts token p+1:
+	// the last prompt position and every response position but the last
+	// predict the response tokens.
+	rows := m.s.hRows[:0]
+	var targets []int32
+	var dst []int
+	for k, i := range which {
+		r, start := reqs[i], done[i]
+		full := len(r.Prompt) + len(r.Response)
+		for p := max(start, len(r.Prompt)-1); p < min(start+len(steps[k].Tokens), full-1); p++ {
+			rows = append(rows, m.s.hQStart[k]+int32(p-start))
+			t := p + 1 - len(r.Prompt)
+			targets = append(targets, r.Response[t])
+			dst = append(dst, base[i]+t)
+		}
+	}
+	m.s.hRows = rows
+	if len(rows) == 0 {
+		return nil
+	}
+	h, err := m.finalHidden(ws, x, rows)
+	if err != nil {
+		return err
+	}
+	b, vocab := m.b, m.Config.VocabSize
+	got := make([]float32, len(rows))
+	for r0 := 0; r0 < len(rows); r0 += logitChunk {
+		r1 := min(r0+logitChunk, len(rows))
 		n := r1 - r0
 		lg, err := m.s.logits.view(b, compute.F32, n, vocab)
 		if err != nil {
-			return nil, fmt.Errorf("model: scratch memory: %w", err)
+			return fmt.Errorf("model: scratch memory: %w", err)
 		}
 		lp, err := m.s.logp.view(b, compute.F32, n, 0)
 		if err != nil {
-			return nil, fmt.Errorf("model: scratch memory: %w", err)
+			return fmt.Errorf("model: scratch memory: %w", err)
 		}
 		tg, err := m.s.target.view(b, compute.I32, n, 0)
 		if err != nil {
-			return nil, fmt.Errorf("model: scratch memory: %w", err)
+			return fmt.Errorf("model: scratch memory: %w", err)
 		}
 		b.Linear(lg, b.Slice(h, r0, r1), ws.Output, nil)
 		b.LogSoftmax(lg, lg)
 		b.WriteInt32(tg, targets[r0:r1])
 		b.Gather(lp, lg, tg)
-		if err := b.Read(lps[r0:r1], lp); err != nil {
-			return nil, fmt.Errorf("model: reading log-probs: %w", err)
+		if err := b.Read(got[r0:r1], lp); err != nil {
+			return fmt.Errorf("model: reading log-probs: %w", err)
 		}
 		if topK > 0 {
 			if cap(m.s.hLogits) < n*vocab {
@@ -136,25 +195,17 @@ func (m *Model) LogProbsWith(w *Weights, cache *KVCache, reqs []ScoreRequest, to
 			}
 			rowsLP := m.s.hLogits[:n*vocab]
 			if err := b.Read(rowsLP, lg); err != nil {
-				return nil, fmt.Errorf("model: reading log-probs: %w", err)
+				return fmt.Errorf("model: reading log-probs: %w", err)
 			}
-			for i := range n {
-				top[r0+i] = topTokens(rowsLP[i*vocab:(i+1)*vocab], topK)
+			for j := range n {
+				top[dst[r0+j]] = topTokens(rowsLP[j*vocab:(j+1)*vocab], topK)
 			}
 		}
 	}
-
-	out := make([]Scored, len(reqs))
-	off := 0
-	for i, r := range reqs {
-		n := len(r.Response)
-		out[i].LogProbs = lps[off : off+n : off+n]
-		if top != nil {
-			out[i].TopK = top[off : off+n : off+n]
-		}
-		off += n
+	for j, d := range dst {
+		lps[d] = got[j]
 	}
-	return out, nil
+	return nil
 }
 
 // topTokens returns the k largest entries of row, largest first (ties by

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/safetensors"
@@ -28,6 +30,41 @@ type Model struct {
 
 	mu sync.Mutex
 	s  scratch
+
+	runWaiting atomic.Int32 // Run calls waiting for mu (LogProbsWith lets one go first)
+	runEntered atomic.Int64 // Run calls that got mu
+	scoreChunk atomic.Int32 // LogProbsWith's tokens per round (0: DefaultScoreChunk)
+}
+
+// DefaultScoreChunk is LogProbsWith's default round: the scheduler's
+// default prefill chunk.
+const DefaultScoreChunk = 512
+
+// SetScoreChunk sets how many tokens one round of LogProbsWith runs
+// before it lets serving in (n < 1: DefaultScoreChunk).
+func (m *Model) SetScoreChunk(n int) {
+	m.scoreChunk.Store(int32(max(n, 0)))
+}
+
+// ScoreChunk is LogProbsWith's round in tokens.
+func (m *Model) ScoreChunk() int {
+	if n := m.scoreChunk.Load(); n > 0 {
+		return int(n)
+	}
+	return DefaultScoreChunk
+}
+
+// yieldToRun lets a Run call that waits for the model's lock have it
+// first: a scoring pass between two rounds. It waits for one Run only, so
+// a stream of them cannot starve the pass.
+func (m *Model) yieldToRun() {
+	if m.runWaiting.Load() == 0 {
+		return
+	}
+	entered := m.runEntered.Load()
+	for m.runEntered.Load() == entered && m.runWaiting.Load() > 0 {
+		runtime.Gosched()
+	}
 }
 
 // Load reads dir/config.json and the checkpoint's safetensors files and
@@ -153,7 +190,10 @@ func (m *Model) Run(w *Weights, steps []Step, out Output, dst []float32) ([]floa
 	}
 	defer w.unlock()
 	ws := w.w
+	m.runWaiting.Add(1)
 	m.mu.Lock()
+	m.runEntered.Add(1)
+	m.runWaiting.Add(-1)
 	defer m.mu.Unlock()
 	x, err := m.run(ws, steps)
 	if err != nil {

@@ -633,3 +633,92 @@ func TestForwardRejects(t *testing.T) {
 		t.Fatalf("a full context was refused: %v", err)
 	}
 }
+
+// Chunked scoring: LogProbsWith in rounds of a few tokens (pieces of
+// several requests packed per round) gives the log-probs and top-k of one
+// pass over each request.
+func TestLogProbsChunked(t *testing.T) {
+	spec := tiny(ArchQwen2)
+	spec.Vocab, spec.MaxPositions = 211, 256
+	m, _ := writeAndLoad(t, spec)
+	toks := testTokens(120, spec.Vocab)
+	reqs := []ScoreRequest{{toks[:7], toks[7:40]}, {toks[40:41], toks[41:44]}, {toks[50:90], toks[90:120]}}
+	kv := newCache(t, m, 4, 128)
+	whole, err := m.LogProbsBatch(kv, reqs, 2) // one round: 120 tokens < 512
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []int{1, 3, 16, 37} {
+		m.SetScoreChunk(chunk)
+		got, err := m.LogProbsBatch(kv, reqs, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			for j := range reqs[i].Response {
+				if d := math.Abs(float64(got[i].LogProbs[j] - whole[i].LogProbs[j])); d > 1e-4 {
+					t.Errorf("chunk %d, request %d token %d: %v, in one pass %v", chunk, i, j, got[i].LogProbs[j], whole[i].LogProbs[j])
+				}
+				if got[i].TopK[j][0].Token != whole[i].TopK[j][0].Token {
+					t.Errorf("chunk %d, request %d token %d: top token %d, in one pass %d", chunk, i, j, got[i].TopK[j][0].Token, whole[i].TopK[j][0].Token)
+				}
+			}
+		}
+		if kv.FreeBlocks() != kv.NumBlocks() {
+			t.Errorf("chunk %d: %d blocks kept", chunk, kv.NumBlocks()-kv.FreeBlocks())
+		}
+	}
+	m.SetScoreChunk(0)
+	if m.ScoreChunk() != DefaultScoreChunk {
+		t.Errorf("score chunk %d after reset", m.ScoreChunk())
+	}
+}
+
+// A scoring pass never holds the model for more than one round: decode
+// steps (Run) that wait are let in between rounds. Counted in Run calls,
+// not time: a pass of R rounds beside a busy decoder lets at least R/2
+// decode steps through (an unchunked pass, one round, lets none).
+func TestLogProbsLetDecodeIn(t *testing.T) {
+	spec := tiny(ArchQwen2)
+	spec.MaxPositions = 512
+	m, _ := writeAndLoad(t, spec)
+	toks := testTokens(400, spec.Vocab)
+	scoreKV := newCache(t, m, 8, 64)
+	decodeKV := newCache(t, m, 8, 64)
+	m.SetScoreChunk(10)
+	rounds := 40
+
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { // a decoder: one token at a time, as fast as it can
+		seq := decodeKV.NewSequence()
+		defer seq.Free()
+		var err error
+		for i := 0; err == nil; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if seq.Len() >= 400 {
+				seq.Free()
+				seq = decodeKV.NewSequence()
+			}
+			_, err = m.Run(nil, []Step{{Seq: seq, Tokens: []int32{int32(i % spec.Vocab)}}}, LastLogits, nil)
+		}
+		done <- err
+	}()
+	before := m.runEntered.Load()
+	if _, err := m.LogProbsBatch(scoreKV, []ScoreRequest{{toks[:200], toks[200:400]}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	during := m.runEntered.Load() - before
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if during < int64(rounds/2) {
+		t.Errorf("%d decode steps ran during a scoring pass of %d rounds; want at least %d", during, rounds, rounds/2)
+	}
+}
