@@ -17,6 +17,7 @@ import (
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/cpu/kernels"
 	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/priority"
 	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/sample"
 	"github.com/clawrl/clawrl/tokenizer"
@@ -32,7 +33,10 @@ type engine struct {
 	cache *model.KVCache
 	store *weights.Store // versions: the base, then what training publishes
 	sched *rollout.Scheduler
-	stop  func()
+	// gate is taken by every scheduler step; a trainer that yields to
+	// serving (trainer.yield_to_serving) takes it a layer at a time.
+	gate *priority.Gate
+	stop func()
 }
 
 // modelDir resolves the checkpoint directory from a flag or the config;
@@ -168,8 +172,9 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	// Teacher, reference and KL passes run in rounds of the same size as
 	// the prefill chunks, letting decode steps in between.
 	m.SetScoreChunk(rc.StepTokens)
+	gate := &priority.Gate{}
 	sched, err := rollout.New(rollout.Options{
-		Model: m, Cache: cache, Log: a.log, Versions: store,
+		Model: m, Cache: cache, Log: a.log, Versions: store, Gate: gate,
 		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache,
 	})
 	if err != nil {
@@ -185,7 +190,7 @@ func (a *app) openEngine(dir string) (*engine, error) {
 		Str("backend", m.Backend().Name()).Str("kernels", kernels.Kernels()).
 		Int("kv_blocks", cache.NumBlocks()).Stringer("kv_dtype", cache.DType()).Int64("kv_mib", budget>>20).
 		Int64("kv_tokens", int64(cache.NumBlocks()*cache.BlockSize())).Dur("load", time.Since(start)).Msg("model loaded")
-	return &engine{dir: dir, model: m, tok: tok, cache: cache, store: store, sched: sched, stop: func() {
+	return &engine{dir: dir, model: m, tok: tok, cache: cache, store: store, sched: sched, gate: gate, stop: func() {
 		stopSched()
 		store.Close()
 		cache.Close()

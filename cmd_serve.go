@@ -519,6 +519,12 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 			return fail(err)
 		}
 		tr.SetVersion(e.store.Current())
+		if tc.YieldToServing {
+			tr.SetSlicer(e.gate)
+		}
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "clawrl_train_yields_total",
+			Help: "Layer boundaries at which a training pass gave way to a waiting serving step (trainer.yield_to_serving)."},
+			func() float64 { return float64(e.gate.Stats().Yields) }))
 		closers = append(closers, tr.Close)
 	}
 	// Checkpoints are self-contained: the model's config and tokenizer

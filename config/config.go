@@ -55,6 +55,7 @@ type Trainer struct {
 	KLCoef                  float64       `mapstructure:"kl_coef"`
 	MaxStaleness            int           `mapstructure:"max_staleness"`
 	PPOEpochs               int           `mapstructure:"ppo_epochs"`
+	YieldToServing          bool          `mapstructure:"yield_to_serving"`
 	MicroBatchTokens        int           `mapstructure:"micro_batch_tokens"`
 	LoRARank                int           `mapstructure:"lora_rank"`
 	LoRAAlpha               float64       `mapstructure:"lora_alpha"`

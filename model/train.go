@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/clawrl/clawrl/compute"
 )
@@ -91,7 +92,41 @@ type Trainable struct {
 	sin    compute.Tensor
 	arenas []*arena // activation memory of freed passes, for reuse
 	freed  bool
+
+	slice atomic.Pointer[Slicer] // nil: passes run without sharing the machine
 }
+
+// Slicer shares the machine between training passes and serving:
+// priority.Gate. A pass takes it (Train) for its first layer and, at
+// every layer boundary, Yield may hand it to a waiting serving step and
+// take it back.
+type Slicer interface {
+	Train() (release func())
+	Yield(release func()) func()
+}
+
+// SetSlicer makes the Trainable's passes hold s a layer at a time (nil:
+// not at all).
+func (t *Trainable) SetSlicer(s Slicer) {
+	if s == nil {
+		t.slice.Store(nil)
+		return
+	}
+	t.slice.Store(&s)
+}
+
+func (t *Trainable) slicer() Slicer {
+	if s := t.slice.Load(); s != nil {
+		return *s
+	}
+	return noSlicer{}
+}
+
+// noSlicer lets every pass through.
+type noSlicer struct{}
+
+func (noSlicer) Train() func()               { return func() {} }
+func (noSlicer) Yield(release func()) func() { return release }
 
 // NewTrainable makes trainable parameters over the weight set base (nil:
 // the checkpoint's) of m: F32 master copies of every tensor, or LoRA
@@ -530,9 +565,15 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Seqs: len(hStart) - 1, SeqStart: start,
 	}
 
+	// The pass holds the machine a layer at a time (see Slicer).
+	release := t.slicer().Train()
+	defer func() { release() }()
 	b.Embedding(p.xs[0], t.w.Embed, p.ids)
 	var shared layerActs
 	for l := range c.NumLayers {
+		if l > 0 {
+			release = t.slicer().Yield(release)
+		}
 		a := &shared
 		if p.acts != nil {
 			a = &p.acts[l]
@@ -546,6 +587,7 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 	}
 
 	// Logits at the response rows only, a chunk at a time.
+	release = t.slicer().Yield(release)
 	eps := float32(c.RMSNormEps)
 	b.Embedding(p.hsel, p.xs[c.NumLayers], p.rowIdx)
 	b.RMSNorm(p.hfin, p.hsel, t.w.Norm, eps)
@@ -665,6 +707,8 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 		return f.err
 	}
 	b.Write(dlp, host)
+	release := t.slicer().Train()
+	defer func() { release() }()
 	g := t.grad
 	if g == nil {
 		g = &weights{Layers: make([]layer, c.NumLayers)} // LoRA: no base gradients
@@ -704,6 +748,7 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 		}
 	}
 	for l := c.NumLayers - 1; l >= 0; l-- {
+		release = t.slicer().Yield(release)
 		a := &shared
 		if p.acts != nil {
 			a = &p.acts[l]

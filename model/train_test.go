@@ -1124,3 +1124,55 @@ func TestTrainWhileServing(t *testing.T) {
 		t.Logf("%d forward passes served during training", served)
 	}
 }
+
+// countingSlicer gives way at every boundary, counting.
+type countingSlicer struct{ takes, yields int }
+
+func (c *countingSlicer) Train() func() { c.takes++; return func() {} }
+func (c *countingSlicer) Yield(release func()) func() {
+	c.yields++
+	release()
+	return c.Train()
+}
+
+// A pass with a Slicer holds it a layer at a time: one boundary per layer
+// in the forward pass (the last before the logits) and one per layer in
+// the backward pass, and gives the same numbers as without one.
+func TestTrainableSlices(t *testing.T) {
+	spec := tiny(ArchQwen2)
+	m, _ := writeAndLoad(t, spec)
+	run := func(s Slicer) ([][]float32, *Trainable) {
+		tr, err := m.NewTrainable(nil, TrainOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tr.Free)
+		tr.SetSlicer(s)
+		toks := testTokens(20, spec.Vocab)
+		p, err := tr.Forward([]TrainSample{{Prompt: toks[:8], Response: toks[8:]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := make([]float32, 12)
+		for i := range d {
+			d[i] = 1
+		}
+		if err := p.Backward([][]float32{d}); err != nil {
+			t.Fatal(err)
+		}
+		lp := p.LogProbs
+		p.Free()
+		return lp, tr
+	}
+	var c countingSlicer
+	with, _ := run(&c)
+	without, _ := run(nil)
+	if L := spec.Layers; c.yields != 2*L || c.takes != 2+2*L {
+		t.Errorf("%d layers: %d boundaries and %d takes; want %d and %d", L, c.yields, c.takes, 2*L, 2+2*L)
+	}
+	for j := range with[0] {
+		if with[0][j] != without[0][j] {
+			t.Fatalf("log-prob %d: %v with a slicer, %v without", j, with[0][j], without[0][j])
+		}
+	}
+}

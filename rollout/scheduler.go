@@ -52,6 +52,10 @@ type Options struct {
 	// so that scoring goes on under a sustained load of users instead of
 	// starving, at the cost of that share of the batch.
 	MinBackground int
+	// Gate, if set, is taken around every forward pass (priority.Gate):
+	// a training pass sharing the machine then gives way to the step at
+	// its next layer boundary, and the two never run together.
+	Gate interface{ Serve() (release func()) }
 	// Log receives scheduler events.
 	Log zerolog.Logger
 }
@@ -627,7 +631,12 @@ func (s *Scheduler) step() error {
 				idx = append(idx, i)
 			}
 		}
+		release := func() {}
+		if s.opts.Gate != nil {
+			release = s.opts.Gate.Serve()
+		}
 		logits, err := s.opts.Model.Run(w, gsteps, model.LastLogits, s.groupLogits[g])
+		release()
 		if errors.Is(err, model.ErrCacheFull) {
 			full = true // this group did not advance; the others may have
 			continue

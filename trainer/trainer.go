@@ -173,6 +173,14 @@ func (t *Trainer) Close() {
 	}
 }
 
+// SetSlicer makes training passes share the machine with serving through
+// s (priority.Gate), a layer at a time; nil: not at all.
+func (t *Trainer) SetSlicer(s model.Slicer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.tr.SetSlicer(s)
+}
+
 // errSkip marks a step abandoned by the non-finite guard.
 var errSkip = errors.New("non-finite")
 
