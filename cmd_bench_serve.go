@@ -6,12 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +38,14 @@ type serveResult struct {
 	gaps     []time.Duration // between content chunks of a stream
 	totals   []time.Duration // request sent to the stream's end
 	failures int
+	firsts   []servedFirst // per request: the version that served it and when its first token came
+}
+
+// servedFirst is when a response's first token arrived and the weight
+// version that generated it (X-Weight-Version).
+type servedFirst struct {
+	version uint64
+	at      time.Time
 }
 
 func (r serveResult) tokS() float64 { return float64(r.tokens) / r.wall.Seconds() }
@@ -60,6 +70,7 @@ func streamChat(ctx context.Context, url string, body any) (time.Duration, int, 
 type streamStats struct {
 	ttft, total time.Duration
 	tokens      int
+	first       servedFirst
 }
 
 // streamChatStats is streamChat that also appends the gaps between
@@ -84,6 +95,7 @@ func streamChatStats(ctx context.Context, url string, body any, gaps *[]time.Dur
 	if resp.StatusCode != http.StatusOK {
 		return st, fmt.Errorf("status %s", resp.Status)
 	}
+	st.first.version, _ = strconv.ParseUint(resp.Header.Get("X-Weight-Version"), 10, 64)
 	var ttft time.Duration
 	var last time.Time
 	tokens := 0
@@ -127,6 +139,7 @@ func streamChatStats(ctx context.Context, url string, body any, gaps *[]time.Dur
 		}
 	}
 	st.ttft, st.tokens, st.total = ttft, tokens, time.Since(start)
+	st.first.at = start.Add(ttft)
 	return st, sc.Err()
 }
 
@@ -176,6 +189,7 @@ func runClients(url string, n int, window time.Duration, maxTokens int, generate
 					res.ttft = append(res.ttft, st.ttft)
 					res.totals = append(res.totals, st.total)
 					res.gaps = append(res.gaps, gaps...)
+					res.firsts = append(res.firsts, st.first)
 				}
 				mu.Unlock()
 			}
@@ -406,6 +420,16 @@ type trainLoad struct {
 	stop  chan struct{}
 	done  chan struct{}
 	tr    *trainer.Trainer
+
+	mu        sync.Mutex
+	published map[uint64]time.Time // version → when its step ended
+}
+
+// stepEnds returns when each published version's step ended.
+func (l *trainLoad) stepEnds() map[uint64]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.published)
 }
 
 func (a *app) startTrainLoad(e *engine) (*trainLoad, error) {
@@ -418,7 +442,10 @@ func (a *app) startTrainLoad(e *engine) (*trainLoad, error) {
 		return nil, err
 	}
 	tr.SetVersion(e.store.Current())
-	l := &trainLoad{stop: make(chan struct{}), done: make(chan struct{}), tr: tr}
+	if tc.YieldToServing {
+		tr.SetSlicer(e.gate)
+	}
+	l := &trainLoad{stop: make(chan struct{}), done: make(chan struct{}), tr: tr, published: map[uint64]time.Time{}}
 	vocab := int32(e.model.Config.VocabSize)
 	rng := rand.New(rand.NewPCG(1, 2))
 	go func() {
@@ -450,9 +477,14 @@ func (a *app) startTrainLoad(e *engine) (*trainLoad, error) {
 			if met, err := tr.Step(batch); err != nil || !met.Applied {
 				continue
 			}
-			if _, err := tr.Publish(e.store); err != nil {
+			end := time.Now()
+			v, err := tr.Publish(e.store)
+			if err != nil {
 				return
 			}
+			l.mu.Lock()
+			l.published[v.Number()] = end
+			l.mu.Unlock()
 			l.steps.Add(1)
 		}
 	}()
@@ -469,6 +501,8 @@ func (l *trainLoad) close() {
 // with it stepping, alternating in rounds, and prints TTFT and inter-token
 // p50/p99 while training as a ratio of idle.
 func trainOverhead(row func(...string), url string, rounds int, window time.Duration, maxTokens int, generated func() uint64, load *trainLoad) error {
+	var firsts []servedFirst
+	var requests int
 	for _, n := range []int{8, 32} {
 		var idle, busy serveResult
 		var steps int64
@@ -488,6 +522,8 @@ func trainOverhead(row func(...string), url string, rounds int, window time.Dura
 				}
 				dst.ttft = append(dst.ttft, r.ttft...)
 				dst.gaps = append(dst.gaps, r.gaps...)
+				firsts = append(firsts, r.firsts...)
+				requests += len(r.ttft)
 			}
 		}
 		for _, m := range []struct {
@@ -502,5 +538,30 @@ func trainOverhead(row func(...string), url string, rounds int, window time.Dura
 		}
 		row(fmt.Sprintf("  training, %d clients: steps published", n), fmt.Sprint(steps), "", fmt.Sprintf("over %d training rounds", rounds))
 	}
+	lat := swapLatencies(load.stepEnds(), firsts)
+	if len(lat) > 0 {
+		row("  weight swap: end of step → first token on the new version, p50 / p99 / max",
+			fmt.Sprintf("%.0f / %.0f / %.0f", ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)), ms(slices.Max(lat))), "ms",
+			fmt.Sprintf("%d swaps under load, 0 of %d requests failed (goal < 1 s)", len(lat), requests))
+	}
 	return nil
+}
+
+// swapLatencies is, per published version, the time from the end of its
+// training step to the first token any client received from it or a later
+// version; versions no response came from are left out.
+func swapLatencies(ends map[uint64]time.Time, firsts []servedFirst) []time.Duration {
+	var out []time.Duration
+	for v, end := range ends {
+		var first time.Time
+		for _, f := range firsts {
+			if f.version >= v && !f.at.Before(end) && (first.IsZero() || f.at.Before(first)) {
+				first = f.at
+			}
+		}
+		if !first.IsZero() {
+			out = append(out, first.Sub(end))
+		}
+	}
+	return out
 }
