@@ -175,7 +175,7 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	gate := &priority.Gate{}
 	sched, err := rollout.New(rollout.Options{
 		Model: m, Cache: cache, Log: a.log, Versions: store, Gate: gate,
-		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache,
+		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache, BackgroundKV: rc.BackgroundKV,
 	})
 	if err != nil {
 		store.Close()

@@ -263,6 +263,9 @@ type Rollout struct {
 	QueueSize   int  `mapstructure:"queue_size"`
 	StepTokens  int  `mapstructure:"step_tokens"`
 	PrefixCache bool `mapstructure:"prefix_cache"`
+	// BackgroundKV is the share of the KV cache judge and teacher
+	// generations may hold together.
+	BackgroundKV float64 `mapstructure:"background_kv"`
 }
 
 // Sessions bounds the memory of session tracking.
@@ -505,6 +508,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Data.RetentionDays < 0 {
 		errs = append(errs, fmt.Errorf("data.retention_days: %d must be >= 0 (0 = keep forever)", c.Data.RetentionDays))
+	}
+	if !(c.Rollout.BackgroundKV > 0 && c.Rollout.BackgroundKV <= 1) {
+		errs = append(errs, fmt.Errorf("rollout.background_kv: %v must lie in (0, 1]: the share of the KV cache background work may hold", c.Rollout.BackgroundKV))
 	}
 	if c.Rollout.StepTokens < c.Rollout.MaxBatch {
 		errs = append(errs, fmt.Errorf("rollout.step_tokens: %d must be >= rollout.max_batch (%d): every running sequence decodes one token per step",

@@ -149,3 +149,55 @@ func TestBackgroundNotStarved(t *testing.T) {
 		}
 	}
 }
+
+// gateProbe is a Gate that looks at the scheduler at every forward pass.
+type gateProbe struct{ look func() }
+
+func (g *gateProbe) Serve() func() { g.look(); return func() {} }
+
+// Background requests together hold at most their share of the KV cache
+// (BackgroundKV) beyond one request's own growth, so users always find the
+// rest; with the whole cache allowed, more of them run at once.
+func TestBackgroundKVShare(t *testing.T) {
+	maxRunning := map[float64]int{}
+	for _, share := range []float64{0.25, 1} {
+		m := tinyModel(t)
+		kv := newCache(t, m, 200)
+		var s *Scheduler
+		most, over := 0, 0
+		probe := &gateProbe{look: func() {
+			used := kv.NumBlocks() - kv.FreeBlocks()
+			if float64(used) > share*float64(kv.NumBlocks())+20 { // one request grows to 20 blocks
+				over = max(over, used)
+			}
+			most = max(most, s.Stats().Background)
+		}}
+		s = startScheduler(t, Options{Model: m, Cache: kv, MaxBatch: 8, MaxBackground: 8, QueueSize: 16, BackgroundQueue: 16,
+			NoPrefixCache: true, BackgroundKV: share, Gate: probe})
+		var chans []<-chan Event
+		for i := range 8 {
+			req := greedyReq(prompt(60, 400+i), 20)
+			req.Background = true
+			ch, err := s.Generate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chans = append(chans, ch)
+		}
+		for _, ch := range chans {
+			if c := collect(t, ch); c.finish != FinishLength {
+				t.Fatalf("share %v: finish %s", share, c.finish)
+			}
+		}
+		if over > 0 {
+			t.Errorf("share %v: background requests held %d of %d blocks", share, over, kv.NumBlocks())
+		}
+		maxRunning[share] = most
+	}
+	if maxRunning[0.25] < 2 || maxRunning[1] <= maxRunning[0.25] {
+		t.Errorf("background requests running at once: %v (want at least 2 within a quarter, more with the whole cache)", maxRunning)
+	}
+	if _, err := New(Options{Model: tinyModel(t), Cache: newCache(t, tinyModel(t), 8), BackgroundKV: 1.5}); err == nil {
+		t.Error("BackgroundKV 1.5 accepted")
+	}
+}

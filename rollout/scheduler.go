@@ -52,6 +52,12 @@ type Options struct {
 	// so that scoring goes on under a sustained load of users instead of
 	// starving, at the cost of that share of the batch.
 	MinBackground int
+	// BackgroundKV is the share of the KV cache's blocks background
+	// requests may hold together (default 0.25; 1: all of it). A
+	// background request beyond it waits, unless no other background
+	// request runs; so users always find at least the rest free of judge
+	// and teacher work, and a long judge prompt still runs alone.
+	BackgroundKV float64
 	// Gate, if set, is taken around every forward pass (priority.Gate):
 	// a training pass sharing the machine then gives way to the step at
 	// its next layer boundary, and the two never run together.
@@ -150,6 +156,12 @@ func New(opts Options) (*Scheduler, error) {
 	opts.MinBackground = min(opts.MinBackground, opts.MaxBackground, max(0, opts.MaxBatch-1))
 	if opts.MaxBackground < 1 || opts.BackgroundQueue < 1 {
 		return nil, fmt.Errorf("rollout: need MaxBackground >= 1 and BackgroundQueue >= 1 (got %d, %d)", opts.MaxBackground, opts.BackgroundQueue)
+	}
+	if opts.BackgroundKV == 0 {
+		opts.BackgroundKV = 0.25
+	}
+	if !(opts.BackgroundKV > 0 && opts.BackgroundKV <= 1) {
+		return nil, fmt.Errorf("rollout: BackgroundKV %v must lie in (0, 1]", opts.BackgroundKV)
 	}
 	if opts.MaxBatch < 1 || opts.QueueSize < 1 || opts.StepTokens < opts.MaxBatch {
 		return nil, fmt.Errorf("rollout: need MaxBatch >= 1, QueueSize >= 1 and StepTokens >= MaxBatch (got %d, %d, %d)",
@@ -467,6 +479,22 @@ func (s *Scheduler) backgroundRunning() int {
 	return n
 }
 
+// backgroundFits reports whether a background request needing need more
+// blocks keeps background work within its KV share; one alone always
+// fits.
+func (s *Scheduler) backgroundFits(need int) bool {
+	held, n, bs := 0, 0, s.opts.Cache.BlockSize()
+	for _, j := range s.running {
+		if j.req.Background {
+			// Blocks are reserved as the tokens run: count what the
+			// request's tokens will take.
+			held += max(len(j.seq.Blocks()), (len(j.tokens)+bs-1)/bs)
+			n++
+		}
+	}
+	return n == 0 || float64(held+need) <= s.opts.BackgroundKV*float64(s.opts.Cache.NumBlocks())
+}
+
 // yieldBackground preempts running background requests while the batch is
 // full and a foreground request waits for a slot.
 func (s *Scheduler) yieldBackground() {
@@ -563,7 +591,7 @@ func (s *Scheduler) start(j *job) bool {
 	if need > avail {
 		avail += s.evictPrefixes(need - avail)
 	}
-	if need > avail {
+	if need > avail || (j.req.Background && !s.backgroundFits(need)) {
 		j.seq.Free()
 		j.seq = nil
 		if !j.started {
