@@ -509,6 +509,9 @@ func (c *Config) Validate() error {
 	if c.Data.RetentionDays < 0 {
 		errs = append(errs, fmt.Errorf("data.retention_days: %d must be >= 0 (0 = keep forever)", c.Data.RetentionDays))
 	}
+	if c.Trainer.PPOEpochs < 1 || c.Trainer.PPOEpochs > 16 {
+		errs = append(errs, fmt.Errorf("trainer.ppo_epochs: %d must lie in [1, 16]: optimizer updates per batch", c.Trainer.PPOEpochs))
+	}
 	if !(c.Rollout.BackgroundKV > 0 && c.Rollout.BackgroundKV <= 1) {
 		errs = append(errs, fmt.Errorf("rollout.background_kv: %v must lie in (0, 1]: the share of the KV cache background work may hold", c.Rollout.BackgroundKV))
 	}
