@@ -1,0 +1,222 @@
+package grammar
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+var testSchemas = map[string]string{
+	"weather": `{"type":"object","properties":{"city":{"type":"string","description":"City"},` +
+		`"unit":{"type":"string","enum":["celsius","fahrenheit"]},"days":{"type":"integer","minimum":1,"maximum":14}},` +
+		`"required":["city"],"additionalProperties":false}`,
+	"nested": `{"type":"object","properties":{"items":{"type":"array","items":{"type":"object","properties":` +
+		`{"name":{"type":"string","maxLength":8},"price":{"type":"number"},"tags":{"type":"array","items":{"type":"string"},"maxItems":2}},` +
+		`"required":["name","price"]},"minItems":1,"maxItems":3},"note":{"type":["string","null"]},"ok":{"type":"boolean"}},"required":["items","ok"]}`,
+	"free":    `{"type":"object"}`,
+	"any":     `{}`,
+	"enums":   `{"type":"object","properties":{"n":{"enum":[1,10,"x",null,true]},"c":{"const":"fixed"}},"required":["n","c"]}`,
+	"numbers": `{"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":120},"b":{"type":"number","minimum":0.5}},"required":["a","b"]}`,
+	"strlen":  `{"type":"string","minLength":2,"maxLength":4}`,
+	"array":   `{"type":"array","items":{"type":"integer"},"minItems":2}`,
+}
+
+func compileBoth(t testing.TB, src string) (*Schema, *jsonschema.Schema) {
+	t.Helper()
+	s, err := Compile(json.RawMessage(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddResource("s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Compile("s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, v
+}
+
+func accepts(s *Schema, doc string) bool {
+	st := NewState(s)
+	return st.FeedString(doc) && st.Done()
+}
+
+func TestAcceptsAndRefuses(t *testing.T) {
+	for _, c := range []struct {
+		schema, doc string
+		ok          bool
+	}{
+		{"weather", `{"city": "Paris"}`, true},
+		{"weather", `{"city": "Paris", "unit": "celsius", "days": 3}`, true},
+		{"weather", `{"unit":"celsius","city":"Oslo"}`, true},
+		{"weather", `{"unit": "celsius"}`, false},                  // city required
+		{"weather", `{"city": "Paris", "city": "Rome"}`, false},    // repeated key
+		{"weather", `{"city": "Paris", "wind": 3}`, false},         // undeclared key
+		{"weather", `{"city": "Paris", "unit": "kelvin"}`, false},  // not in the enum
+		{"weather", `{"city": "Paris", "days": 15}`, false},        // above maximum
+		{"weather", `{"city": "Paris", "days": 0}`, false},         // below minimum
+		{"weather", `{"city": "Paris", "days": 2.5}`, false},       // not an integer
+		{"weather", `{"city": 3}`, false},                          // not a string
+		{"weather", `{"city": "Paris"}  `, false},                  // trailing spaces
+		{"weather", `{ "city" : "Paris" }`, true},                  // single spaces
+		{"weather", `{"city":  "Paris"}`, false},                   // two spaces
+		{"nested", `{"items": [{"name": "tea", "price": 2.5}], "ok": true}`, true},
+		{"nested", `{"items": [], "ok": true}`, false},             // minItems
+		{"nested", `{"items": [{"name": "abcdefghi", "price": 1}], "ok": true}`, false}, // maxLength
+		{"nested", `{"items": [{"name": "a", "price": 1, "tags": ["x", "y", "z"]}], "ok": true}`, false},
+		{"nested", `{"items": [{"name": "a", "price": -1e3}], "note": null, "ok": false}`, true},
+		{"free", `{"anything": [1, {"b": null}], "x": "y"}`, true},
+		{"free", `[]`, false},
+		{"any", `"text"`, true},
+		{"any", `12`, true},
+		{"enums", `{"n": 10, "c": "fixed"}`, true},
+		{"enums", `{"n": 1, "c": "fixed"}`, true},
+		{"enums", `{"n": null, "c": "fixed"}`, true},
+		{"enums", `{"n": 2, "c": "fixed"}`, false},
+		{"enums", `{"n": "x", "c": "other"}`, false},
+		{"numbers", `{"a": -5, "b": 1}`, true},
+		{"numbers", `{"a": -5, "b": 0.5}`, false}, // valid, but bounded numbers are generated as integers
+		{"numbers", `{"a": 120, "b": 3}`, true},
+		{"numbers", `{"a": 121, "b": 3}`, false},
+		{"numbers", `{"a": -6, "b": 3}`, false},
+		{"numbers", `{"a": 01, "b": 3}`, false},
+		{"strlen", `"ab"`, true},
+		{"strlen", `"a"`, false},
+		{"strlen", `"abcde"`, false},
+		{"strlen", `"é\n"`, true},
+		{"array", `[1, 2, 3]`, true},
+		{"array", `[1]`, false},
+		{"array", `[1, 2,]`, false},
+	} {
+		s, v := compileBoth(t, testSchemas[c.schema])
+		if got := accepts(s, c.doc); got != c.ok {
+			t.Errorf("%s: %s accepted %v, want %v", c.schema, c.doc, got, c.ok)
+		}
+		if c.ok { // the reference validator agrees
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(c.doc))
+			if err != nil || v.Validate(inst) != nil {
+				t.Errorf("%s: %s, accepted here, is not valid: %v %v", c.schema, c.doc, err, v.Validate(inst))
+			}
+		}
+	}
+}
+
+func TestCompileRefuses(t *testing.T) {
+	for _, src := range []string{`{"type":"object","properties":{"a":{"anyOf":[{"type":"string"}]}}}`, `{"$ref":"#/x"}`,
+		`{"type":"strange"}`, `{"pattern":"a+"}`, `{"required":["x"],"properties":{}}`, `false`, `[1]`, `{"type":"string"`} {
+		if _, err := Compile(json.RawMessage(src)); err == nil {
+			t.Errorf("%s compiled", src)
+		}
+	}
+	if _, err := Compile(json.RawMessage(`{"type":"object","properties":{"a":{"anyOf":[]}}}`)); err == nil || !strings.Contains(err.Error(), "anyOf") {
+		t.Errorf("the error does not name the keyword: %v", err)
+	}
+}
+
+// walk generates a random document of s byte by byte among the bytes the
+// state allows; it fails the test on a dead end (a live state no byte can
+// extend that is not complete).
+func walk(t testing.TB, s *Schema, r *rand.Rand, maxLen int) string {
+	st := NewState(s)
+	var out []byte
+	var alphabet []byte // printable ASCII, newline, and the bytes of é and 😀
+	for c := byte(' '); c < 0x7f; c++ {
+		alphabet = append(alphabet, c)
+	}
+	alphabet = append(alphabet, '\n')
+	alphabet = append(alphabet, "é😀"...)
+	for len(out) < maxLen {
+		if st.Done() && (r.IntN(3) == 0 || len(out) > maxLen/2) {
+			return string(out)
+		}
+		var ok []byte
+		for _, c := range alphabet {
+			if st.Clone().Feed(c) {
+				ok = append(ok, c)
+			}
+		}
+		if len(out) > maxLen/2 { // steer toward closing
+			var closing []byte
+			for _, c := range ok {
+				if strings.IndexByte("}]\"0123456789eflnrstu", c) >= 0 {
+					closing = append(closing, c)
+				}
+			}
+			if len(closing) > 0 {
+				ok = closing
+			}
+		}
+		if len(ok) == 0 {
+			if st.Done() {
+				return string(out)
+			}
+			t.Fatalf("dead end after %q", out)
+		}
+		c := ok[r.IntN(len(ok))]
+		if !st.Feed(c) {
+			t.Fatalf("byte %q allowed on a clone refused after %q", c, out)
+		}
+		out = append(out, c)
+	}
+	return ""
+}
+
+// Every document the grammar lets a random walk write parses and is valid
+// for the reference validator.
+func TestRandomDocumentsValidate(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for name, src := range testSchemas {
+		s, v := compileBoth(t, src)
+		complete := 0
+		for range 80 {
+			doc := walk(t, s, r, 160)
+			if doc == "" {
+				continue
+			}
+			complete++
+			inst, err := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(doc)))
+			if err != nil {
+				t.Fatalf("%s: %q does not parse: %v", name, doc, err)
+			}
+			if err := v.Validate(inst); err != nil {
+				t.Fatalf("%s: %q is not valid: %v", name, doc, err)
+			}
+		}
+		if complete < 25 {
+			t.Errorf("%s: only %d of 80 walks finished", name, complete)
+		}
+	}
+}
+
+// FuzzGrammar: any byte string the state accepts as complete is valid.
+func FuzzGrammar(f *testing.F) {
+	f.Add(0, []byte(`{"city": "Paris"}`))
+	f.Add(1, []byte(`{"items": [{"name": "tea", "price": 2.5}], "ok": true}`))
+	f.Add(4, []byte(`{"n": 10, "c": "fixed"}`))
+	names := []string{"weather", "nested", "free", "any", "enums", "numbers", "strlen", "array"}
+	f.Fuzz(func(t *testing.T, which int, doc []byte) {
+		name := names[(which%len(names)+len(names))%len(names)]
+		s, v := compileBoth(t, testSchemas[name])
+		st := NewState(s)
+		if !st.FeedString(string(doc)) || !st.Done() {
+			return
+		}
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+		if err != nil {
+			t.Fatalf("%s: %q accepted but does not parse: %v", name, doc, err)
+		}
+		if err := v.Validate(inst); err != nil {
+			t.Fatalf("%s: %q accepted but invalid: %v", name, doc, err)
+		}
+	})
+}

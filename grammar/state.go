@@ -1,0 +1,684 @@
+package grammar
+
+import (
+	"bytes"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// frame kinds
+const (
+	fValue   = iota // a value is expected: the next non-space byte starts it
+	fObject         // inside { }
+	fArray          // inside [ ]
+	fString         // inside " " (a value or an object key)
+	fNumber         // inside a number
+	fLiteral        // inside true, false or null
+)
+
+// object / array sub-states
+const (
+	oKeyOrEnd   = iota // after '{': a key or '}'
+	oKey               // after ',': a key
+	oColon             // after a key: ':'
+	oCommaOrEnd        // after a value: ',' or '}'
+)
+
+// frame is one open value of the document.
+type frame struct {
+	kind   int
+	s      *Schema
+	sub    int    // object/array sub-state; number: numState
+	seen   uint64 // object: properties written (bit i: s.props[i]); over 64 properties: no repeats check beyond
+	n      int    // array: items written; string: characters written
+	space  bool   // one whitespace byte already written at this point
+	buf    []byte // string: content so far (raw, for keys and enums); number: text; literal: the word
+	key    bool   // string: an object key
+	cands  []int  // key string: indices of the properties still possible
+	esc    int    // string: 0 none, 1 after '\', 2..5 hex digits of \u left +1
+	utf    int    // string: UTF-8 continuation bytes still expected
+	ulo    byte   // string: bounds of the next continuation byte when narrower than 80..BF (0: not)
+	uhi    byte
+	pos    int    // literal: bytes matched
+	litAll []string
+}
+
+// State is the position of a generation in a document of one Schema: a
+// stack of open frames. The zero State is not usable; use NewState.
+type State struct {
+	stack []frame
+	done  bool // the top-level value is complete
+	dead  bool
+}
+
+// NewState starts a document of schema s.
+func NewState(s *Schema) *State {
+	return &State{stack: []frame{{kind: fValue, s: s}}}
+}
+
+// Clone returns an independent copy.
+func (st *State) Clone() *State {
+	c := &State{done: st.done, dead: st.dead, stack: make([]frame, len(st.stack), len(st.stack)+2)}
+	copy(c.stack, st.stack)
+	for i := range c.stack {
+		f := &c.stack[i]
+		f.buf = slices.Clone(f.buf)
+		f.cands = slices.Clone(f.cands)
+	}
+	return c
+}
+
+// Done reports whether the bytes so far are a complete document (a
+// trailing number is complete only once something follows it, except at
+// the top level, where Done accepts it).
+func (st *State) Done() bool {
+	if st.dead {
+		return false
+	}
+	if st.done {
+		return true
+	}
+	if len(st.stack) == 1 && st.stack[0].kind == fNumber {
+		return numberComplete(&st.stack[0])
+	}
+	return false
+}
+
+// Dead reports whether the bytes so far can no longer become a document.
+func (st *State) Dead() bool { return st.dead }
+
+// FeedString feeds every byte of s; false (and a dead state) when one is
+// refused.
+func (st *State) FeedString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !st.Feed(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Feed extends the document by byte c; false (and a dead state) when no
+// valid document starts with the bytes so far and c.
+func (st *State) Feed(c byte) bool {
+	if st.dead {
+		return false
+	}
+	if !st.feed(c) {
+		st.dead = true
+		return false
+	}
+	return true
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\n' }
+
+func (st *State) top() *frame { return &st.stack[len(st.stack)-1] }
+
+func (st *State) push(f frame) { st.stack = append(st.stack, f) }
+
+// pop closes the top frame: the parent goes on after a value.
+func (st *State) pop() {
+	st.stack = st.stack[:len(st.stack)-1]
+	if len(st.stack) == 0 {
+		st.done = true
+		return
+	}
+	p := st.top()
+	p.space = false
+	switch p.kind {
+	case fObject:
+		p.sub = oCommaOrEnd
+	case fArray:
+		p.n++
+		p.sub = 1
+	}
+}
+
+func (st *State) feed(c byte) bool {
+	if st.done {
+		return false // nothing may follow the document
+	}
+	f := st.top()
+	switch f.kind {
+	case fValue:
+		if isSpace(c) {
+			if f.space {
+				return false
+			}
+			f.space = true
+			return true
+		}
+		return st.startValue(c)
+	case fObject:
+		return st.feedObject(f, c)
+	case fArray:
+		return st.feedArray(f, c)
+	case fString:
+		return st.feedString(f, c)
+	case fNumber:
+		if numberByte(f, c) {
+			return st.numberViable(f)
+		}
+		if !numberComplete(f) || !numberInRange(f) {
+			return false
+		}
+		st.pop()
+		if len(st.stack) == 0 {
+			return false // the top-level number was complete: nothing follows
+		}
+		return st.feed(c)
+	case fLiteral:
+		cont, longer := false, false
+		for _, w := range f.litAll {
+			if strings.HasPrefix(w, string(f.buf)) && len(w) > len(f.buf) && w[len(f.buf)] == c {
+				cont = true
+				if len(w) > len(f.buf)+1 {
+					longer = true
+				}
+			}
+		}
+		if !cont {
+			// A complete word ends where no word continues: the byte
+			// belongs to the parent.
+			if !slices.Contains(f.litAll, string(f.buf)) {
+				return false
+			}
+			st.pop()
+			if len(st.stack) == 0 {
+				return false
+			}
+			return st.feed(c)
+		}
+		f.buf = append(f.buf, c)
+		if slices.Contains(f.litAll, string(f.buf)) && !longer {
+			st.pop()
+		}
+		return true
+	}
+	return false
+}
+
+// startValue replaces the fValue frame on top by the value that byte c
+// starts.
+func (st *State) startValue(c byte) bool {
+	f := st.top()
+	s := f.s
+	if s.enum != nil && s.strEnum == nil {
+		// Enum of non-string values: match the compact JSON texts.
+		var opts []string
+		for _, e := range s.enum {
+			if e[0] == c {
+				opts = append(opts, e)
+			}
+		}
+		if len(opts) == 0 {
+			return false
+		}
+		*f = frame{kind: fLiteral, s: s, litAll: opts}
+		return st.feed(c)
+	}
+	if s.strEnum != nil {
+		if c != '"' {
+			return false
+		}
+		*f = frame{kind: fString, s: s}
+		return true
+	}
+	switch {
+	case c == '{' && s.types&tObject != 0:
+		*f = frame{kind: fObject, s: s, sub: oKeyOrEnd}
+		return true
+	case c == '[' && s.types&tArray != 0:
+		*f = frame{kind: fArray, s: s}
+		return true
+	case c == '"' && (s.types&tString != 0 || s.strEnum != nil):
+		*f = frame{kind: fString, s: s}
+		return true
+	case (c == '-' || (c >= '0' && c <= '9')) && s.types&(tNumber|tInteger) != 0:
+		*f = frame{kind: fNumber, s: s}
+		if !numberByte(f, c) {
+			return false
+		}
+		return st.numberViable(f)
+	case c == 't' && s.types&tBoolean != 0, c == 'f' && s.types&tBoolean != 0, c == 'n' && s.types&tNull != 0:
+		var words []string
+		if s.types&tBoolean != 0 {
+			words = append(words, "true", "false")
+		}
+		if s.types&tNull != 0 {
+			words = append(words, "null")
+		}
+		*f = frame{kind: fLiteral, s: s, litAll: words}
+		return st.feed(c)
+	}
+	return false
+}
+
+func (st *State) feedObject(f *frame, c byte) bool {
+	if isSpace(c) {
+		if f.space {
+			return false
+		}
+		f.space = true
+		return true
+	}
+	f.space = false
+	switch f.sub {
+	case oKeyOrEnd, oKey:
+		if c == '}' && f.sub == oKeyOrEnd {
+			return st.closeObject(f)
+		}
+		if c != '"' {
+			return false
+		}
+		if free(f.s) {
+			st.push(frame{kind: fString, key: true, s: anyString})
+			return true
+		}
+		var cands []int
+		for i := range f.s.props {
+			if i >= 64 || f.seen&(1<<i) == 0 {
+				cands = append(cands, i)
+			}
+		}
+		if len(cands) == 0 {
+			return false
+		}
+		st.push(frame{kind: fString, key: true, cands: cands})
+		return true
+	case oColon:
+		if c != ':' {
+			return false
+		}
+		// The key's property decides the value's schema.
+		if len(st.stack) > maxDepth {
+			return false
+		}
+		if free(f.s) {
+			st.push(frame{kind: fValue, s: anySchema})
+			return true
+		}
+		st.push(frame{kind: fValue, s: f.s.props[f.n].schema})
+		return true
+	case oCommaOrEnd:
+		switch c {
+		case ',':
+			f.sub = oKey
+			return free(f.s) || st.keysLeft(f)
+		case '}':
+			return st.closeObject(f)
+		}
+	}
+	return false
+}
+
+// keysLeft reports whether a property is left to write.
+func (st *State) keysLeft(f *frame) bool {
+	for i := range f.s.props {
+		if i >= 64 || f.seen&(1<<i) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (st *State) closeObject(f *frame) bool {
+	for _, r := range f.s.required {
+		i := slices.IndexFunc(f.s.props, func(p prop) bool { return p.name == r })
+		if i >= 0 && i < 64 && f.seen&(1<<i) == 0 {
+			return false
+		}
+	}
+	st.pop()
+	return true
+}
+
+func (st *State) feedArray(f *frame, c byte) bool {
+	if isSpace(c) {
+		if f.space {
+			return false
+		}
+		f.space = true
+		return true
+	}
+	f.space = false
+	switch {
+	case c == ']' && f.sub != 2:
+		if f.n < f.s.minItems {
+			return false
+		}
+		st.pop()
+		return true
+	case c == ',' && f.sub == 1:
+		if f.s.maxItems >= 0 && f.n >= f.s.maxItems {
+			return false
+		}
+		f.sub = 2
+		return true
+	case f.sub == 0 || f.sub == 2:
+		if f.s.maxItems >= 0 && f.n >= f.s.maxItems {
+			return false
+		}
+		items := f.s.items
+		if items == nil {
+			items = anySchema
+		}
+		if len(st.stack) > maxDepth {
+			return false
+		}
+		st.push(frame{kind: fValue, s: items})
+		return st.feed(c)
+	}
+	return false
+}
+
+var (
+	anySchema = &Schema{types: tAny, maxItems: -1, maxLen: -1}
+	anyString = &Schema{types: tString, maxItems: -1, maxLen: -1}
+)
+
+// maxDepth bounds the nesting of generated documents.
+const maxDepth = 32
+
+// free reports whether an object schema declares no properties: any keys,
+// any values (json_object, or {"type": "object"}).
+func free(s *Schema) bool { return s.props == nil }
+
+func (st *State) feedString(f *frame, c byte) bool {
+	// Escapes and UTF-8 continuation first.
+	switch {
+	case f.utf > 0:
+		lo, hi := byte(0x80), byte(0xBF)
+		if f.ulo != 0 { // the second byte of some sequences is narrower (Unicode 3.9)
+			lo, hi, f.ulo, f.uhi = f.ulo, f.uhi, 0, 0
+		}
+		if c < lo || c > hi {
+			return false
+		}
+		f.utf--
+		f.buf = append(f.buf, c)
+		return st.stringViable(f)
+	case f.esc == 1:
+		switch c {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			f.esc = 0
+			f.buf = append(f.buf, unescape(c))
+			f.n++
+			return st.stringViable(f)
+		case 'u':
+			f.esc = 5
+			return f.cands == nil && f.s != nil && f.s.strEnum == nil // no \u in keys and enums
+		}
+		return false
+	case f.esc > 1:
+		if !strings.ContainsRune("0123456789abcdefABCDEF", rune(c)) {
+			return false
+		}
+		f.esc--
+		if f.esc == 1 {
+			f.esc = 0
+			f.n++
+			f.buf = append(f.buf, '?') // stands for the escaped character
+		}
+		return st.stringViable(f)
+	}
+	switch {
+	case c == '"':
+		return st.closeString(f)
+	case c == '\\':
+		// Declared keys and enum values hold no character that needs an
+		// escape (Compile refuses them).
+		if f.cands != nil || f.s == nil || f.s.strEnum != nil {
+			return false
+		}
+		f.esc = 1
+		return f.s.maxLen < 0 || f.n < f.s.maxLen
+	case c < 0x20:
+		return false
+	case c >= 0x80:
+		switch {
+		case c >= 0xC2 && c <= 0xDF:
+			f.utf = 1
+		case c >= 0xE0 && c <= 0xEF:
+			f.utf = 2
+			switch c {
+			case 0xE0:
+				f.ulo, f.uhi = 0xA0, 0xBF
+			case 0xED:
+				f.ulo, f.uhi = 0x80, 0x9F
+			}
+		case c >= 0xF0 && c <= 0xF4:
+			f.utf = 3
+			switch c {
+			case 0xF0:
+				f.ulo, f.uhi = 0x90, 0xBF
+			case 0xF4:
+				f.ulo, f.uhi = 0x80, 0x8F
+			}
+		default:
+			return false
+		}
+		f.n++
+		f.buf = append(f.buf, c)
+		return st.stringViable(f)
+	}
+	f.n++
+	f.buf = append(f.buf, c)
+	return st.stringViable(f)
+}
+
+func unescape(c byte) byte {
+	switch c {
+	case 'b':
+		return '\b'
+	case 'f':
+		return '\f'
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	}
+	return c
+}
+
+// stringViable checks a string's content so far against what it may
+// become: a key among the candidates, an enum value, a length limit.
+func (st *State) stringViable(f *frame) bool {
+	if f.key && f.cands != nil {
+		parent := &st.stack[len(st.stack)-2]
+		keep := f.cands[:0]
+		for _, i := range f.cands {
+			if strings.HasPrefix(parent.s.props[i].name, string(f.buf)) {
+				keep = append(keep, i)
+			}
+		}
+		f.cands = keep
+		return len(keep) > 0
+	}
+	if f.s.strEnum != nil {
+		for _, e := range f.s.strEnum {
+			if strings.HasPrefix(e, string(f.buf)) {
+				return true
+			}
+		}
+		return false
+	}
+	if f.s.maxLen >= 0 && f.n > f.s.maxLen {
+		return false
+	}
+	return true
+}
+
+func (st *State) closeString(f *frame) bool {
+	if f.key && f.cands == nil { // a free object's key
+		parent := &st.stack[len(st.stack)-2]
+		st.stack = st.stack[:len(st.stack)-1]
+		parent.sub, parent.space = oColon, false
+		return true
+	}
+	if f.key {
+		parent := &st.stack[len(st.stack)-2]
+		for _, i := range f.cands {
+			if parent.s.props[i].name == string(f.buf) {
+				if i < 64 {
+					parent.seen |= 1 << i
+				}
+				parent.n = i
+				st.stack = st.stack[:len(st.stack)-1]
+				parent.sub = oColon
+				parent.space = false
+				return true
+			}
+		}
+		return false
+	}
+	if f.s.strEnum != nil && !slices.Contains(f.s.strEnum, string(f.buf)) {
+		return false
+	}
+	if f.n < f.s.minLen {
+		return false
+	}
+	st.pop()
+	return true
+}
+
+// Number states.
+const (
+	nStart  = iota // nothing yet
+	nMinus         // "-"
+	nZero          // "0" or "-0": no more integer digits
+	nInt           // integer digits
+	nDot           // "."
+	nFrac          // fraction digits
+	nE             // "e" or "E"
+	nESign         // exponent sign
+	nExp           // exponent digits
+)
+
+// numberByte advances a number by c; false when c cannot continue it.
+func numberByte(f *frame, c byte) bool {
+	integer := f.s.types&tNumber == 0 || f.s.min != nil || f.s.max != nil
+	digit := c >= '0' && c <= '9'
+	next := -1
+	switch f.sub {
+	case nStart:
+		switch {
+		case c == '-':
+			next = nMinus
+		case c == '0':
+			next = nZero
+		case digit:
+			next = nInt
+		}
+	case nMinus:
+		switch {
+		case c == '0':
+			next = nZero
+		case digit:
+			next = nInt
+		}
+	case nZero, nInt:
+		switch {
+		case digit && f.sub == nInt:
+			next = nInt
+		case c == '.' && !integer:
+			next = nDot
+		case (c == 'e' || c == 'E') && !integer:
+			next = nE
+		}
+	case nDot, nFrac:
+		switch {
+		case digit:
+			next = nFrac
+		case (c == 'e' || c == 'E') && f.sub == nFrac:
+			next = nE
+		}
+	case nE:
+		switch {
+		case c == '+' || c == '-':
+			next = nESign
+		case digit:
+			next = nExp
+		}
+	case nESign, nExp:
+		if digit && (f.sub == nESign || expDigits(f.buf) < 2) {
+			next = nExp
+		}
+	}
+	// At most 24 characters, with room left to complete the number.
+	switch {
+	case next < 0, len(f.buf) >= 24:
+		return false
+	case (next == nMinus || next == nDot || next == nESign) && len(f.buf) >= 22, next == nE && len(f.buf) >= 21:
+		return false
+	}
+	f.sub = next
+	f.buf = append(f.buf, c)
+	return true
+}
+
+// expDigits counts the digits after a number's exponent mark.
+func expDigits(b []byte) int {
+	i := bytes.LastIndexAny(b, "eE+-")
+	return len(b) - i - 1
+}
+
+func numberComplete(f *frame) bool {
+	switch f.sub {
+	case nZero, nInt, nFrac, nExp:
+		return true
+	}
+	return false
+}
+
+func numberInRange(f *frame) bool {
+	v, err := strconv.ParseFloat(string(f.buf), 64)
+	if err != nil || math.IsInf(v, 0) {
+		return false
+	}
+	return (f.s.min == nil || v >= *f.s.min) && (f.s.max == nil || v <= *f.s.max)
+}
+
+// numberViable reports whether a bounded number (generated as an integer)
+// can still end within its bounds: some integer with these leading
+// characters lies in [min, max].
+func (st *State) numberViable(f *frame) bool {
+	if f.s.min == nil && f.s.max == nil {
+		return true
+	}
+	lo, hi := math.Inf(-1), math.Inf(1)
+	if f.s.min != nil {
+		lo = math.Ceil(*f.s.min)
+	}
+	if f.s.max != nil {
+		hi = math.Floor(*f.s.max)
+	}
+	text := string(f.buf)
+	neg := strings.HasPrefix(text, "-")
+	digits := strings.TrimPrefix(text, "-")
+	if digits == "" { // "-": any negative integer
+		return lo < 0
+	}
+	p, _ := strconv.ParseFloat(digits, 64)
+	// The integers written with these leading digits: p, then p·10^k to
+	// p·10^k + 10^k − 1 (none after a leading 0), mirrored when negative.
+	for k := 0; k <= 18; k++ {
+		scale := math.Pow(10, float64(k))
+		a, b := p*scale, p*scale+scale-1
+		if neg {
+			a, b = -b, -a
+		}
+		if b >= lo && a <= hi {
+			return true
+		}
+		if digits == "0" || (!neg && a > hi) || (neg && b < lo) {
+			break
+		}
+	}
+	return false
+}
