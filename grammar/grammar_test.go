@@ -59,19 +59,19 @@ func TestAcceptsAndRefuses(t *testing.T) {
 		{"weather", `{"city": "Paris"}`, true},
 		{"weather", `{"city": "Paris", "unit": "celsius", "days": 3}`, true},
 		{"weather", `{"unit":"celsius","city":"Oslo"}`, true},
-		{"weather", `{"unit": "celsius"}`, false},                  // city required
-		{"weather", `{"city": "Paris", "city": "Rome"}`, false},    // repeated key
-		{"weather", `{"city": "Paris", "wind": 3}`, false},         // undeclared key
-		{"weather", `{"city": "Paris", "unit": "kelvin"}`, false},  // not in the enum
-		{"weather", `{"city": "Paris", "days": 15}`, false},        // above maximum
-		{"weather", `{"city": "Paris", "days": 0}`, false},         // below minimum
-		{"weather", `{"city": "Paris", "days": 2.5}`, false},       // not an integer
-		{"weather", `{"city": 3}`, false},                          // not a string
-		{"weather", `{"city": "Paris"}  `, false},                  // trailing spaces
-		{"weather", `{ "city" : "Paris" }`, true},                  // single spaces
-		{"weather", `{"city":  "Paris"}`, false},                   // two spaces
+		{"weather", `{"unit": "celsius"}`, false},                 // city required
+		{"weather", `{"city": "Paris", "city": "Rome"}`, false},   // repeated key
+		{"weather", `{"city": "Paris", "wind": 3}`, false},        // undeclared key
+		{"weather", `{"city": "Paris", "unit": "kelvin"}`, false}, // not in the enum
+		{"weather", `{"city": "Paris", "days": 15}`, false},       // above maximum
+		{"weather", `{"city": "Paris", "days": 0}`, false},        // below minimum
+		{"weather", `{"city": "Paris", "days": 2.5}`, false},      // not an integer
+		{"weather", `{"city": 3}`, false},                         // not a string
+		{"weather", `{"city": "Paris"}  `, false},                 // trailing spaces
+		{"weather", `{ "city" : "Paris" }`, true},                 // single spaces
+		{"weather", `{"city":  "Paris"}`, false},                  // two spaces
 		{"nested", `{"items": [{"name": "tea", "price": 2.5}], "ok": true}`, true},
-		{"nested", `{"items": [], "ok": true}`, false},             // minItems
+		{"nested", `{"items": [], "ok": true}`, false},                                  // minItems
 		{"nested", `{"items": [{"name": "abcdefghi", "price": 1}], "ok": true}`, false}, // maxLength
 		{"nested", `{"items": [{"name": "a", "price": 1, "tags": ["x", "y", "z"]}], "ok": true}`, false},
 		{"nested", `{"items": [{"name": "a", "price": -1e3}], "note": null, "ok": false}`, true},

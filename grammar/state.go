@@ -41,7 +41,7 @@ type frame struct {
 	utf    int    // string: UTF-8 continuation bytes still expected
 	ulo    byte   // string: bounds of the next continuation byte when narrower than 80..BF (0: not)
 	uhi    byte
-	pos    int    // literal: bytes matched
+	pos    int // literal: bytes matched
 	litAll []string
 }
 
@@ -549,15 +549,15 @@ func (st *State) closeString(f *frame) bool {
 
 // Number states.
 const (
-	nStart  = iota // nothing yet
-	nMinus         // "-"
-	nZero          // "0" or "-0": no more integer digits
-	nInt           // integer digits
-	nDot           // "."
-	nFrac          // fraction digits
-	nE             // "e" or "E"
-	nESign         // exponent sign
-	nExp           // exponent digits
+	nStart = iota // nothing yet
+	nMinus        // "-"
+	nZero         // "0" or "-0": no more integer digits
+	nInt          // integer digits
+	nDot          // "."
+	nFrac         // fraction digits
+	nE            // "e" or "E"
+	nESign        // exponent sign
+	nExp          // exponent digits
 )
 
 // numberByte advances a number by c; false when c cannot continue it.
