@@ -15,6 +15,17 @@ type Constraint struct {
 	m     *Matcher
 	vocab Vocab
 	stops []int32
+	// first caches, for the current position, which bytes may come next:
+	// a token whose first byte may not is refused without a trial.
+	first    [256]bool
+	firstSet bool
+	scratch  Matcher // trials run on a copy of m kept here
+}
+
+// try reports whether m accepts b, on the scratch copy.
+func (c *Constraint) try(b []byte) bool {
+	c.m.copyInto(&c.scratch)
+	return c.scratch.FeedBytes(b)
 }
 
 // NewConstraint starts g over vocab; stops are the generation's stop
@@ -23,7 +34,8 @@ func NewConstraint(g *Grammar, vocab Vocab, stops []int32) *Constraint {
 	return &Constraint{m: g.Start(), vocab: vocab, stops: stops}
 }
 
-// Allow reports whether tok may come next.
+// Allow reports whether tok may come next. It does not change the
+// constraint's position (it caches what the position allows).
 func (c *Constraint) Allow(tok int32) bool {
 	if slices.Contains(c.stops, tok) {
 		return c.m.Done()
@@ -31,11 +43,25 @@ func (c *Constraint) Allow(tok int32) bool {
 	if tok < 0 || int(tok) >= len(c.vocab) || len(c.vocab[tok]) == 0 {
 		return false
 	}
-	return c.m.Clone().FeedBytes(c.vocab[tok])
+	b := c.vocab[tok]
+	if !c.firstSet {
+		for x := range 256 {
+			c.first[x] = c.try([]byte{byte(x)})
+		}
+		c.firstSet = true
+	}
+	if !c.first[b[0]] {
+		return false
+	}
+	if len(b) == 1 {
+		return true
+	}
+	return c.try(b)
 }
 
 // Accept moves past tok, which Allow accepted.
 func (c *Constraint) Accept(tok int32) {
+	c.firstSet = false
 	if slices.Contains(c.stops, tok) {
 		return
 	}

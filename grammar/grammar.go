@@ -50,6 +50,35 @@ func (m *Matcher) Clone() *Matcher {
 	return c
 }
 
+// copyInto makes dst a copy of m, reusing dst's memory.
+func (m *Matcher) copyInto(dst *Matcher) {
+	n := len(m.alts)
+	old := dst.alts[:cap(dst.alts)]
+	dst.alts = dst.alts[:0]
+	for i := range n {
+		a := m.alts[i]
+		var js *State
+		if i < len(old) && old[i].js != nil {
+			js = old[i].js
+		}
+		if a.js != nil {
+			if js == nil {
+				js = &State{}
+			}
+			a.js.copyInto(js)
+			a.js = js
+		}
+		dst.alts = append(dst.alts, a)
+	}
+	// Keep spare states for reuse.
+	for i := n; i < len(old); i++ {
+		if i < cap(dst.alts) {
+			dst.alts = append(dst.alts, old[i])
+		}
+	}
+	dst.alts = dst.alts[:n]
+}
+
 // Done reports whether the bytes so far are a whole generation of the
 // grammar.
 func (m *Matcher) Done() bool {
@@ -121,6 +150,10 @@ func (a *alt) feed(c byte) bool {
 		}
 		if a.js == nil {
 			a.js = NewState(p.Schema)
+		}
+		if !a.js.Done() {
+			// The value goes on: c is its byte or nothing's.
+			return a.js.Feed(c)
 		}
 		try := a.js.Clone()
 		if try.Feed(c) {

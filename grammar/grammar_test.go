@@ -220,3 +220,102 @@ func FuzzGrammar(f *testing.F) {
 		}
 	})
 }
+
+// A Constraint over a vocabulary of multi-byte tokens: a random walk over
+// the allowed tokens always ends in a complete, valid call of one of the
+// alternatives, then only the stop token is allowed.
+func TestConstraintTokens(t *testing.T) {
+	s, v := compileBoth(t, testSchemas["weather"])
+	g := &Grammar{Alts: [][]Part{
+		{{Text: `get_weather", "arguments": `}, {Schema: s}, {Text: "}\n</tool_call>"}},
+		{{Text: `get_time", "arguments": `}, {Schema: s}, {Text: "}\n</tool_call>"}},
+	}}
+	words := []string{`get`, `_weather`, `_time`, `"`, `", "`, `arguments`, `": `, `{`, `}`, `{"`, `city`, `unit`, `days`, `":`, ` "`, `Paris`,
+		`celsius`, `fahrenheit`, `cel`, `sius`, `3`, `14`, `1`, `0`, `, `, `,`, `}\n`, `</tool_call>`, "\n", ` `, `é`, `x`, `"}`}
+	var vocab Vocab
+	for _, w := range words {
+		vocab = append(vocab, []byte(w))
+	}
+	for c := byte(' '); c < 0x7f; c++ { // every single character, as byte-level vocabularies have
+		vocab = append(vocab, []byte{c})
+	}
+	stop := int32(len(vocab))
+	vocab = append(vocab, nil) // the stop token has no bytes
+	r := rand.New(rand.NewPCG(4, 4))
+	for range 200 {
+		c := NewConstraint(g, vocab, []int32{stop})
+		var out []byte
+		for step := 0; ; step++ {
+			var ok []int32
+			for tok := range int32(len(vocab)) {
+				if c.Allow(tok) {
+					ok = append(ok, tok)
+				}
+			}
+			if len(ok) == 0 {
+				t.Fatalf("no token allowed after %q", out)
+			}
+			tok := ok[r.IntN(len(ok))]
+			if step > 60 && c.Allow(stop) {
+				tok = stop
+			}
+			if tok == stop {
+				if len(ok) != 1 {
+					t.Fatalf("complete after %q, but %d other tokens allowed", out, len(ok)-1)
+				}
+				break
+			}
+			c.Accept(tok)
+			out = append(out, vocab[tok]...)
+			if step > 400 {
+				t.Fatalf("no end after %q", out)
+			}
+		}
+		doc := string(out)
+		name, rest, _ := strings.Cut(doc, `", "arguments": `)
+		args, tail, ok := strings.Cut(rest, "}\n</tool_call>")
+		if !ok || tail != "" || (name != "get_weather" && name != "get_time") {
+			t.Fatalf("generation %q", doc)
+		}
+		if err := validate(v, args); err != nil {
+			t.Fatalf("arguments %q: %v", args, err)
+		}
+	}
+}
+
+func validate(v *jsonschema.Schema, doc string) error {
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
+	if err != nil {
+		return err
+	}
+	return v.Validate(inst)
+}
+
+// BenchmarkConstraintAllow: the cost of checking every token of a
+// 6144-token vocabulary (the bundled model's size) at one position of a
+// tool call, the worst case of constrained sampling (after 16 refusals).
+func BenchmarkConstraintAllow(b *testing.B) {
+	s, _ := Compile(json.RawMessage(testSchemas["nested"]))
+	g := &Grammar{Alts: [][]Part{{{Schema: s}}}}
+	r := rand.New(rand.NewPCG(1, 1))
+	vocab := make(Vocab, 6144)
+	for i := range vocab {
+		n := 1 + r.IntN(6)
+		w := make([]byte, n)
+		for j := range w {
+			w[j] = byte(' ' + r.IntN(95))
+		}
+		vocab[i] = w
+	}
+	c := NewConstraint(g, vocab, nil)
+	for _, tok := range []string{`{"items": [{"name": "te`} {
+		c.m.FeedBytes([]byte(tok))
+	}
+	b.ResetTimer()
+	for range b.N {
+		c.firstSet = false
+		for tok := range int32(len(vocab)) {
+			c.Allow(tok)
+		}
+	}
+}

@@ -70,6 +70,26 @@ func (st *State) Clone() *State {
 	return c
 }
 
+// copyInto makes dst a copy of st, reusing dst's memory.
+func (st *State) copyInto(dst *State) {
+	dst.done, dst.dead = st.done, st.dead
+	n := len(st.stack)
+	if cap(dst.stack) < n {
+		dst.stack = append(dst.stack[:cap(dst.stack)], make([]frame, n-cap(dst.stack))...)
+	}
+	dst.stack = dst.stack[:n]
+	for i := range st.stack {
+		buf, cands := dst.stack[i].buf, dst.stack[i].cands
+		dst.stack[i] = st.stack[i]
+		dst.stack[i].buf = append(buf[:0], st.stack[i].buf...)
+		if st.stack[i].cands == nil {
+			dst.stack[i].cands = nil
+		} else {
+			dst.stack[i].cands = append(cands[:0], st.stack[i].cands...)
+		}
+	}
+}
+
 // Done reports whether the bytes so far are a complete document (a
 // trailing number is complete only once something follows it, except at
 // the top level, where Done accepts it).

@@ -38,6 +38,19 @@ type Request struct {
 	// a foreground request needs its slot or the KV cache is full. For the
 	// judge and other work users do not wait on.
 	Background bool
+	// Constraint, if set, decides which tokens may come next (constrained
+	// decoding: grammar.Constraint). The token is drawn from the model's
+	// distribution restricted to the allowed ones, with the sampling
+	// settings; the log-probs reported are the model's own. Each
+	// generation needs its own.
+	Constraint Constraint
+}
+
+// Constraint restricts a generation's tokens. Allow must not change the
+// constraint; Accept moves past the token drawn.
+type Constraint interface {
+	Allow(tok int32) bool
+	Accept(tok int32)
 }
 
 // FinishReason says why a generation ended.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -609,6 +610,51 @@ func (s *Scheduler) start(j *job) bool {
 	return true
 }
 
+// constrainedTries is how many drawn tokens sampleConstrained checks
+// before it masks the whole vocabulary.
+const constrainedTries = 16
+
+// sampleConstrained draws a token c allows: from the logits, then, while
+// the token drawn is refused, from the logits with it masked out (which
+// draws from the model's distribution restricted to the allowed tokens,
+// exactly, with few checks where the model mostly agrees with the
+// grammar); after constrainedTries refusals every token is checked at
+// once. The log-probs reported are the model's own.
+func sampleConstrained(smp *sample.Sampler, row []float32, c Constraint, topK int) (sample.Result, error) {
+	masked := slices.Clone(row)
+	ninf := float32(math.Inf(-1))
+	for range constrainedTries {
+		r, err := smp.Sample(masked)
+		if err != nil {
+			return r, err
+		}
+		if c.Allow(r.Token) {
+			r.LogProb, r.Top = sample.ModelLogProbs(row, r.Token, topK)
+			return r, nil
+		}
+		masked[r.Token] = ninf
+	}
+	left := false
+	for t := range masked {
+		if masked[t] != ninf {
+			if c.Allow(int32(t)) {
+				left = true
+			} else {
+				masked[t] = ninf
+			}
+		}
+	}
+	if !left {
+		return sample.Result{}, errors.New("constrained decoding: the grammar allows no token here")
+	}
+	r, err := smp.Sample(masked)
+	if err != nil {
+		return r, err
+	}
+	r.LogProb, r.Top = sample.ModelLogProbs(row, r.Token, topK)
+	return r, nil
+}
+
 // step runs one forward pass over the running batch and samples.
 func (s *Scheduler) step() error {
 	budget := s.opts.StepTokens
@@ -692,7 +738,11 @@ func (s *Scheduler) step() error {
 	kernels.ParallelFor(len(jobs), 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if j := jobs[i]; ran[i] && j.seq.Len() == len(j.tokens) {
-				results[i], errs[i] = j.sampler.Sample(rows[i])
+				if j.req.Constraint != nil {
+					results[i], errs[i] = sampleConstrained(j.sampler, rows[i], j.req.Constraint, j.req.Sampling.TopLogProbs)
+				} else {
+					results[i], errs[i] = j.sampler.Sample(rows[i])
+				}
 			}
 		}
 	})
@@ -714,6 +764,9 @@ func (s *Scheduler) step() error {
 		if !j.started {
 			j.started = true
 			ev.CachedTokens = j.cached
+		}
+		if j.req.Constraint != nil {
+			j.req.Constraint.Accept(r.Token)
 		}
 		j.tokens = append(j.tokens, r.Token)
 		generated := len(j.tokens) - j.nPrompt

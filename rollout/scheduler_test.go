@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -565,5 +567,106 @@ func TestCollector(t *testing.T) {
 	}
 	if got["clawrl_prompt_tokens_total/cached"] < 8 {
 		t.Errorf("cached prompt tokens %v: the second request did not reuse the first's blocks", got["clawrl_prompt_tokens_total/cached"])
+	}
+}
+
+// allowSet is a Constraint that allows a fixed set of tokens.
+type allowSet struct {
+	ok       map[int32]bool
+	accepted []int32
+}
+
+func (a *allowSet) Allow(t int32) bool { return a.ok[t] }
+func (a *allowSet) Accept(t int32)     { a.accepted = append(a.accepted, t) }
+
+// A constrained generation draws only allowed tokens, greedy picks the
+// most likely allowed one, every token drawn is accepted, and the
+// log-probs reported are the model's own (unmasked).
+func TestConstrainedGeneration(t *testing.T) {
+	m := tinyModel(t)
+	kv := newCache(t, m, 64)
+	s := startScheduler(t, Options{Model: m, Cache: kv})
+	for _, temp := range []float32{0, 1} {
+		c := &allowSet{ok: map[int32]bool{3: true, 50: true, 99: true}}
+		req := greedyReq(prompt(6, 9), 12)
+		req.Sampling.Temperature = temp
+		req.Constraint = c
+		ch, err := s.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var toks []int32
+		var lps []float32
+		for ev := range ch {
+			if ev.HasToken {
+				toks = append(toks, ev.Token)
+				lps = append(lps, ev.LogProb)
+			}
+		}
+		if len(toks) != 12 || !slices.Equal(toks, c.accepted) {
+			t.Fatalf("temperature %v: tokens %v, accepted %v", temp, toks, c.accepted)
+		}
+		scored, err := m.LogProbs(newCache(t, m, 64), prompt(6, 9), toks, 101)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, tok := range toks {
+			if !c.ok[tok] {
+				t.Fatalf("temperature %v: token %d not allowed", temp, tok)
+			}
+			if d := math.Abs(float64(lps[i] - scored.LogProbs[i])); d > 1e-4 {
+				t.Errorf("token %d: log-prob %v, the model's %v", i, lps[i], scored.LogProbs[i])
+			}
+			if temp == 0 { // the best allowed token
+				for _, alt := range scored.TopK[i] {
+					if c.ok[alt.Token] {
+						if alt.Token != tok {
+							t.Errorf("greedy token %d is %d, the most likely allowed is %d", i, tok, alt.Token)
+						}
+						break
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkSampleConstrained: drawing one token from a 6144-token row
+// (the bundled model's vocabulary) without a constraint, with one that
+// allows most tokens (one check), and with one that allows one token in a
+// hundred (16 refusals, then the whole vocabulary checked).
+func BenchmarkSampleConstrained(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	row := make([]float32, 6144)
+	for i := range row {
+		row[i] = float32(r.NormFloat64())
+	}
+	every := func(n int32) *allowSet {
+		a := &allowSet{ok: map[int32]bool{}}
+		for t := range int32(len(row)) {
+			if t%n == 0 {
+				a.ok[t] = true
+			}
+		}
+		return a
+	}
+	for _, c := range []struct {
+		name string
+		c    Constraint
+	}{{"none", nil}, {"most allowed", every(1)}, {"1 in 100 allowed", every(100)}} {
+		b.Run(c.name, func(b *testing.B) {
+			smp := sample.New(sample.Params{Temperature: 1})
+			for range b.N {
+				var err error
+				if c.c == nil {
+					_, err = smp.Sample(row)
+				} else {
+					_, err = sampleConstrained(smp, row, c.c, 0)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -133,6 +133,25 @@ func (s *Sampler) Sample(logits []float32) (Result, error) {
 	return r, nil
 }
 
+// ModelLogProbs returns log p(tok) under the model's distribution over
+// logits (temperature 1) and its k most likely tokens, best first: what
+// Sample reports, for a token chosen some other way (constrained
+// decoding samples from masked logits but reports the model's own
+// log-probs).
+func ModelLogProbs(logits []float32, tok int32, k int) (float32, []TokenLogProb) {
+	maxv := kernels.Max(logits)
+	probs := make([]float32, len(logits))
+	logZ := float64(maxv) + math.Log(expSum(probs, logits, maxv, 1))
+	lp := func(t int32) float32 { return float32(float64(logits[t]) - logZ) }
+	var top []TokenLogProb
+	if k > 0 {
+		for _, t := range topK(logits, min(k, len(logits)), make([]int32, 0, len(logits))) {
+			top = append(top, TokenLogProb{Token: t, LogProb: lp(t)})
+		}
+	}
+	return lp(tok), top
+}
+
 // indices returns the index scratch with room for n entries.
 func (s *Sampler) indices(n int) []int32 {
 	if cap(s.idx) < n {

@@ -27,6 +27,7 @@ type chatRequest struct {
 	Tools               []json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage   `json:"tool_choice"`
 	ParallelToolCalls   *bool             `json:"parallel_tool_calls"`
+	ResponseFormat      json.RawMessage   `json:"response_format"`
 	// ChatTemplateKwargs are extra template variables (as vLLM takes
 	// them), such as {"enable_thinking": false}.
 	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
@@ -120,6 +121,12 @@ func (req *chatRequest) conversation() (*conversation, *apiError) {
 	}
 	conv.tools, conv.names = tools, names
 	if conv.choice, e = parseToolChoice(req.ToolChoice, names); e != nil {
+		return nil, e
+	}
+	if e = conv.compileTools(); e != nil {
+		return nil, e
+	}
+	if conv.format, e = parseResponseFormat(req.ResponseFormat, "response_format"); e != nil {
 		return nil, e
 	}
 	if len(req.ChatTemplateKwargs) > 0 {

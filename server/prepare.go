@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clawrl/clawrl/grammar"
 	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/sample"
 	"github.com/clawrl/clawrl/session"
@@ -23,6 +24,23 @@ type conversation struct {
 	choice   toolChoice
 	oneCall  bool // parallel_tool_calls: false
 	vars     map[string]any
+	// format is response_format's schema (nil: free text); schemas and
+	// toolOrder are the declared tools' parameters, compiled when a call
+	// is forced (see constrain.go).
+	format    *grammar.Schema
+	schemas   map[string]*grammar.Schema
+	toolOrder []string
+}
+
+// compileTools compiles the tools' parameter schemas when the tool choice
+// forces a call, which is then generated under them.
+func (conv *conversation) compileTools() *apiError {
+	if conv.choice.mode != "function" && conv.choice.mode != "required" {
+		return nil
+	}
+	var e *apiError
+	conv.schemas, conv.toolOrder, e = toolSchemas(conv.tools)
+	return e
 }
 
 // sampling is how a request wants its choices generated.
@@ -142,6 +160,7 @@ func (s *Server) prepareChat(conv *conversation, smp sampling) (*prepared, *apiE
 		return nil, e
 	}
 	p := &prepared{prompt: prompt}
+	g := grammarFor(conv)
 	for i := range smp.n {
 		params := smp.params
 		if params.Seed != nil {
@@ -150,7 +169,7 @@ func (s *Server) prepareChat(conv *conversation, smp sampling) (*prepared, *apiE
 		}
 		p.jobs = append(p.jobs, job{
 			index:     i,
-			req:       rollout.Request{Prompt: prompt, Sampling: params, MaxTokens: maxTokens, StopTokens: s.opts.StopTokens},
+			req:       rollout.Request{Prompt: prompt, Sampling: params, MaxTokens: maxTokens, StopTokens: s.opts.StopTokens, Constraint: s.constraint(g)},
 			stops:     smp.stops,
 			chat:      true,
 			tools:     len(tools) > 0,

@@ -17,12 +17,15 @@ import (
 // (previous_response_id, conversation, background) are not supported;
 // other fields clawrl does not use are ignored.
 type responsesRequest struct {
-	Model              string                     `json:"model"`
-	Input              json.RawMessage            `json:"input"`
-	Instructions       *string                    `json:"instructions"`
-	Tools              []json.RawMessage          `json:"tools"`
-	ToolChoice         json.RawMessage            `json:"tool_choice"`
-	ParallelToolCalls  *bool                      `json:"parallel_tool_calls"`
+	Model             string            `json:"model"`
+	Input             json.RawMessage   `json:"input"`
+	Instructions      *string           `json:"instructions"`
+	Tools             []json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage   `json:"tool_choice"`
+	ParallelToolCalls *bool             `json:"parallel_tool_calls"`
+	Text              *struct {
+		Format json.RawMessage `json:"format"`
+	} `json:"text"`
 	MaxOutputTokens    *int                       `json:"max_output_tokens"`
 	Stream             bool                       `json:"stream"`
 	PreviousResponseID string                     `json:"previous_response_id"`
@@ -91,6 +94,14 @@ func (req *responsesRequest) conversation() (*conversation, *apiError) {
 	}
 	if conv.choice, e = parseToolChoice(req.ToolChoice, conv.names); e != nil {
 		return nil, e
+	}
+	if e = conv.compileTools(); e != nil {
+		return nil, e
+	}
+	if req.Text != nil {
+		if conv.format, e = parseResponseFormat(req.Text.Format, "text.format"); e != nil {
+			return nil, e
+		}
 	}
 	if len(req.ChatTemplateKwargs) > 0 {
 		conv.vars = map[string]any{}

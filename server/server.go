@@ -43,6 +43,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/clawrl/clawrl/grammar"
 	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/session"
 	"github.com/clawrl/clawrl/tokenizer"
@@ -161,6 +162,9 @@ type Server struct {
 	// it cancels all in-flight generations.
 	base       context.Context
 	cancelBase context.CancelFunc
+
+	vocabOnce  sync.Once
+	vocabBytes grammar.Vocab // the tokens as bytes, for constrained decoding
 }
 
 // New checks opts and builds a Server.

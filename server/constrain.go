@@ -1,0 +1,134 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/clawrl/clawrl/grammar"
+	"github.com/clawrl/clawrl/rollout"
+)
+
+// Constrained decoding. A forced tool call (tool_choice naming a
+// function, or "required") and a structured output (response_format
+// json_object or json_schema) are generated under a grammar (package
+// grammar): after the prefilled "<tool_call>" opening, only a declared
+// function's name, arguments valid for its parameters' JSON Schema and
+// the closing tag can come, then the end of the turn; a structured output
+// is one JSON document of the schema. The schemas are compiled when the
+// request is parsed, so an unsupported keyword is a 400 naming it.
+
+// toolSchemas compiles the parameters of the declared tools, by name.
+func toolSchemas(tools []json.RawMessage) (map[string]*grammar.Schema, []string, *apiError) {
+	out := map[string]*grammar.Schema{}
+	var order []string
+	for i, raw := range tools {
+		var t chatTool
+		if err := json.Unmarshal(raw, &t); err != nil {
+			continue // parseChatTools reported it
+		}
+		param := fmt.Sprintf("tools[%d].function.parameters", i)
+		params := t.Function.Parameters
+		if isNull(params) {
+			params = json.RawMessage(`{"type":"object","properties":{}}`)
+		}
+		s, err := grammar.Compile(params)
+		if err != nil {
+			return nil, nil, invalid(param, "invalid_value", "Invalid schema for '%s': %v", param, err)
+		}
+		if _, dup := out[t.Function.Name]; !dup {
+			order = append(order, t.Function.Name)
+		}
+		out[t.Function.Name] = s
+	}
+	return out, order, nil
+}
+
+// parseResponseFormat reads a chat request's response_format (or a
+// Responses request's text.format, flat): nil for text.
+func parseResponseFormat(raw json.RawMessage, param string) (*grammar.Schema, *apiError) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var f struct {
+		Type       string          `json:"type"`
+		JSONSchema json.RawMessage `json:"json_schema"`
+		// The Responses API's text.format holds these at the top.
+		Name   string          `json:"name"`
+		Schema json.RawMessage `json:"schema"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil || bytes.TrimSpace(raw)[0] != '{' {
+		return nil, invalid(param, "invalid_type", "Invalid type for '%s': expected an object.", param)
+	}
+	switch f.Type {
+	case "text":
+		return nil, nil
+	case "json_object":
+		s, _ := grammar.Compile(json.RawMessage(`{"type":"object"}`))
+		return s, nil
+	case "json_schema":
+		name, schema, sp := f.Name, f.Schema, param
+		if !isNull(f.JSONSchema) {
+			var js struct {
+				Name   string          `json:"name"`
+				Schema json.RawMessage `json:"schema"`
+			}
+			if err := json.Unmarshal(f.JSONSchema, &js); err != nil {
+				return nil, invalid(param+".json_schema", "invalid_type", "Invalid type for '%s.json_schema': expected an object.", param)
+			}
+			name, schema, sp = js.Name, js.Schema, param+".json_schema"
+		}
+		if name == "" {
+			return nil, invalid(sp+".name", "missing_required_parameter", "Missing required parameter: '%s.name'.", sp)
+		}
+		s, err := grammar.Compile(schema)
+		if err != nil {
+			return nil, invalid(sp+".schema", "invalid_value", "Invalid schema for response_format %q: %v", name, err)
+		}
+		return s, nil
+	case "":
+		return nil, invalid(param+".type", "missing_required_parameter", "Missing required parameter: '%s.type'.", param)
+	}
+	return nil, invalid(param+".type", "invalid_value", "Invalid value for '%s.type': %q. Supported values are: 'text', 'json_object' and 'json_schema'.", param, f.Type)
+}
+
+// grammarFor is the grammar a request's choices follow after the prefill,
+// or nil when they are free.
+func grammarFor(conv *conversation) *grammar.Grammar {
+	closing := grammar.Part{Text: "}\n" + tagToolClose}
+	switch conv.choice.mode {
+	case "function":
+		return &grammar.Grammar{Alts: [][]grammar.Part{{{Schema: conv.schemas[conv.choice.name]}, closing}}}
+	case "required":
+		g := &grammar.Grammar{}
+		for _, name := range conv.toolOrder {
+			quoted, _ := json.Marshal(name)
+			g.Alts = append(g.Alts, []grammar.Part{{Text: string(quoted[1:]) + ", \"arguments\": "}, {Schema: conv.schemas[name]}, closing})
+		}
+		return g
+	}
+	if conv.format != nil && (conv.choice.mode == "none" || len(conv.tools) == 0) {
+		return &grammar.Grammar{Alts: [][]grammar.Part{{{Schema: conv.format}}}}
+	}
+	return nil
+}
+
+// vocab is the tokenizer's tokens as bytes, built once.
+func (s *Server) vocab() grammar.Vocab {
+	s.vocabOnce.Do(func() {
+		n := s.tok.VocabSize()
+		s.vocabBytes = make(grammar.Vocab, n)
+		for id := range n {
+			s.vocabBytes[id] = []byte(s.tok.Decode([]int32{int32(id)}))
+		}
+	})
+	return s.vocabBytes
+}
+
+// constraint is a fresh Constraint of g for one choice (nil: none).
+func (s *Server) constraint(g *grammar.Grammar) rollout.Constraint {
+	if g == nil {
+		return nil
+	}
+	return grammar.NewConstraint(g, s.vocab(), s.opts.StopTokens)
+}
