@@ -176,12 +176,7 @@ func (s *Server) chatSampling(req *chatRequest) (sampling, *apiError) {
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	received := time.Now()
 	var req chatRequest
-	if e := decodeBody(r, s.opts.MaxBodyBytes, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		writeError(w, e)
+	if !s.decodeRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
 	conv, e := req.conversation()
@@ -194,29 +189,15 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	l := s.launch(ctx, w, r, req.sessionFields, conv, smp)
-	if l == nil {
-		return
-	}
-	meta, p, gens, binding := l.meta, l.p, l.gens, l.binding
 	id := newID("chatcmpl-", 29)
-	recorded := false
-	c := chatCall{s: s, id: id, created: received.Unix(), logprobs: smp.logprobs, complete: func(outs []*output) {
-		recorded = true
-		s.record(binding, meta, "chat.completions", id, conv, p, outs, received)
-	}}
-	var outs []*output
-	if req.Stream {
-		outs = c.stream(ctx, cancel, w, gens, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, len(p.prompt))
-	} else {
-		outs = c.collect(ctx, w, gens, len(p.prompt))
-	}
-	s.observe("chat.completions", received, outs)
-	if !recorded { // an error or a client gone: record keeps only complete turns
-		s.record(binding, meta, "chat.completions", id, conv, p, outs, received)
-	}
+	s.serveTurn(w, r, turnRequest{endpoint: "chat.completions", id: id, received: received, fields: req.sessionFields, conv: conv, smp: smp,
+		write: func(ctx context.Context, cancel context.CancelFunc, l *launched, complete func([]*output)) []*output {
+			c := chatCall{s: s, id: id, created: received.Unix(), logprobs: smp.logprobs, complete: complete}
+			if req.Stream {
+				return c.stream(ctx, cancel, w, l.gens, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, len(l.p.prompt))
+			}
+			return c.collect(ctx, w, l.gens, len(l.p.prompt))
+		}})
 }
 
 // chatCall writes one chat completion.

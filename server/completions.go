@@ -97,12 +97,7 @@ func legacyLogprobs(entries []tokenLogprob, offset int) *completionLogprobs {
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	received := time.Now()
 	var req completionRequest
-	if e := decodeBody(r, s.opts.MaxBodyBytes, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		writeError(w, e)
+	if !s.decodeRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
 	prompts, e := req.prompts()

@@ -278,6 +278,61 @@ func (s *Server) launch(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	return &launched{meta: meta, p: p, gens: gens, binding: s.begin(w, meta, conv)}
 }
 
+// turnRequest is what a chat-shaped endpoint (chat completions,
+// responses) hands serveTurn once its body is parsed.
+type turnRequest struct {
+	endpoint string // "chat.completions" or "responses"
+	id       string // the response's id
+	received time.Time
+	fields   sessionFields
+	conv     *conversation
+	smp      sampling
+	// write streams or collects the response of l's generations; it calls
+	// complete with the outputs once every choice finished without error,
+	// before the response's last bytes (so that feedback sent as soon as
+	// the answer is read finds the turn).
+	write func(ctx context.Context, cancel context.CancelFunc, l *launched, complete func(outs []*output)) []*output
+}
+
+// serveTurn is the one path from a parsed chat-shaped request to a
+// recorded turn: it launches the generations (session metadata, chat
+// template, constraints, scheduler), lets the endpoint write its
+// response, observes the request and records the turn exactly once
+// (record keeps only complete ones: an error or a client gone records
+// nothing).
+func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, t turnRequest) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	l := s.launch(ctx, w, r, t.fields, t.conv, t.smp)
+	if l == nil {
+		return
+	}
+	recorded := false
+	record := func(outs []*output) {
+		if !recorded {
+			recorded = true
+			s.record(l.binding, l.meta, t.endpoint, t.id, t.conv, l.p, outs, t.received)
+		}
+	}
+	outs := t.write(ctx, cancel, l, record)
+	s.observe(t.endpoint, t.received, outs)
+	record(outs)
+}
+
+// decodeRequest reads a request body into req and checks the model it
+// names; false (the error written) when either fails.
+func (s *Server) decodeRequest(w http.ResponseWriter, r *http.Request, req any, model func() string) bool {
+	if e := decodeBody(r, s.opts.MaxBodyBytes, req); e != nil {
+		writeError(w, e)
+		return false
+	}
+	if e := s.checkModel(model()); e != nil {
+		writeError(w, e)
+		return false
+	}
+	return true
+}
+
 // begin binds a recorded request to its session (completing the turn it
 // continues) and names the session in the X-Session-Id response header; it
 // returns nil for requests that are not recorded.

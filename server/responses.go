@@ -322,12 +322,7 @@ func newOutputText(text string) outputText {
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	received := time.Now()
 	var req responsesRequest
-	if e := decodeBody(r, s.opts.MaxBodyBytes, &req); e != nil {
-		writeError(w, e)
-		return
-	}
-	if e := s.checkModel(req.Model); e != nil {
-		writeError(w, e)
+	if !s.decodeRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
 	conv, e := req.conversation()
@@ -344,36 +339,26 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		writeError(w, e)
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	l := s.launch(ctx, w, r, req.sessionFields, conv, smp)
-	if l == nil {
-		return
+	format := any(map[string]string{"type": "text"})
+	if req.Text != nil && !isNull(req.Text.Format) {
+		format = req.Text.Format
 	}
-	meta, p, gens, binding := l.meta, l.p, l.gens, l.binding
-	rc := &responseCall{s: s, req: &req, p: p, base: responseObject{
-		ID: newID("resp_", 32), Object: "response", CreatedAt: received.Unix(), Status: "in_progress",
-		Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Model: s.opts.ModelID,
-		Output: []any{}, ParallelToolCalls: !conv.oneCall, Temperature: f64(smp.params.Temperature),
-		TopP: f64(smp.params.TopP), ToolChoice: toolChoiceValue(conv.choice), Tools: orEmpty(req.Tools),
-		Text: map[string]any{"format": map[string]string{"type": "text"}}, Metadata: map[string]string{},
-		User: req.User,
-	}}
-	recorded := false
-	rc.complete = func(outs []*output) {
-		recorded = true
-		s.record(binding, meta, "responses", rc.base.ID, conv, p, outs, received)
-	}
-	var outs []*output
-	if req.Stream {
-		outs = rc.stream(ctx, cancel, w, gens)
-	} else {
-		outs = rc.collect(ctx, w, gens)
-	}
-	s.observe("responses", received, outs)
-	if !recorded { // an error or a client gone: record keeps only complete turns
-		s.record(binding, meta, "responses", rc.base.ID, conv, p, outs, received)
-	}
+	id := newID("resp_", 32)
+	s.serveTurn(w, r, turnRequest{endpoint: "responses", id: id, received: received, fields: req.sessionFields, conv: conv, smp: smp,
+		write: func(ctx context.Context, cancel context.CancelFunc, l *launched, complete func([]*output)) []*output {
+			rc := &responseCall{s: s, req: &req, p: l.p, complete: complete, base: responseObject{
+				ID: id, Object: "response", CreatedAt: received.Unix(), Status: "in_progress",
+				Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Model: s.opts.ModelID,
+				Output: []any{}, ParallelToolCalls: !conv.oneCall, Temperature: f64(smp.params.Temperature),
+				TopP: f64(smp.params.TopP), ToolChoice: toolChoiceValue(conv.choice), Tools: orEmpty(req.Tools),
+				Text: map[string]any{"format": format}, Metadata: map[string]string{},
+				User: req.User,
+			}}
+			if req.Stream {
+				return rc.stream(ctx, cancel, w, l.gens)
+			}
+			return rc.collect(ctx, w, l.gens)
+		}})
 }
 
 func toolChoiceValue(c toolChoice) any {
