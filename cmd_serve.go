@@ -431,7 +431,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	cfg := reward.DefaultConfig()
 	cfg.Backend, cfg.Teacher = rc.Judge, rc.Teacher
 	cfg.Votes, cfg.Temperature, cfg.MaxTokens = rc.Votes, float32(rc.Temperature), rc.MaxTokens
-	cfg.HintVotes, cfg.HintRule = rc.HintVotes, reward.HintRule(rc.HintRule)
+	cfg.HintVotes, cfg.HintRule, cfg.HintGrounding = rc.HintVotes, reward.HintRule(rc.HintRule), rc.HintGrounding
 	cfg.Timeout, cfg.Workers = rc.Timeout, rc.Workers
 	cfg.Method, cfg.HintedRollouts = rc.Method, rc.HintedRollouts
 	cfg.RolloutTemperature, cfg.RolloutMaxTokens = float32(rc.RolloutTemp), rc.RolloutMaxTokens

@@ -92,6 +92,7 @@ type Reward struct {
 	MaxTokens        int           `mapstructure:"max_tokens"`
 	HintVotes        int           `mapstructure:"hint_votes"`
 	HintRule         string        `mapstructure:"hint_rule"`
+	HintGrounding    bool          `mapstructure:"hint_grounding"`
 	Timeout          time.Duration `mapstructure:"timeout"`
 	Workers          int           `mapstructure:"workers"`
 	TeacherKVCacheMB int           `mapstructure:"teacher_kv_cache_mb"`
@@ -552,7 +553,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("reward.judge: openai needs reward.judge_base_url and reward.judge_model"))
 	}
 	oneOf("reward.teacher", c.Reward.Teacher, "policy", "reference", "judge", "none")
-	oneOf("reward.hint_rule", c.Reward.HintRule, "longest", "shortest")
+	oneOf("reward.hint_rule", c.Reward.HintRule, "longest", "shortest", "agree")
 	oneOf("reward.method", c.Reward.Method, "binary", "distill", "hinted", "combined", "paper")
 	if c.Reward.HintedRollouts < 0 || c.Reward.HintedRollouts > 16 {
 		errs = append(errs, fmt.Errorf("reward.hinted_rollouts: %d must lie in [0, 16]", c.Reward.HintedRollouts))

@@ -74,6 +74,9 @@ type Config struct {
 	HintMaxTokens int
 	// HintRule picks among accepted hints.
 	HintRule HintRule
+	// HintGrounding drops hints none of whose content words appear in
+	// what happened next (see Grounded; the daemon's config turns it on).
+	HintGrounding bool
 	// MaxHintChars drops accepted hints longer than this (a hint is one to
 	// three sentences; a longer one is rambling or an answer).
 	MaxHintChars int
@@ -182,9 +185,9 @@ func ValidateConfig(c Config) error {
 		bad("reward: max tokens (%d) and hint max tokens (%d) must be >= 1", c.MaxTokens, c.HintMaxTokens)
 	}
 	switch c.HintRule {
-	case HintLongest, HintShortest:
+	case HintLongest, HintShortest, HintAgree:
 	default:
-		bad("reward: hint rule %q is not %q or %q", c.HintRule, HintLongest, HintShortest)
+		bad("reward: hint rule %q is not %q, %q or %q", c.HintRule, HintLongest, HintShortest, HintAgree)
 	}
 	if c.MaxHintChars <= MinHintRunes {
 		bad("reward: max hint chars %d must exceed %d", c.MaxHintChars, MinHintRunes)

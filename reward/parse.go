@@ -3,6 +3,7 @@ package reward
 import (
 	"regexp"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -269,11 +270,21 @@ type HintRule string
 const (
 	HintLongest  HintRule = "longest"  // the most detailed hint (default)
 	HintShortest HintRule = "shortest" // the most focused hint
+	// HintAgree keeps a hint only when at least two of the hint votes
+	// agree on it (the same words, mostly): a judge that reads a
+	// correction reliably says the same thing each time, while a judge
+	// that guesses scatters, and a wrong hint teaches the wrong behaviour
+	// token by token. Among agreeing hints it takes the one closest to
+	// the others.
+	HintAgree HintRule = "agree"
 )
 
 // SelectHint picks a hint by rule (empty means HintLongest), measuring in
 // characters; ties go to the earliest. It returns "" when hints is empty.
 func SelectHint(hints []string, rule HintRule) string {
+	if rule == HintAgree {
+		return agreedHint(hints)
+	}
 	best, bestLen := "", -1
 	for _, h := range hints {
 		n := utf8.RuneCountInString(h)
@@ -317,4 +328,92 @@ func Majority(votes []int) (reward int, tie bool) {
 		return 0, true
 	}
 	return best, false
+}
+
+// hintAgreement is the word overlap (Jaccard) two hints need to count as
+// agreeing.
+const hintAgreement = 0.5
+
+// agreedHint returns, among hints that agree with at least one other, the
+// one with the most agreement in total; "" when none agree.
+func agreedHint(hints []string) string {
+	sets := make([]map[string]bool, len(hints))
+	for i, h := range hints {
+		sets[i] = map[string]bool{}
+		for _, w := range strings.FieldsFunc(strings.ToLower(h), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
+			sets[i][w] = true
+		}
+	}
+	best, bestScore := "", 0.0
+	for i := range hints {
+		score, agrees := 0.0, false
+		for j := range hints {
+			if i == j {
+				continue
+			}
+			inter := 0
+			for w := range sets[i] {
+				if sets[j][w] {
+					inter++
+				}
+			}
+			union := len(sets[i]) + len(sets[j]) - inter
+			sim := 1.0
+			if union > 0 {
+				sim = float64(inter) / float64(union)
+			}
+			score += sim
+			agrees = agrees || sim >= hintAgreement
+		}
+		if agrees && score > bestScore {
+			best, bestScore = hints[i], score
+		}
+	}
+	return best
+}
+
+// Grounded reports whether a hint says something the evidence (what
+// happened next: the user's next message, tool results, feedback) talks
+// about: at least one of its content words (four letters or more, not a
+// function word) shares its first five letters with a word of the
+// evidence. A judge that does not understand a correction tends to write
+// a hint it has written before ("Answer in JSON ..." after "no capitals,
+// please"), and such a hint, learnt token by token, teaches the wrong
+// behaviour; grounding drops it (reward.hint_grounding).
+func Grounded(hint, evidence string) bool {
+	stems := map[string]bool{}
+	for _, w := range contentWords(evidence) {
+		stems[stem(w)] = true
+	}
+	for _, w := range contentWords(hint) {
+		if stems[stem(w)] {
+			return true
+		}
+	}
+	return false
+}
+
+func stem(w string) string {
+	if r := []rune(w); len(r) > 5 {
+		return string(r[:5])
+	}
+	return w
+}
+
+// functionWords are words too common in hints and messages to ground one.
+var functionWords = map[string]bool{"your": true, "with": true, "that": true, "this": true, "have": true, "from": true, "they": true,
+	"what": true, "when": true, "will": true, "would": true, "should": true, "could": true, "about": true, "there": true, "their": true,
+	"which": true, "before": true, "after": true, "answer": true, "answers": true, "reply": true, "replies": true, "response": true,
+	"responses": true, "user": true, "assistant": true, "please": true, "every": true, "always": true, "make": true, "sure": true,
+	"more": true, "than": true, "only": true, "also": true, "into": true, "them": true, "then": true, "does": true, "were": true,
+	"been": true, "just": true, "like": true, "some": true, "each": true, "next": true, "time": true, "wants": true, "want": true}
+
+func contentWords(s string) []string {
+	var out []string
+	for _, w := range strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
+		if len([]rune(w)) >= 4 && !functionWords[w] {
+			out = append(out, w)
+		}
+	}
+	return out
 }

@@ -194,3 +194,41 @@ func FuzzParseHint(f *testing.F) {
 		}
 	})
 }
+
+func TestGrounded(t *testing.T) {
+	for _, c := range []struct {
+		hint, evidence string
+		want           bool
+	}{
+		{"Write your whole answer in lowercase letters.", "Keep every letter of your response small, no capitals at all.", true},
+		{"Answer in JSON, as an object with the key \"answer\".", "Keep every letter of your response small, no capitals at all.", false},
+		{"Answer in JSON, as an object with the key \"answer\".", "Please put every part of your response on its own dash-bulleted line.", false},
+		{"End your answer with the word pencil.", "From now on, close each response with the word pencil.", true},
+		{"The read_file call failed with an error; check its arguments before calling it.", `{"error": "file not found: notes.txt"} read_file`, true},
+		{"The user wants dates in ISO 8601; convert them before answering.", "No, I meant the dates as YYYY-MM-DD.", true},
+		{"Be more careful.", "Thanks!", false},
+		{"", "anything", false},
+	} {
+		if got := Grounded(c.hint, c.evidence); got != c.want {
+			t.Errorf("Grounded(%q, %q) = %v, want %v", c.hint, c.evidence, got, c.want)
+		}
+	}
+}
+
+func TestSelectHintAgree(t *testing.T) {
+	for _, c := range []struct {
+		hints []string
+		want  string
+	}{
+		{[]string{"Write your whole answer in lowercase letters.", "Answer in JSON, as an object with the key \"answer\".", "Write your whole answer in lowercase letters."},
+			"Write your whole answer in lowercase letters."},
+		{[]string{"Write your whole answer in lowercase letters.", "Answer in JSON, as an object with the key \"answer\".", "End your answer with the word apple."}, ""},
+		{[]string{"Use only lowercase letters.", "Use only lowercase letters in your reply."}, "Use only lowercase letters."},
+		{[]string{"One hint alone."}, ""},
+		{nil, ""},
+	} {
+		if got := SelectHint(c.hints, HintAgree); got != c.want {
+			t.Errorf("SelectHint(%q, agree) = %q, want %q", c.hints, got, c.want)
+		}
+	}
+}

@@ -318,6 +318,8 @@ func (s *Scorer) hint(ctx context.Context, t *Turn, fbText string) hintOutcome {
 		case len([]rune(hv.Hint)) > s.cfg.MaxHintChars:
 			// Too long to be a hint: count it as declined.
 			s.m.HintVotes.WithLabelValues("decline").Inc()
+		case s.cfg.HintGrounding && !Grounded(hv.Hint, evidenceText(t, fbText)):
+			s.m.HintVotes.WithLabelValues("ungrounded").Inc()
 		default:
 			s.m.HintVotes.WithLabelValues("accept").Inc()
 			h.accepts++

@@ -582,3 +582,34 @@ func TestInjectedVotesDoNotCount(t *testing.T) {
 		}
 	}
 }
+
+// With grounding on, a hint that says nothing about what happened next is
+// dropped and counted; one that does is kept.
+func TestScoreHintGrounding(t *testing.T) {
+	block := func(h string) string { return "Thinking.\n[HINT_START]\n" + h + "\n[HINT_END]\n\\boxed{1}" }
+	grounded := "The sum was wrong; add the numbers again and check before answering."
+	for _, c := range []struct {
+		hints      []string
+		want       string
+		ungrounded float64
+	}{
+		{[]string{block("Answer in JSON, as an object with the key \"answer\"."), block("Answer in JSON, as an object with the key \"answer\"."), `\boxed{0}`}, "", 2},
+		{[]string{block("Answer in JSON, as an object with the key \"answer\"."), block(grounded), `\boxed{0}`}, grounded, 1},
+	} {
+		cfg := testConfig()
+		cfg.HintGrounding = true
+		s, m := newTestScorer(t, cfg, &fakeJudge{vote: says(`\boxed{-1}`, `\boxed{-1}`, `\boxed{-1}`), hint: says(c.hints...)}, &fakeTeacher{})
+		turn := judgedTurn()
+		turn.NextState = []tokenizer.Message{msg("user", "No, that's wrong: the sum of 2 and 3 is 5. Try again.")}
+		sm, err := s.Score(context.Background(), turn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sm.Hint != c.want {
+			t.Errorf("hint %q; want %q", sm.Hint, c.want)
+		}
+		if got := counter(t, m.HintVotes.WithLabelValues("ungrounded")); got != c.ungrounded {
+			t.Errorf("ungrounded metric %v; want %v", got, c.ungrounded)
+		}
+	}
+}

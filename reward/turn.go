@@ -86,6 +86,25 @@ func (t *Turn) explicit() (thumb int, text string) {
 	return thumb, strings.Join(texts, "\n\n")
 }
 
+// evidenceText is what happened after the turn, as text: the next
+// messages (tool results included, with the names of the tools called) and
+// the feedback text.
+func evidenceText(t *Turn, fbText string) string {
+	var b strings.Builder
+	for _, m := range t.NextState {
+		b.WriteString(m.Content)
+		b.WriteString(" ")
+		b.WriteString(m.Name)
+		b.WriteString("\n")
+	}
+	for _, c := range t.Response.ToolCalls {
+		b.WriteString(c.Function.Name)
+		b.WriteString("\n")
+	}
+	b.WriteString(fbText)
+	return b.String()
+}
+
 // Kind says which training signal a Sample carries.
 type Kind int
 
