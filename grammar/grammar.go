@@ -1,6 +1,9 @@
 package grammar
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // Part is a piece of a grammar: literal text, or (Schema set) one JSON
 // value of a schema.
@@ -167,4 +170,32 @@ func (a *alt) feed(c byte) bool {
 		a.i, a.off, a.js = a.i+1, 0, nil
 	}
 	return false
+}
+
+// MinRemaining is the fewest bytes that complete the generation from
+// here, over the live alternatives.
+func (m *Matcher) MinRemaining() int {
+	best := math.MaxInt32
+	for i := range m.alts {
+		best = min(best, m.alts[i].minRemaining())
+	}
+	return best
+}
+
+func (a *alt) minRemaining() int {
+	n := 0
+	for i := a.i; i < len(a.parts); i++ {
+		p := a.parts[i]
+		switch {
+		case p.Schema == nil && i == a.i:
+			n += len(p.Text) - a.off
+		case p.Schema == nil:
+			n += len(p.Text)
+		case i == a.i && a.js != nil:
+			n += a.js.MinRemaining()
+		default:
+			n += minValue(p.Schema, 0)
+		}
+	}
+	return n
 }

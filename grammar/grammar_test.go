@@ -319,3 +319,111 @@ func BenchmarkConstraintAllow(b *testing.B) {
 		}
 	}
 }
+
+// From any point of a random document, taking only bytes that lower
+// MinRemaining completes a valid document within MinRemaining bytes: the
+// estimate is an upper bound that a closing walk can always lower.
+func TestMinRemainingCloses(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	var alphabet []byte
+	for c := byte(' '); c < 0x7f; c++ {
+		alphabet = append(alphabet, c)
+	}
+	for name, src := range testSchemas {
+		s, v := compileBoth(t, src)
+		for range 40 {
+			st := NewState(s)
+			var out []byte
+			stop := r.IntN(60)
+			for len(out) < stop && !st.Done() {
+				var ok []byte
+				for _, c := range alphabet {
+					if st.Clone().Feed(c) {
+						ok = append(ok, c)
+					}
+				}
+				if len(ok) == 0 {
+					break
+				}
+				c := ok[r.IntN(len(ok))]
+				st.Feed(c)
+				out = append(out, c)
+			}
+			bound := st.MinRemaining()
+			for steps := 0; !st.Done(); steps++ {
+				if steps > bound {
+					t.Fatalf("%s: %q: not complete after %d bytes, MinRemaining said %d", name, out, steps, bound)
+				}
+				rem := st.MinRemaining()
+				var next byte
+				found := false
+				for _, c := range alphabet {
+					try := st.Clone()
+					if try.Feed(c) && (try.Done() || try.MinRemaining() < rem) {
+						next, found = c, true
+						break
+					}
+				}
+				if !found {
+					t.Fatalf("%s: %q: no byte lowers MinRemaining %d", name, out, rem)
+				}
+				st.Feed(next)
+				out = append(out, next)
+			}
+			if err := validate(v, string(out)); err != nil {
+				t.Fatalf("%s: closed %q is not valid: %v", name, out, err)
+			}
+		}
+	}
+}
+
+// With a budget, a generation of random allowed tokens finishes a valid
+// document before its tokens run out, whenever the budget covers the
+// shortest document with the closing slack.
+func TestConstraintBudget(t *testing.T) {
+	s, v := compileBoth(t, testSchemas["nested"])
+	g := &Grammar{Alts: [][]Part{{{Schema: s}}}}
+	var vocab Vocab
+	for c := byte(' '); c < 0x7f; c++ {
+		vocab = append(vocab, []byte{c})
+	}
+	for _, w := range []string{`{"items": [`, `{"name": "`, `", "price": `, `}], "ok": true}`, `abcdef`, `, "tags": ["`, `", "`, `12`, `.5`} {
+		vocab = append(vocab, []byte(w))
+	}
+	stop := int32(len(vocab))
+	vocab = append(vocab, nil)
+	r := rand.New(rand.NewPCG(3, 3))
+	min0 := NewState(s).MinRemaining()
+	for _, budget := range []int{min0 + 2, min0 + 20, min0 + 60} {
+		for range 50 {
+			c := NewConstraint(g, vocab, []int32{stop})
+			var out []byte
+			done := false
+			for left := budget; left > 0; left-- {
+				c.SetBudget(left)
+				var ok []int32
+				for tok := range int32(len(vocab)) {
+					if c.Allow(tok) {
+						ok = append(ok, tok)
+					}
+				}
+				if len(ok) == 0 {
+					t.Fatalf("budget %d: no token allowed after %q", budget, out)
+				}
+				tok := ok[r.IntN(len(ok))]
+				if tok == stop {
+					done = true
+					break
+				}
+				c.Accept(tok)
+				out = append(out, vocab[tok]...)
+			}
+			if !done && !c.Done() {
+				t.Fatalf("budget %d: %q incomplete when the tokens ran out", budget, out)
+			}
+			if err := validate(v, string(out)); err != nil {
+				t.Fatalf("budget %d: %q: %v", budget, out, err)
+			}
+		}
+	}
+}

@@ -702,3 +702,204 @@ func (st *State) numberViable(f *frame) bool {
 	}
 	return false
 }
+
+// MinRemaining is the fewest bytes that complete the document from here
+// (closing quotes, required keys with their shortest values, brackets):
+// with at least that many bytes left to write, a generation can always
+// still finish a valid document.
+func (st *State) MinRemaining() int {
+	if st.dead {
+		return math.MaxInt32
+	}
+	if st.done {
+		return 0
+	}
+	total := 0
+	for i := len(st.stack) - 1; i >= 0; i-- {
+		f := &st.stack[i]
+		top := i == len(st.stack)-1
+		switch f.kind {
+		case fValue:
+			total += minValue(f.s, 0)
+		case fString:
+			if f.key {
+				continue // counted with its object, below
+			}
+			if f.s.strEnum != nil {
+				best := math.MaxInt32
+				for _, e := range f.s.strEnum {
+					if strings.HasPrefix(e, string(f.buf)) {
+						best = min(best, len(e)-len(f.buf))
+					}
+				}
+				total += best + 1
+				continue
+			}
+			n := 1 + max(0, f.s.minLen-f.n)
+			if f.esc > 0 || f.utf > 0 {
+				n += max(f.esc-1, 1) + f.utf
+			}
+			total += n
+		case fNumber:
+			if !numberComplete(f) {
+				total++
+			}
+		case fLiteral:
+			best := math.MaxInt32
+			for _, w := range f.litAll {
+				if strings.HasPrefix(w, string(f.buf)) {
+					best = min(best, len(w)-len(f.buf))
+				}
+			}
+			total += best
+		case fObject:
+			var key *frame // a key being written, on top of the object
+			if i+1 < len(st.stack) && st.stack[i+1].kind == fString && st.stack[i+1].key {
+				key = &st.stack[i+1]
+			}
+			sub := f.sub
+			if !top && key == nil {
+				sub = oCommaOrEnd // its value on top completes first
+			}
+			// missing is the shortest text of the required keys left
+			// (besides except), each "key":value, with the commas between
+			// them and, when lead is set, one before the first.
+			missing := func(except int, lead bool) int {
+				n, k := 0, 0
+				for _, r := range f.s.required {
+					j := slices.IndexFunc(f.s.props, func(p prop) bool { return p.name == r })
+					if j >= 0 && j != except && (j >= 64 || f.seen&(1<<j) == 0) {
+						n += len(r) + 3 + minValue(f.s.props[j].schema, 0)
+						k++
+					}
+				}
+				if k > 0 {
+					n += k - 1
+					if lead {
+						n++
+					}
+				}
+				return n
+			}
+			switch {
+			case key != nil && key.cands == nil: // a free object's key
+				total += 1 + 1 + minValue(anySchema, 0) + 1
+			case key != nil:
+				// The shortest way on: finish one candidate key, its value,
+				// and the required keys left besides it.
+				best := math.MaxInt32
+				for _, c := range key.cands {
+					p := f.s.props[c]
+					best = min(best, len(p.name)-len(key.buf)+1+1+minValue(p.schema, 0)+missing(c, true))
+				}
+				total += best + 1
+			case sub == oKey: // after a comma: a key must come
+				m := missing(-1, false)
+				if m == 0 {
+					m = minOptionalKey(f)
+				}
+				total += m + 1
+			case sub == oColon: // the key's value, then the rest
+				vs := anySchema
+				if !free(f.s) {
+					vs = f.s.props[f.n].schema
+				}
+				total += 1 + minValue(vs, 0) + missing(-1, true) + 1
+			case sub == oKeyOrEnd:
+				total += missing(-1, false) + 1
+			default: // after a value
+				total += missing(-1, true) + 1
+			}
+		case fArray:
+			sub := f.sub
+			if !top {
+				sub = 1
+			}
+			items := f.s.items
+			if items == nil {
+				items = anySchema
+			}
+			n := f.n
+			if !top {
+				n++ // the item on top
+			}
+			left := max(0, f.s.minItems-n)
+			if sub == 2 && left == 0 {
+				left = 1
+			}
+			commas := left // after a value, each item needs its comma
+			if sub != 1 && left > 0 {
+				commas = left - 1 // after '[' or ',' the first does not
+			}
+			total += left*minValue(items, 0) + commas + 1
+		}
+	}
+	return total
+}
+
+// minOptionalKey is the shortest "key": value an object may still take.
+func minOptionalKey(f *frame) int {
+	if free(f.s) {
+		return 2 + 1 + minValue(anySchema, 0)
+	}
+	best := math.MaxInt32
+	for j, p := range f.s.props {
+		if j >= 64 || f.seen&(1<<j) == 0 {
+			best = min(best, len(p.name)+3+minValue(p.schema, 0))
+		}
+	}
+	return best
+}
+
+// minValue is the length of the shortest document of s.
+func minValue(s *Schema, depth int) int {
+	if depth > maxDepth {
+		return math.MaxInt32 / 4
+	}
+	if s.enum != nil {
+		best := math.MaxInt32
+		for _, e := range s.enum {
+			best = min(best, len(e))
+		}
+		return best
+	}
+	best := math.MaxInt32
+	if s.types&(tNumber|tInteger) != 0 {
+		n := 1
+		if s.min != nil && *s.min > 0 {
+			n = len(strconv.FormatFloat(math.Ceil(*s.min), 'f', -1, 64))
+		} else if s.max != nil && *s.max < 0 {
+			n = len(strconv.FormatFloat(math.Floor(*s.max), 'f', -1, 64))
+		}
+		best = min(best, n)
+	}
+	if s.types&(tNull|tBoolean) != 0 {
+		best = min(best, 4)
+	}
+	if s.types&tString != 0 {
+		best = min(best, 2+s.minLen)
+	}
+	if s.types&tArray != 0 {
+		items := s.items
+		if items == nil {
+			items = anySchema
+		}
+		n := 2
+		if s.minItems > 0 {
+			n += s.minItems*minValue(items, depth+1) + s.minItems - 1
+		}
+		best = min(best, n)
+	}
+	if s.types&tObject != 0 {
+		n, k := 2, 0
+		for _, r := range s.required {
+			j := slices.IndexFunc(s.props, func(p prop) bool { return p.name == r })
+			if j >= 0 {
+				n += len(r) + 3 + minValue(s.props[j].schema, depth+1)
+				k++
+			}
+		}
+		best = min(best, n+max(k-1, 0))
+	}
+	return best
+}

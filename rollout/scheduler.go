@@ -610,6 +610,11 @@ func (s *Scheduler) start(j *job) bool {
 	return true
 }
 
+// budgeted is a Constraint that wants to know how many tokens the
+// generation may still write (grammar.Constraint closes its document
+// before max_tokens).
+type budgeted interface{ SetBudget(tokens int) }
+
 // constrainedTries is how many drawn tokens sampleConstrained checks
 // before it masks the whole vocabulary.
 const constrainedTries = 16
@@ -739,6 +744,9 @@ func (s *Scheduler) step() error {
 		for i := lo; i < hi; i++ {
 			if j := jobs[i]; ran[i] && j.seq.Len() == len(j.tokens) {
 				if j.req.Constraint != nil {
+					if b, ok := j.req.Constraint.(budgeted); ok {
+						b.SetBudget(j.req.MaxTokens - (len(j.tokens) - j.nPrompt))
+					}
 					results[i], errs[i] = sampleConstrained(j.sampler, rows[i], j.req.Constraint, j.req.Sampling.TopLogProbs)
 				} else {
 					results[i], errs[i] = j.sampler.Sample(rows[i])
