@@ -45,7 +45,10 @@ type Reply struct {
 	Tool string
 	// Version is the weight version that generated the reply.
 	Version uint64
-	msg     tokenizer.Message
+	// Cut reports a reply that ran into max_tokens (finish_reason
+	// "length") instead of ending on its own.
+	Cut bool
+	msg tokenizer.Message
 }
 
 // Message is the reply as an assistant message to send back in the
@@ -78,7 +81,8 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest) (Reply, error) {
 	}
 	var out struct {
 		Choices []struct {
-			Message tokenizer.Message `json:"message"`
+			Message      tokenizer.Message `json:"message"`
+			FinishReason string            `json:"finish_reason"`
 		} `json:"choices"`
 	}
 	rh, err := c.do(ctx, http.MethodPost, "/v1/chat/completions", h, body, &out)
@@ -89,7 +93,7 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest) (Reply, error) {
 		return Reply{}, errors.New("learnbench: a chat completion with no choices")
 	}
 	m := out.Choices[0].Message
-	r := Reply{Text: m.Content, msg: m}
+	r := Reply{Text: m.Content, msg: m, Cut: out.Choices[0].FinishReason == "length"}
 	r.Version, _ = strconv.ParseUint(rh.Get("X-Weight-Version"), 10, 64)
 	if len(m.ToolCalls) > 0 {
 		r.Tool = m.ToolCalls[0].Function.Name

@@ -203,7 +203,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("learnbench: turn %d: %w", turn, err)
 			}
-			fb, ok := user.Feedback(reply.Text)
+			fb, ok := user.Feedback(reply.Text, reply.Cut)
 			if ok {
 				sat++
 				res.Satisfied++
@@ -274,7 +274,7 @@ func (o *Options) score(ctx context.Context, probes []Probe) (float64, uint64, s
 		if i == 0 {
 			version, first = r.Version, r.Text
 		}
-		if p.Check(r.Text, r.Tool) {
+		if !r.Cut && p.Check(r.Text, r.Tool) { // a reply that ran into max_tokens never passes
 			pass++
 		}
 	}

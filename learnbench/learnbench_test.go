@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +27,7 @@ func TestUserFeedback(t *testing.T) {
 	for _, split := range []instruct.Split{instruct.Train, instruct.HeldOut} {
 		u := NewUser(pref, split, 3)
 		for _, tt := range tests {
-			text, ok := u.Feedback(tt.reply)
+			text, ok := u.Feedback(tt.reply, false)
 			if ok != tt.satisfied || ok != pref.Check(tt.reply) {
 				t.Errorf("%q: satisfied %v; want %v", tt.reply, ok, tt.satisfied)
 			}
@@ -37,6 +38,12 @@ func TestUserFeedback(t *testing.T) {
 				t.Errorf("correction %q does not state the preference", text)
 			}
 		}
+	}
+	// A reply that ran into max_tokens never satisfies, even ending with
+	// the word: the user complains about it.
+	u := NewUser(pref, instruct.HeldOut, 3)
+	if text, ok := u.Feedback("Paris. lantern lantern lantern lantern", true); ok || !slices.Contains(runOn, text) {
+		t.Errorf("a cut reply: satisfied %v, %q", ok, text)
 	}
 	// Deterministic for a seed.
 	a, b := NewUser(pref, instruct.HeldOut, 9), NewUser(pref, instruct.HeldOut, 9)

@@ -40,12 +40,23 @@ func (u *User) Question() string {
 // Feedback is the user's reaction to reply: praise when it satisfies the
 // preference, else a correction that states the preference, and whether
 // it was satisfied.
-func (u *User) Feedback(reply string) (text string, satisfied bool) {
-	if u.Pref.Check(reply) {
+//
+// A reply cut by max_tokens (cut) never satisfies: a person does not
+// want an answer that runs on (a learnt closing word repeated until the
+// limit ends with that word), and says so.
+func (u *User) Feedback(reply string, cut bool) (text string, satisfied bool) {
+	switch {
+	case cut:
+		return runOn[u.r.IntN(len(runOn))], false
+	case u.Pref.Check(reply):
 		return instruct.Praise(u.r), true
 	}
 	return u.Pref.Correction(u.r, u.Phrasing), false
 }
+
+// runOn are complaints about a reply that did not stop.
+var runOn = []string{"You keep repeating yourself. That's not what I asked.", "That was far too long and repetitive.",
+	"Why do you keep going? That's useless."}
 
 // Probe is a held-out prompt the bench sends without training.
 type Probe struct {

@@ -53,7 +53,10 @@ type SchedulerRollouts struct {
 }
 
 // Rollouts generates n responses to prompt at once and returns those that
-// finished (stopped or reached maxTokens); it fails only when none did.
+// the teacher finished with a stop token; it fails only when none did. A
+// response cut by maxTokens is no demonstration of a whole reply: learnt
+// token by token it teaches the student not to stop (measured: replies
+// that repeated the learnt closing word to max_tokens).
 func (sr *SchedulerRollouts) Rollouts(ctx context.Context, prompt []int32, n, maxTokens int, temperature float32) ([]HintedRollout, error) {
 	if sr.Gen == nil || len(sr.StopTokens) == 0 {
 		return nil, errors.New("reward: hinted rollouts need a generator and stop tokens")
@@ -81,13 +84,15 @@ func (sr *SchedulerRollouts) Rollouts(ctx context.Context, prompt []int32, n, ma
 			firstErr = cmpOr(firstErr, o.Err)
 		case len(o.Tokens) == 0 || len(o.Tokens) == 1 && slices.Contains(sr.StopTokens, o.Tokens[0]):
 			// An empty response teaches nothing.
+		case o.Finish != rollout.FinishStop:
+			firstErr = cmpOr(firstErr, fmt.Errorf("a rollout ended with %q, not a stop token", o.Finish))
 		default:
 			out = append(out, HintedRollout{Tokens: o.Tokens, TeacherLogProbs: o.LogProbs, Version: o.Version})
 		}
 	}
 	if len(out) == 0 {
 		if firstErr == nil {
-			firstErr = errors.New("every rollout was empty")
+			firstErr = errors.New("every rollout was empty or unfinished")
 		}
 		return nil, fmt.Errorf("reward: hinted rollouts: %w", firstErr)
 	}

@@ -171,21 +171,18 @@ func TestSchedulerRollouts(t *testing.T) {
 		{ev(5, -0.1), ev(6, -0.2), done(ev(eos, -0.3), rollout.FinishStop)},
 		{done(ev(eos, -0.01), rollout.FinishStop)}, // empty: dropped
 		{ev(9, -1), {Finish: rollout.FinishError, Err: errors.New("boom")}},
-		{ev(7, -0.4), done(ev(8, -0.5), rollout.FinishLength)},
+		{ev(7, -0.4), done(ev(8, -0.5), rollout.FinishLength)}, // cut by max tokens: dropped
 	}}
 	sr := &SchedulerRollouts{Gen: g, StopTokens: []int32{eos}, Frozen: true}
 	rs, err := sr.Rollouts(context.Background(), []int32{1, 2, 3}, 4, 16, 0.7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 2 {
-		t.Fatalf("%d rollouts; want 2 (one empty, one failed)", len(rs))
+	if len(rs) != 1 {
+		t.Fatalf("%d rollouts; want 1 (one empty, one failed, one cut by max tokens)", len(rs))
 	}
 	if !slices.Equal(rs[0].Tokens, []int32{5, 6, eos}) || !slices.Equal(rs[0].TeacherLogProbs, []float32{-0.1, -0.2, -0.3}) || rs[0].Version != 4 {
 		t.Errorf("first rollout %+v", rs[0])
-	}
-	if !slices.Equal(rs[1].Tokens, []int32{7, 8}) {
-		t.Errorf("length-capped rollout %+v", rs[1])
 	}
 	for _, r := range g.reqs {
 		if !r.Frozen || !r.Background || r.MaxTokens != 16 || r.Sampling.Temperature != 0.7 {
