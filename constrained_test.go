@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -75,6 +76,7 @@ func TestConstrainedDecodingSDK(t *testing.T) {
 	}
 	vs := map[string]*jsonschema.Schema{"get_weather": validator(t, weatherParams), "send_email": validator(t, emailParams)}
 	answer := validator(t, answerSchema)
+	var multi atomic.Int64 // extra calls in parallel "required" replies
 	object := validator(t, map[string]any{"type": "object"})
 
 	for _, c := range []struct {
@@ -95,6 +97,27 @@ func TestConstrainedDecodingSDK(t *testing.T) {
 		{"required", func(p *openai.ChatCompletionNewParams) {
 			p.Tools = tools
 			p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}
+		}, func(m openai.ChatCompletionMessage) error {
+			// parallel_tool_calls (the default): one call or more, each
+			// valid.
+			if len(m.ToolCalls) == 0 {
+				return fmt.Errorf("no tool call: %q", m.Content)
+			}
+			multi.Add(int64(len(m.ToolCalls) - 1))
+			for _, c := range m.ToolCalls {
+				if vs[c.Function.Name] == nil {
+					return fmt.Errorf("undeclared tool %q", c.Function.Name)
+				}
+				if err := validJSON(vs[c.Function.Name], c.Function.Arguments); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"required, one call", func(p *openai.ChatCompletionNewParams) {
+			p.Tools = tools
+			p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}
+			p.ParallelToolCalls = openai.Bool(false)
 		}, func(m openai.ChatCompletionMessage) error {
 			if len(m.ToolCalls) != 1 || vs[m.ToolCalls[0].Function.Name] == nil {
 				return fmt.Errorf("tool calls %+v", m.ToolCalls)
@@ -137,6 +160,8 @@ func TestConstrainedDecodingSDK(t *testing.T) {
 			}
 		})
 	}
+
+	t.Logf("required with parallel calls: %d extra calls over 20 replies", multi.Load())
 
 	// The Responses API's text.format, and schemas constrained decoding
 	// cannot follow: a 400 naming the keyword.

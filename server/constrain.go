@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/clawrl/clawrl/grammar"
 	"github.com/clawrl/clawrl/rollout"
@@ -100,17 +101,49 @@ func grammarFor(conv *conversation) *grammar.Grammar {
 	case "function":
 		return &grammar.Grammar{Alts: [][]grammar.Part{{{Schema: conv.schemas[conv.choice.name]}, closing}}}
 	case "required":
-		g := &grammar.Grammar{}
-		for _, name := range conv.toolOrder {
-			quoted, _ := json.Marshal(name)
-			g.Alts = append(g.Alts, []grammar.Part{{Text: string(quoted[1:]) + ", \"arguments\": "}, {Schema: conv.schemas[name]}, closing})
+		// One call, or with parallel_tool_calls (the default) up to
+		// maxParallelCalls, each naming a declared tool; the alternatives
+		// are the sequences of names, so their number is bounded.
+		calls := 1
+		if !conv.oneCall {
+			for calls < maxParallelCalls && pow(len(conv.toolOrder), calls+1) <= maxAlternatives {
+				calls++
+			}
 		}
+		g := &grammar.Grammar{}
+		var seqs func(prefix []grammar.Part, k int)
+		seqs = func(prefix []grammar.Part, k int) {
+			for _, name := range conv.toolOrder {
+				quoted, _ := json.Marshal(name)
+				parts := append(slices.Clone(prefix), grammar.Part{Text: string(quoted[1:]) + ", \"arguments\": "},
+					grammar.Part{Schema: conv.schemas[name]}, closing)
+				g.Alts = append(g.Alts, parts)
+				if k > 1 {
+					seqs(append(parts, grammar.Part{Text: "\n" + tagToolCall + "\n{\"name\": \""}), k-1)
+				}
+			}
+		}
+		seqs(nil, calls)
 		return g
 	}
 	if conv.format != nil && (conv.choice.mode == "none" || len(conv.tools) == 0) {
 		return &grammar.Grammar{Alts: [][]grammar.Part{{{Schema: conv.format}}}}
 	}
 	return nil
+}
+
+// Bounds of a "required" grammar with parallel calls.
+const (
+	maxParallelCalls = 3
+	maxAlternatives  = 64
+)
+
+func pow(b, e int) int {
+	n := 1
+	for range e {
+		n *= b
+	}
+	return n
 }
 
 // vocab is the tokenizer's tokens as bytes, built once.
