@@ -53,19 +53,17 @@ func (m *Matcher) Clone() *Matcher {
 	return c
 }
 
-// copyInto makes dst a copy of m, reusing dst's memory.
+// copyInto makes dst a copy of m, reusing dst's memory (its JSON states).
 func (m *Matcher) copyInto(dst *Matcher) {
-	n := len(m.alts)
 	old := dst.alts[:cap(dst.alts)]
 	dst.alts = dst.alts[:0]
-	for i := range n {
-		a := m.alts[i]
-		var js *State
-		if i < len(old) && old[i].js != nil {
-			js = old[i].js
-		}
+	for i, a := range m.alts {
 		if a.js != nil {
-			if js == nil {
+			var js *State
+			if i < len(old) {
+				js = old[i].js
+			}
+			if js == nil || js == a.js {
 				js = &State{}
 			}
 			a.js.copyInto(js)
@@ -73,13 +71,6 @@ func (m *Matcher) copyInto(dst *Matcher) {
 		}
 		dst.alts = append(dst.alts, a)
 	}
-	// Keep spare states for reuse.
-	for i := n; i < len(old); i++ {
-		if i < cap(dst.alts) {
-			dst.alts = append(dst.alts, old[i])
-		}
-	}
-	dst.alts = dst.alts[:n]
 }
 
 // Done reports whether the bytes so far are a whole generation of the

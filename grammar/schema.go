@@ -57,9 +57,11 @@ type Schema struct {
 	types    typeSet
 	props    []prop // declared properties, in declaration order
 	required []string
-	items    *Schema // array items (nil: any)
-	minItems int
-	maxItems int // -1: none
+	// requiredIdx are the indices in props of the required properties.
+	requiredIdx []int
+	items       *Schema // array items (nil: any)
+	minItems    int
+	maxItems    int // -1: none
 	// enum lists the allowed values as compact JSON (const is a one-value
 	// enum); nil: any value of the types.
 	enum []string
@@ -130,6 +132,11 @@ func compile(v any, path string) (*Schema, error) {
 			s.types = tArray
 		default:
 			s.types = tAny
+		}
+	}
+	for _, r := range s.required {
+		if i := slices.IndexFunc(s.props, func(p prop) bool { return p.name == r }); i >= 0 {
+			s.requiredIdx = append(s.requiredIdx, i)
 		}
 	}
 	if s.types&tInteger != 0 && s.types&tNumber != 0 {

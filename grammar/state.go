@@ -135,6 +135,20 @@ func (st *State) Feed(c byte) bool {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\n' }
 
+// whitespace takes c when it is a space or a newline, at most one between
+// two tokens: space reports whether c was one, ok whether it is allowed.
+func (f *frame) whitespace(c byte) (space, ok bool) {
+	if !isSpace(c) {
+		f.space = false
+		return false, false
+	}
+	if f.space {
+		return true, false
+	}
+	f.space = true
+	return true, true
+}
+
 func (st *State) top() *frame { return &st.stack[len(st.stack)-1] }
 
 func (st *State) push(f frame) { st.stack = append(st.stack, f) }
@@ -164,12 +178,8 @@ func (st *State) feed(c byte) bool {
 	f := st.top()
 	switch f.kind {
 	case fValue:
-		if isSpace(c) {
-			if f.space {
-				return false
-			}
-			f.space = true
-			return true
+		if space, ok := f.whitespace(c); space {
+			return ok
 		}
 		return st.startValue(c)
 	case fObject:
@@ -278,14 +288,9 @@ func (st *State) startValue(c byte) bool {
 }
 
 func (st *State) feedObject(f *frame, c byte) bool {
-	if isSpace(c) {
-		if f.space {
-			return false
-		}
-		f.space = true
-		return true
+	if space, ok := f.whitespace(c); space {
+		return ok
 	}
-	f.space = false
 	switch f.sub {
 	case oKeyOrEnd, oKey:
 		if c == '}' && f.sub == oKeyOrEnd {
@@ -346,9 +351,8 @@ func (st *State) keysLeft(f *frame) bool {
 }
 
 func (st *State) closeObject(f *frame) bool {
-	for _, r := range f.s.required {
-		i := slices.IndexFunc(f.s.props, func(p prop) bool { return p.name == r })
-		if i >= 0 && i < 64 && f.seen&(1<<i) == 0 {
+	for _, i := range f.s.requiredIdx {
+		if i < 64 && f.seen&(1<<i) == 0 {
 			return false
 		}
 	}
@@ -357,14 +361,9 @@ func (st *State) closeObject(f *frame) bool {
 }
 
 func (st *State) feedArray(f *frame, c byte) bool {
-	if isSpace(c) {
-		if f.space {
-			return false
-		}
-		f.space = true
-		return true
+	if space, ok := f.whitespace(c); space {
+		return ok
 	}
-	f.space = false
 	switch {
 	case c == ']' && f.sub != 2:
 		if f.n < f.s.minItems {
@@ -766,10 +765,9 @@ func (st *State) MinRemaining() int {
 			// them and, when lead is set, one before the first.
 			missing := func(except int, lead bool) int {
 				n, k := 0, 0
-				for _, r := range f.s.required {
-					j := slices.IndexFunc(f.s.props, func(p prop) bool { return p.name == r })
-					if j >= 0 && j != except && (j >= 64 || f.seen&(1<<j) == 0) {
-						n += len(r) + 3 + minValue(f.s.props[j].schema, 0)
+				for _, j := range f.s.requiredIdx {
+					if j != except && (j >= 64 || f.seen&(1<<j) == 0) {
+						n += len(f.s.props[j].name) + 3 + minValue(f.s.props[j].schema, 0)
 						k++
 					}
 				}
@@ -892,12 +890,9 @@ func minValue(s *Schema, depth int) int {
 	}
 	if s.types&tObject != 0 {
 		n, k := 2, 0
-		for _, r := range s.required {
-			j := slices.IndexFunc(s.props, func(p prop) bool { return p.name == r })
-			if j >= 0 {
-				n += len(r) + 3 + minValue(s.props[j].schema, depth+1)
-				k++
-			}
+		for _, j := range s.requiredIdx {
+			n += len(s.props[j].name) + 3 + minValue(s.props[j].schema, depth+1)
+			k++
 		}
 		best = min(best, n+max(k-1, 0))
 	}

@@ -96,6 +96,18 @@ type HintScore struct {
 	Exacts float64 `json:"exact_rate"`
 }
 
+// add grades one hint judge's answer against the hint wanted.
+func (hs *HintScore) add(answer, want string) {
+	hs.N++
+	if h := reward.ParseHint(answer); h.Valid && h.Accept {
+		hs.Parsed++
+		if strings.TrimSpace(h.Hint) == want {
+			hs.Exact++
+		}
+	}
+	hs.Rate, hs.Exacts = float64(hs.Parsed)/float64(hs.N), float64(hs.Exact)/float64(hs.N)
+}
+
 // Placements of an instruction in the evaluation of Follow.
 const (
 	PlaceNone   = "none"
@@ -457,17 +469,7 @@ func (e *engine) evalHints(ctx context.Context, rng *rand.Rand, n int, hs *HintS
 		return err
 	}
 	for i := range exs {
-		hs.N++
-		h := reward.ParseHint(out[i])
-		if h.Valid && h.Accept {
-			hs.Parsed++
-			if strings.TrimSpace(h.Hint) == want[i] {
-				hs.Exact++
-			}
-		}
-	}
-	if hs.N > 0 {
-		hs.Rate, hs.Exacts = float64(hs.Parsed)/float64(hs.N), float64(hs.Exact)/float64(hs.N)
+		hs.add(out[i], want[i])
 	}
 	return nil
 }
@@ -500,17 +502,7 @@ func (e *engine) evalSessions(ctx context.Context, rng *rand.Rand, n int, votes 
 			votes.add(ok && fmt.Sprint(v) == want[i])
 			continue
 		}
-		hs.N++
-		h := reward.ParseHint(out[i])
-		if h.Valid && h.Accept {
-			hs.Parsed++
-			if strings.TrimSpace(h.Hint) == want[i] {
-				hs.Exact++
-			}
-		}
-	}
-	if hs.N > 0 {
-		hs.Rate, hs.Exacts = float64(hs.Parsed)/float64(hs.N), float64(hs.Exact)/float64(hs.N)
+		hs.add(out[i], want[i])
 	}
 	return nil
 }
