@@ -34,7 +34,8 @@ type engine struct {
 	store *weights.Store // versions: the base, then what training publishes
 	sched *rollout.Scheduler
 	// gate is taken by every scheduler step; a trainer that yields to
-	// serving (trainer.yield_to_serving) takes it a layer at a time.
+	// serving (trainer.yield_to_serving) takes it a slice at a time and
+	// waits while the scheduler has work (priority.Gate).
 	gate *priority.Gate
 	stop func()
 }
@@ -172,7 +173,7 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	// Teacher, reference and KL passes run in rounds of the same size as
 	// the prefill chunks, letting decode steps in between.
 	m.SetScoreChunk(rc.StepTokens)
-	gate := &priority.Gate{}
+	gate := priority.New(a.cfg.Trainer.ShareUnderLoad)
 	sched, err := rollout.New(rollout.Options{
 		Model: m, Cache: cache, Log: a.log, Versions: store, Gate: gate,
 		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache, BackgroundKV: rc.BackgroundKV,

@@ -521,10 +521,14 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 		tr.SetVersion(e.store.Current())
 		if tc.YieldToServing {
 			tr.SetSlicer(e.gate)
+			e.model.SetScoreSlicer(e.gate)
 		}
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "clawrl_train_yields_total",
-			Help: "Layer boundaries at which a training pass gave way to a waiting serving step (trainer.yield_to_serving)."},
+			Help: "Slice boundaries at which a training pass or a teacher/reference scoring pass gave way to serving (trainer.yield_to_serving)."},
 			func() float64 { return float64(e.gate.Stats().Yields) }))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "clawrl_train_busy_seconds_total",
+			Help: "Time training and scoring slices ran while serving had work (bounded by trainer.share_under_load)."},
+			func() float64 { return e.gate.Stats().BusyTraining.Seconds() }))
 		closers = append(closers, tr.Close)
 	}
 	// Checkpoints are self-contained: the model's config and tokenizer

@@ -56,6 +56,7 @@ type Trainer struct {
 	MaxStaleness            int           `mapstructure:"max_staleness"`
 	PPOEpochs               int           `mapstructure:"ppo_epochs"`
 	YieldToServing          bool          `mapstructure:"yield_to_serving"`
+	ShareUnderLoad          float64       `mapstructure:"share_under_load"`
 	MicroBatchTokens        int           `mapstructure:"micro_batch_tokens"`
 	LoRARank                int           `mapstructure:"lora_rank"`
 	LoRAAlpha               float64       `mapstructure:"lora_alpha"`
@@ -509,6 +510,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Data.RetentionDays < 0 {
 		errs = append(errs, fmt.Errorf("data.retention_days: %d must be >= 0 (0 = keep forever)", c.Data.RetentionDays))
+	}
+	if s := c.Trainer.ShareUnderLoad; !(s >= 0 && s <= 0.9) {
+		errs = append(errs, fmt.Errorf("trainer.share_under_load: %v must lie in [0, 0.9]: the share of the machine training may take while serving is busy (0: only when serving is idle)", s))
 	}
 	if c.Trainer.PPOEpochs < 1 || c.Trainer.PPOEpochs > 16 {
 		errs = append(errs, fmt.Errorf("trainer.ppo_epochs: %d must lie in [1, 16]: optimizer updates per batch", c.Trainer.PPOEpochs))

@@ -94,6 +94,12 @@ func (m *Model) LogProbsWith(w *Weights, cache *KVCache, reqs []ScoreRequest, to
 	}
 	chunk := m.ScoreChunk()
 	done := make([]int, len(reqs)) // tokens of each request already run
+	var sl Slicer = noSlicer{}
+	if p := m.scoreSlice.Load(); p != nil {
+		sl = *p
+	}
+	release := sl.Train()
+	defer func() { release() }()
 	for first := true; ; first = false {
 		var steps []Step
 		var which []int
@@ -110,6 +116,7 @@ func (m *Model) LogProbsWith(w *Weights, cache *KVCache, reqs []ScoreRequest, to
 			break
 		}
 		if !first {
+			release = sl.Yield(release)
 			m.yieldToRun()
 		}
 		if err := m.scoreRound(ws, reqs, steps, which, done, base, lps, top, topK); err != nil {

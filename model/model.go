@@ -31,9 +31,22 @@ type Model struct {
 	mu sync.Mutex
 	s  scratch
 
-	runWaiting atomic.Int32 // Run calls waiting for mu (LogProbsWith lets one go first)
-	runEntered atomic.Int64 // Run calls that got mu
-	scoreChunk atomic.Int32 // LogProbsWith's tokens per round (0: DefaultScoreChunk)
+	runWaiting atomic.Int32           // Run calls waiting for mu (LogProbsWith lets one go first)
+	runEntered atomic.Int64           // Run calls that got mu
+	scoreChunk atomic.Int32           // LogProbsWith's tokens per round (0: DefaultScoreChunk)
+	scoreSlice atomic.Pointer[Slicer] // LogProbsWith's rounds are training slices of it
+}
+
+// SetScoreSlicer makes every round of LogProbsWith (teacher, reference
+// and KL passes: training work) a slice of s (priority.Gate), so that
+// scoring waits for serving as a training pass does; nil: rounds only let
+// a waiting Run go first.
+func (m *Model) SetScoreSlicer(s Slicer) {
+	if s == nil {
+		m.scoreSlice.Store(nil)
+		return
+	}
+	m.scoreSlice.Store(&s)
 }
 
 // DefaultScoreChunk is LogProbsWith's default round: the scheduler's

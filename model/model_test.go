@@ -650,9 +650,17 @@ func TestLogProbsChunked(t *testing.T) {
 	}
 	for _, chunk := range []int{1, 3, 16, 37} {
 		m.SetScoreChunk(chunk)
+		// Each round is a slice of a score slicer (training work that gives
+		// way to serving between rounds).
+		var sl countingSlicer
+		m.SetScoreSlicer(&sl)
 		got, err := m.LogProbsBatch(kv, reqs, 2)
+		m.SetScoreSlicer(nil)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if rounds := (114 + chunk - 1) / chunk; sl.yields != rounds-1 || sl.takes != rounds {
+			t.Errorf("chunk %d: %d slice boundaries and %d takes over %d rounds", chunk, sl.yields, sl.takes, rounds)
 		}
 		for i := range reqs {
 			for j := range reqs[i].Response {

@@ -97,9 +97,13 @@ type Trainable struct {
 }
 
 // Slicer shares the machine between training passes and serving:
-// priority.Gate. A pass takes it (Train) for its first layer and, at
-// every layer boundary, Yield may hand it to a waiting serving step and
-// take it back.
+// priority.Gate. A forward or backward pass takes it (Train) and, at every
+// boundary inside a layer (after the q, k and v projections, after
+// attention, after the MLP's gate and up projections) and between layers,
+// Yield may hand it to serving and take it back. Snapshot does not take it:
+// a merge is short, and a version waiting for a gap in serving would reach
+// users late. Yield's argument is the release that Train or the previous Yield
+// returned.
 type Slicer interface {
 	Train() (release func())
 	Yield(release func()) func()
@@ -397,6 +401,27 @@ type Pass struct {
 	logitsKept bool
 
 	backwarded, freed bool
+	// release gives back the Slicer's hold while a forward or backward
+	// runs; yield replaces it at slice boundaries.
+	release func()
+}
+
+// yield is a slice boundary inside a forward or backward: the pass may
+// give the machine to serving here (see Slicer).
+func (p *Pass) yield() {
+	if p.release != nil {
+		p.release = p.t.slicer().Yield(p.release)
+	}
+}
+
+// hold takes the Slicer for a forward or backward; the returned func gives
+// it back.
+func (p *Pass) hold() (done func()) {
+	p.release = p.t.slicer().Train()
+	return func() {
+		p.release()
+		p.release = nil
+	}
 }
 
 // logitRows is how many rows of logits the training forward and backward
@@ -565,14 +590,13 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Seqs: len(hStart) - 1, SeqStart: start,
 	}
 
-	// The pass holds the machine a layer at a time (see Slicer).
-	release := t.slicer().Train()
-	defer func() { release() }()
+	// The pass holds the machine half a layer at a time (see Slicer).
+	defer p.hold()()
 	b.Embedding(p.xs[0], t.w.Embed, p.ids)
 	var shared layerActs
 	for l := range c.NumLayers {
 		if l > 0 {
-			release = t.slicer().Yield(release)
+			p.yield()
 		}
 		a := &shared
 		if p.acts != nil {
@@ -587,7 +611,7 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 	}
 
 	// Logits at the response rows only, a chunk at a time.
-	release = t.slicer().Yield(release)
+	p.yield()
 	eps := float32(c.RMSNormEps)
 	b.Embedding(p.hsel, p.xs[c.NumLayers], p.rowIdx)
 	b.RMSNorm(p.hfin, p.hsel, t.w.Norm, eps)
@@ -659,14 +683,17 @@ func (p *Pass) layerForward(l int, xin, xout, tmp compute.Tensor, a *layerActs) 
 	}
 	b.RoPE(a.q, p.pos, t.cos, t.sin, c.HeadDim)
 	b.RoPE(a.k, p.pos, t.cos, t.sin, c.HeadDim)
+	p.yield()
 	b.DenseAttention(a.att, a.lse, a.q, a.k, a.v, &p.attn)
 	t.linear(tmp, a.att, w.O, w.OBias, ad[targetO], a.u[targetO])
 	b.Add(a.xmid, xin, tmp)
+	p.yield()
 
 	b.RMSNorm(a.h2, a.xmid, w.MLPNorm, eps)
 	t.linear(a.gate, a.h2, w.Gate, w.GateBias, ad[targetGate], a.u[targetGate])
 	t.linear(a.up, a.h2, w.Up, w.UpBias, ad[targetUp], a.u[targetUp])
 	b.SiLUMul(a.act, a.gate, a.up)
+	p.yield()
 	t.linear(tmp, a.act, w.Down, w.DownBias, ad[targetDown], a.u[targetDown])
 	b.Add(xout, a.xmid, tmp)
 }
@@ -707,8 +734,7 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 		return f.err
 	}
 	b.Write(dlp, host)
-	release := t.slicer().Train()
-	defer func() { release() }()
+	defer p.hold()()
 	g := t.grad
 	if g == nil {
 		g = &weights{Layers: make([]layer, c.NumLayers)} // LoRA: no base gradients
@@ -748,7 +774,7 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 		}
 	}
 	for l := c.NumLayers - 1; l >= 0; l-- {
-		release = t.slicer().Yield(release)
+		p.yield()
 		a := &shared
 		if p.acts != nil {
 			a = &p.acts[l]
@@ -815,15 +841,19 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 	// MLP: x_out = x_mid + down(silu(gate(h2))·up(h2)), h2 = norm(x_mid).
 	// After SiLUMulBackward, a.gate and a.up hold their own gradients.
 	t.linearBack(dact, false, dx, a.act, w.Down, g.Down, g.DownBias, ad[targetDown], a.u[targetDown], du)
+	p.yield()
 	b.SiLUMulBackward(a.gate, a.up, dact, a.gate, a.up)
 	t.linearBack(dh, false, a.gate, a.h2, w.Gate, g.Gate, g.GateBias, ad[targetGate], a.u[targetGate], du)
 	t.linearBack(dh, true, a.up, a.h2, w.Up, g.Up, g.UpBias, ad[targetUp], a.u[targetUp], du)
 	b.RMSNormBackward(dx, g.MLPNorm, dh, a.xmid, w.MLPNorm, eps, true)
+	p.yield()
 
 	// Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)) with q, k,
 	// v projections of h1 = norm(x_in) (and per-head norms of q and k).
 	t.linearBack(datt, false, dx, a.att, w.O, g.O, g.OBias, ad[targetO], a.u[targetO], du)
+	p.yield()
 	b.DenseAttentionBackward(dq, dk, dv, datt, a.att, a.lse, a.q, a.k, a.v, &p.attn)
+	p.yield()
 	b.RoPEBackward(dq, p.pos, t.cos, t.sin, c.HeadDim)
 	b.RoPEBackward(dk, p.pos, t.cos, t.sin, c.HeadDim)
 	if c.QKNorm {

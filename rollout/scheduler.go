@@ -61,7 +61,9 @@ type Options struct {
 	BackgroundKV float64
 	// Gate, if set, is taken around every forward pass (priority.Gate):
 	// a training pass sharing the machine then gives way to the step at
-	// its next layer boundary, and the two never run together.
+	// its next slice boundary, and the two never run together. If it also
+	// has an Idle method, the scheduler calls it whenever it runs out of
+	// work, so that training may run freely until the next step.
 	Gate interface{ Serve() (release func()) }
 	// Log receives scheduler events.
 	Log zerolog.Logger
@@ -258,11 +260,17 @@ func (s *Scheduler) Start() (stop func()) {
 // running or waiting then finish with an error event.
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.shutdown()
+	idle := func() {}
+	if idler, ok := s.opts.Gate.(interface{ Idle() }); ok {
+		idle = idler.Idle
+	}
+	defer idle() // a training pass waiting for serving must not wait for a stopped scheduler
 	for {
 		if len(s.running) == 0 && len(s.held) == 0 && len(s.heldBg) == 0 {
 			s.mu.Lock()
 			s.stats.Running, s.stats.Background = 0, 0
 			s.mu.Unlock()
+			idle()
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
