@@ -32,6 +32,7 @@ type benchFlags struct {
 	bandwidthMB   int
 	cpuProfile    string
 	serveSeconds  float64
+	judge         bool
 	rounds        int
 	train         bool
 }
@@ -69,6 +70,7 @@ a temporary directory first.`,
 	fl.IntVar(&f.contextTokens, "context-tokens", 0, "model: also decode after a prompt of this many tokens, an agent's context (0 = skip; e.g. 16384)")
 	fl.Float64Var(&f.seconds, "seconds", 1, "duration of each machine measurement")
 	fl.IntVar(&f.rounds, "rounds", 5, "model, serve: alternating rounds of the measurements compared with each other (see above)")
+	fl.BoolVar(&f.judge, "judge", false, "serve: also measure 8 and 32 clients while the local judge scores turns without pause (reward.workers workers, as the daemon's), against idle: judge turns/s and users refused with 429")
 	fl.BoolVar(&f.train, "train", false, "serve: also measure 8 and 32 clients while the trainer steps without pause on synthetic samples, against idle, in alternating rounds")
 	fl.Float64Var(&f.serveSeconds, "serve-seconds", 15, "serve: how long each client count keeps sending requests, over all rounds")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the engine sections (gemm, model, serve) to this file")

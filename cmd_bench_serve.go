@@ -39,6 +39,7 @@ type serveResult struct {
 	gaps     []time.Duration // between content chunks of a stream
 	totals   []time.Duration // request sent to the stream's end
 	failures int
+	refused  int           // failures that were a 429
 	firsts   []servedFirst // per request: the version that served it and when its first token came
 }
 
@@ -93,6 +94,9 @@ func streamChatStats(ctx context.Context, url string, body any, gaps *[]time.Dur
 		return st, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests {
+		return st, errRefused
+	}
 	if resp.StatusCode != http.StatusOK {
 		return st, fmt.Errorf("status %s", resp.Status)
 	}
@@ -195,6 +199,9 @@ func runClients(url string, n int, window time.Duration, maxTokens int, think ti
 				mu.Lock()
 				if err != nil {
 					res.failures++
+					if isRefused(err) {
+						res.refused++
+					}
 				} else {
 					res.ttft = append(res.ttft, st.ttft)
 					res.totals = append(res.totals, st.total)
@@ -346,6 +353,17 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 
 	if err := storeOverhead(row, url, bareURL, rounds, window, f.decodeTokens, generated); err != nil {
 		return err
+	}
+	if f.judge {
+		load, err := a.startJudgeLoad(e)
+		if err != nil {
+			return err
+		}
+		err = judgeOverhead(row, url, rounds, window, f.decodeTokens, generated, load)
+		load.close()
+		if err != nil {
+			return err
+		}
 	}
 	if f.train {
 		load, err := a.startTrainLoad(e)
