@@ -25,6 +25,7 @@ type learnFlags struct {
 	turns, sessionTurns, probeEvery int
 	probes, skills, maxTokens       int
 	seed                            uint64
+	seeds                           int
 	url, apiKey, modelFlag, out     string
 	trainPhrasings                  bool
 	judge                           string
@@ -77,6 +78,7 @@ Scenarios: ` + strings.Join(names, ", ") + `, or all.`,
 	fl.IntVar(&f.skills, "skills", 24, "held-out skill probes per measurement (a third each arithmetic, tool use and plain questions; -1: none)")
 	fl.IntVar(&f.maxTokens, "max-tokens", 96, "reply length bound")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the user, its questions and the probes")
+	fl.IntVar(&f.seeds, "seeds", 1, "run every method with this many seeds (--seed, --seed+1, ...) and summarize: the last satisfaction per seed, the median, and the seeds that meet the goal (runs differ: which turns share a training step is not deterministic)")
 	fl.BoolVar(&f.trainPhrasings, "train-phrasings", false, "correct with the pretraining corpus's instruction sentences (default: held-out ones)")
 	fl.DurationVar(&f.settle, "settle-timeout", 5*time.Minute, "longest wait for the daemon to train after a session")
 	fl.StringVar(&f.judge, "judge", "model", "model: the daemon's configured judge; oracle: an OpenAI-compatible judge that knows the preference (a control: votes from the user's praise, the canonical instruction as the hint)")
@@ -105,6 +107,9 @@ func (a *app) runBenchLearn(cmd *cobra.Command, f learnFlags) error {
 			return fmt.Errorf("bench learn: method %q is not one of %s", m, strings.Join(reward.Methods, ", "))
 		}
 	}
+	if f.seeds < 1 || f.seeds > 100 {
+		return fmt.Errorf("bench learn: --seeds %d must lie in [1, 100]", f.seeds)
+	}
 	if f.judge != "model" && f.judge != "oracle" {
 		return fmt.Errorf("bench learn: --judge %q is not model or oracle", f.judge)
 	}
@@ -120,28 +125,45 @@ func (a *app) runBenchLearn(cmd *cobra.Command, f learnFlags) error {
 	out := cmd.OutOrStdout()
 	ctx := cmd.Context()
 	all := map[string][]*learnbench.Result{}
+	var seeds []uint64
+	for i := range f.seeds {
+		seeds = append(seeds, f.seed+uint64(i))
+	}
 	for _, sc := range scenarios {
-		var results []*learnbench.Result
-		for _, method := range f.methods {
-			fmt.Fprintf(out, "scenario %s, method %s\n", sc.Name, method)
-			r, err := a.learnRun(ctx, f, sc, method, out)
-			if err != nil {
-				return fmt.Errorf("bench learn: scenario %s, method %s: %w", sc.Name, method, err)
+		bySeed := map[string][]*learnbench.Result{}
+		for _, seed := range seeds {
+			fs := f
+			fs.seed = seed
+			var results []*learnbench.Result
+			for _, method := range f.methods {
+				fmt.Fprintf(out, "scenario %s, method %s, seed %d\n", sc.Name, method, seed)
+				r, err := a.learnRun(ctx, fs, sc, method, out)
+				if err != nil {
+					return fmt.Errorf("bench learn: scenario %s, method %s, seed %d: %w", sc.Name, method, seed, err)
+				}
+				r.Method = method
+				results = append(results, r)
+				bySeed[method] = append(bySeed[method], r)
 			}
-			r.Method = method
-			results = append(results, r)
+			learnbench.Table(out, sc, results)
+			png, err := learnbench.Plot(sc, results)
+			if err != nil {
+				return fmt.Errorf("bench learn: plot: %w", err)
+			}
+			name := "learn-" + sc.Name + ".png"
+			if len(seeds) > 1 {
+				name = fmt.Sprintf("learn-%s-seed%d.png", sc.Name, seed)
+			}
+			path := filepath.Join(f.out, name)
+			if err := os.WriteFile(path, png, 0o644); err != nil {
+				return fmt.Errorf("bench learn: %w", err)
+			}
+			fmt.Fprintf(out, "\nwrote %s\n", path)
+			all[sc.Name] = append(all[sc.Name], results...)
 		}
-		learnbench.Table(out, sc, results)
-		png, err := learnbench.Plot(sc, results)
-		if err != nil {
-			return fmt.Errorf("bench learn: plot: %w", err)
+		if len(seeds) > 1 {
+			learnbench.SeedTable(out, sc, seeds, learnbench.Summarize(f.methods, bySeed))
 		}
-		path := filepath.Join(f.out, "learn-"+sc.Name+".png")
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			return fmt.Errorf("bench learn: %w", err)
-		}
-		fmt.Fprintf(out, "\nwrote %s\n", path)
-		all[sc.Name] = results
 	}
 	b, err := json.MarshalIndent(all, "", "  ")
 	if err != nil {

@@ -113,6 +113,7 @@ type Point struct {
 type Result struct {
 	Scenario string  `json:"scenario"`
 	Method   string  `json:"method"`
+	Seed     uint64  `json:"seed"`
 	Points   []Point `json:"points"`
 	// Satisfied counts the chat replies (not probes) that satisfied the
 	// preference, of Turns.
@@ -151,7 +152,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Skills > 0 {
 		skills = SkillProbes(o.Skills, o.Seed)
 	}
-	res := &Result{Scenario: o.Scenario.Name, Turns: o.Turns, FirstVersion: v0}
+	res := &Result{Scenario: o.Scenario.Name, Seed: o.Seed, Turns: o.Turns, FirstVersion: v0}
 	logf := func(format string, args ...any) {
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, format+"\n", args...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -260,5 +261,38 @@ func TestReport(t *testing.T) {
 	png, err := Plot(sc, rs)
 	if err != nil || len(png) < 8 || string(png[1:4]) != "PNG" {
 		t.Errorf("plot: %d bytes, %v", len(png), err)
+	}
+}
+
+// The multi-seed summary: the median of the last satisfaction and the
+// goal counted per seed (≥ 0.8, skills down at most 5 points; the bounds
+// themselves count).
+func TestSummarize(t *testing.T) {
+	run := func(sat, skillsBefore, skillsAfter float64) *Result {
+		return &Result{Points: []Point{{Turn: 0, Satisfaction: 0, Skills: skillsBefore}, {Turn: 64, Satisfaction: sat, Skills: skillsAfter}}}
+	}
+	runs := map[string][]*Result{
+		"combined": {run(0.25, 0.62, 0.62), run(1, 0.67, 0.62), run(1, 0.71, 0.71), run(0.875, 0.62, 0.50)},
+		"hinted":   {run(0.8, 0.6, 0.55), run(0.75, 0.6, 0.6), run(0.125, 0.5, 0.5)},
+		"binary":   nil,
+	}
+	sums := Summarize([]string{"combined", "hinted", "binary"}, runs)
+	for _, tc := range []struct {
+		i      int
+		median float64
+		met    int
+	}{{0, 0.9375, 2}, {1, 0.75, 1}, {2, 0, 0}} {
+		s := sums[tc.i]
+		if math.Abs(s.MedianFinal-tc.median) > 1e-12 || s.Met != tc.met {
+			t.Errorf("%s: median %v, met %d; want %v, %d", s.Method, s.MedianFinal, s.Met, tc.median, tc.met)
+		}
+	}
+	if d := sums[0].SkillDelta[3]; math.Abs(d+0.12) > 1e-9 {
+		t.Errorf("skill delta %v, want -0.12", d)
+	}
+	var b strings.Builder
+	SeedTable(&b, Scenario{Name: "end_word"}, []uint64{1, 2, 3, 4}, sums)
+	if !strings.Contains(b.String(), "| combined | 0.25 (+0) | 1.00 (-5) | 1.00 (+0) | 0.88 (-12) | 0.94 | 2 of 4 |") {
+		t.Errorf("table:\n%s", b.String())
 	}
 }

@@ -124,3 +124,84 @@ func Plot(sc Scenario, results []*Result) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// Goal is issue 14's bar for one run: satisfaction at least GoalSatisfaction
+// at the last measurement, with held-out skills down by at most
+// GoalSkillDrop.
+const (
+	GoalSatisfaction = 0.8
+	GoalSkillDrop    = 0.05
+)
+
+// SeedSummary is one method's outcome over several seeds of a scenario.
+type SeedSummary struct {
+	Method string
+	// Final and SkillDelta are per seed: the last measurement's
+	// satisfaction and skills after minus before (0 when no skill probes
+	// ran).
+	Final, SkillDelta []float64
+	// MedianFinal is the median of Final; Met counts the seeds that meet
+	// the goal.
+	MedianFinal float64
+	Met         int
+}
+
+// Summarize reduces the runs of each method (one per seed, in seed order)
+// to a SeedSummary, methods in the order given.
+func Summarize(methods []string, runs map[string][]*Result) []SeedSummary {
+	var out []SeedSummary
+	for _, m := range methods {
+		s := SeedSummary{Method: m}
+		for _, r := range runs[m] {
+			if len(r.Points) == 0 {
+				continue
+			}
+			first, last := r.Points[0], r.Points[len(r.Points)-1]
+			d := 0.0
+			if first.Skills >= 0 && last.Skills >= 0 {
+				d = last.Skills - first.Skills
+			}
+			s.Final = append(s.Final, last.Satisfaction)
+			s.SkillDelta = append(s.SkillDelta, d)
+			// A hair of slack: 0.8 and 0.05 are not exact in binary.
+			if last.Satisfaction >= GoalSatisfaction-1e-9 && d >= -GoalSkillDrop-1e-9 {
+				s.Met++
+			}
+		}
+		if n := len(s.Final); n > 0 {
+			v := append([]float64(nil), s.Final...)
+			sort.Float64s(v)
+			s.MedianFinal = v[n/2]
+			if n%2 == 0 {
+				s.MedianFinal = (v[n/2-1] + v[n/2]) / 2
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// SeedTable writes Summarize's result for one scenario: per method the
+// last satisfaction and the skill change of every seed, the median, and
+// how many seeds meet the goal.
+func SeedTable(w io.Writer, sc Scenario, seeds []uint64, sums []SeedSummary) {
+	fmt.Fprintf(w, "\nscenario %s over %d seeds: satisfaction at the last measurement (skills after − before, points)\n\n", sc.Name, len(seeds))
+	var b strings.Builder
+	b.WriteString("| method | ")
+	for _, s := range seeds {
+		fmt.Fprintf(&b, "seed %d | ", s)
+	}
+	fmt.Fprintf(&b, "median | goal met (≥ %.2f, skills ≥ −%.0f points) |\n|---|", GoalSatisfaction, 100*GoalSkillDrop)
+	for range seeds {
+		b.WriteString("---|")
+	}
+	b.WriteString("---|---|\n")
+	for _, s := range sums {
+		fmt.Fprintf(&b, "| %s | ", s.Method)
+		for i := range s.Final {
+			fmt.Fprintf(&b, "%.2f (%+.0f) | ", s.Final[i], 100*s.SkillDelta[i])
+		}
+		fmt.Fprintf(&b, "%.2f | %d of %d |\n", s.MedianFinal, s.Met, len(s.Final))
+	}
+	io.WriteString(w, b.String())
+}
