@@ -177,6 +177,7 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	sched, err := rollout.New(rollout.Options{
 		Model: m, Cache: cache, Log: a.log, Versions: store, Gate: gate,
 		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache, BackgroundKV: rc.BackgroundKV,
+		BackgroundPrefill: rc.BackgroundPrefill, BackgroundRows: rc.BackgroundRows,
 	})
 	if err != nil {
 		store.Close()

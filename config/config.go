@@ -268,6 +268,13 @@ type Rollout struct {
 	// BackgroundKV is the share of the KV cache judge and teacher
 	// generations may hold together.
 	BackgroundKV float64 `mapstructure:"background_kv"`
+	// BackgroundPrefill is the most prompt tokens of judge and teacher
+	// requests one scheduler step computes while a user's request runs
+	// (-1: no limit beyond step_tokens).
+	BackgroundPrefill int `mapstructure:"background_prefill"`
+	// BackgroundRows is the most judge and teacher sequences one step
+	// decodes while a user's request runs (-1: no limit).
+	BackgroundRows int `mapstructure:"background_rows"`
 }
 
 // Sessions bounds the memory of session tracking.
@@ -516,6 +523,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Trainer.PPOEpochs < 1 || c.Trainer.PPOEpochs > 16 {
 		errs = append(errs, fmt.Errorf("trainer.ppo_epochs: %d must lie in [1, 16]: optimizer updates per batch", c.Trainer.PPOEpochs))
+	}
+	if r := c.Rollout.BackgroundRows; r == 0 || r < -1 {
+		errs = append(errs, fmt.Errorf("rollout.background_rows: %d must be -1 (no limit) or at least 1: background sequences decoded per step while users run", r))
+	}
+	if p := c.Rollout.BackgroundPrefill; p == 0 || p < -1 {
+		errs = append(errs, fmt.Errorf("rollout.background_prefill: %d must be -1 (no limit) or at least 1: prompt tokens of background requests per step while users run", p))
 	}
 	if !(c.Rollout.BackgroundKV > 0 && c.Rollout.BackgroundKV <= 1) {
 		errs = append(errs, fmt.Errorf("rollout.background_kv: %v must lie in (0, 1]: the share of the KV cache background work may hold", c.Rollout.BackgroundKV))

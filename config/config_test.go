@@ -91,6 +91,8 @@ func TestLoad(t *testing.T) {
 		{name: "step tokens below batch", file: "rollout:\n  max_batch: 64\n  step_tokens: 32\n", wantErr: "rollout.step_tokens"},
 		{name: "background kv share zero", file: "rollout:\n  background_kv: 0\n", wantErr: "rollout.background_kv"},
 		{name: "background kv share above one", file: "rollout:\n  background_kv: 1.5\n", wantErr: "rollout.background_kv"},
+		{name: "background rows below -1", file: "rollout:\n  background_rows: -2\n", wantErr: "background_rows"},
+		{name: "background prefill zero", file: "rollout:\n  background_prefill: 0\n", wantErr: "background_prefill"},
 		{name: "share under load above 0.9", file: "trainer:\n  share_under_load: 0.95\n", wantErr: "share_under_load"},
 		{name: "share under load negative", file: "trainer:\n  share_under_load: -0.1\n", wantErr: "share_under_load"},
 		{name: "ppo epochs zero", file: "trainer:\n  ppo_epochs: 0\n", wantErr: "ppo_epochs"},

@@ -71,3 +71,102 @@ func TestGateServingFirstScheduler(t *testing.T) {
 		t.Errorf("gate stats %+v: want a serving step per token", st)
 	}
 }
+
+// While a user's request runs, a background request's long prompt is
+// computed at most BackgroundPrefill tokens per step (a judge prompt does
+// not make one step of users' decoding many times longer); with no limit
+// it takes the whole step budget.
+func TestBackgroundPrefillBounded(t *testing.T) {
+	for _, limit := range []int{0, -1} { // 0: the default, 64
+		m := tinyModel(t)
+		var s *Scheduler
+		var last uint64
+		most := uint64(0)
+		var userRunning atomic.Bool
+		probe := &gateProbe{look: func() {
+			st := s.Stats()
+			if d := st.PromptTokens - last; userRunning.Load() && d > most {
+				most = d
+			}
+			last = st.PromptTokens
+		}}
+		s = startScheduler(t, Options{Model: m, Cache: newCache(t, m, 64), MaxBatch: 4, QueueSize: 4, StepTokens: 256,
+			NoPrefixCache: true, BackgroundPrefill: limit, Gate: probe})
+		user, err := s.Generate(context.Background(), greedyReq(prompt(10, 1), 40))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-user // decoding
+		userRunning.Store(true)
+		req := greedyReq(prompt(200, 2), 2)
+		req.Background = true
+		bg, err := s.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := collect(t, bg); c.finish != FinishLength {
+			t.Fatalf("background finish %s", c.finish)
+		}
+		if c := collect(t, user); c.finish != FinishLength {
+			t.Fatalf("user finish %s", c.finish)
+		}
+		switch {
+		case limit == 0 && most > 64:
+			t.Errorf("default limit: a step computed %d background prompt tokens beside a user's request", most)
+		case limit == -1 && most <= 64:
+			t.Errorf("no limit: the most background prompt tokens in a step was %d, want the step budget", most)
+		}
+	}
+}
+
+// While a user's request decodes, at most BackgroundRows background
+// sequences advance per step, taking turns: all of them finish, and no
+// step generates more than the user's token plus BackgroundRows.
+func TestBackgroundRowsBounded(t *testing.T) {
+	for _, limit := range []int{0, -1} { // 0: the default, 2
+		m := tinyModel(t)
+		var s *Scheduler
+		var last, lastPrompt uint64
+		most := uint64(0)
+		var userRunning atomic.Bool
+		probe := &gateProbe{look: func() {
+			st := s.Stats()
+			// Decode-only steps (a prompt's last chunk also yields a token).
+			if d := st.GeneratedTokens - last; userRunning.Load() && st.PromptTokens == lastPrompt && d > most {
+				most = d
+			}
+			last, lastPrompt = st.GeneratedTokens, st.PromptTokens
+		}}
+		s = startScheduler(t, Options{Model: m, Cache: newCache(t, m, 128), MaxBatch: 8, MaxBackground: 6, QueueSize: 8, BackgroundQueue: 8,
+			NoPrefixCache: true, BackgroundKV: 1, BackgroundRows: limit, Gate: probe})
+		user, err := s.Generate(context.Background(), greedyReq(prompt(10, 1), 100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-user
+		userRunning.Store(true)
+		var bgs []<-chan Event
+		for i := range 5 {
+			req := greedyReq(prompt(8, 10+i), 12)
+			req.Background = true
+			ch, err := s.Generate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bgs = append(bgs, ch)
+		}
+		for i, ch := range bgs {
+			if c := collect(t, ch); c.finish != FinishLength || len(c.tokens) != 12 {
+				t.Fatalf("background %d: finish %s after %d tokens", i, c.finish, len(c.tokens))
+			}
+		}
+		userRunning.Store(false)
+		collect(t, user)
+		switch {
+		case limit == 0 && most > 3:
+			t.Errorf("default limit: a step generated %d tokens beside one user (want at most 1 + 2)", most)
+		case limit == -1 && most <= 3:
+			t.Errorf("no limit: at most %d tokens per step with 5 background sequences", most)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,19 @@ type Options struct {
 	// request runs; so users always find at least the rest free of judge
 	// and teacher work, and a long judge prompt still runs alone.
 	BackgroundKV float64
+	// BackgroundPrefill is the most prompt tokens of background requests
+	// one step computes while a foreground request runs (default 64;
+	// negative: no limit beyond StepTokens). A judge prompt of a few
+	// hundred tokens then spreads over several steps instead of making
+	// one step of users' decoding several times longer; with no user
+	// running, background prompts get the whole StepTokens.
+	BackgroundPrefill int
+	// BackgroundRows is the most background sequences one step decodes
+	// while a foreground request runs (default 2; negative: no limit),
+	// the least recently stepped first, so none starves. On a CPU every
+	// row costs users time: judge samples with long prompts beside a few
+	// users' short ones doubled a decode step.
+	BackgroundRows int
 	// Gate, if set, is taken around every forward pass (priority.Gate):
 	// a training pass sharing the machine then gives way to the step at
 	// its next slice boundary, and the two never run together. If it also
@@ -111,6 +125,7 @@ type Scheduler struct {
 	mu      sync.Mutex // guards stats
 	stats   Stats
 	version uint64 // current version, as last seen
+	nstep   uint64 // steps run (for BackgroundRows' turns)
 	// group buffers, one per weight set in a step, reused
 	groupLogits [][]float32
 }
@@ -128,6 +143,7 @@ type job struct {
 	ver     *weights.Version // held from admission to release; nil without a store
 	w       *model.Weights
 	version uint64
+	stepped uint64 // the scheduler step that last advanced it (background rows take turns)
 }
 
 // New checks opts and returns a scheduler; call Run to start it.
@@ -162,6 +178,12 @@ func New(opts Options) (*Scheduler, error) {
 	}
 	if opts.BackgroundKV == 0 {
 		opts.BackgroundKV = 0.25
+	}
+	if opts.BackgroundPrefill == 0 {
+		opts.BackgroundPrefill = 64
+	}
+	if opts.BackgroundRows == 0 {
+		opts.BackgroundRows = 2
 	}
 	if !(opts.BackgroundKV > 0 && opts.BackgroundKV <= 1) {
 		return nil, fmt.Errorf("rollout: BackgroundKV %v must lie in (0, 1]", opts.BackgroundKV)
@@ -673,22 +695,50 @@ func (s *Scheduler) step() error {
 	budget := s.opts.StepTokens
 	steps := make([]model.Step, 0, len(s.running))
 	jobs := make([]*job, 0, len(s.running))
-	// Decoding sequences first: one token each.
+	s.nstep++
+	users := slices.ContainsFunc(s.running, func(j *job) bool { return !j.req.Background })
+	// Decoding sequences first: one token each; background ones within
+	// BackgroundRows while a user's request runs, taking turns.
+	var bgDecode []*job
 	for _, j := range s.running {
 		if len(j.tokens)-j.seq.Len() == 1 {
+			if users && j.req.Background && s.opts.BackgroundRows > 0 {
+				bgDecode = append(bgDecode, j)
+				continue
+			}
 			steps = append(steps, model.Step{Seq: j.seq, Tokens: j.tokens[j.seq.Len():]})
 			jobs = append(jobs, j)
+			j.stepped = s.nstep
 			budget--
 		}
 	}
-	// Then prompt chunks, oldest first, with what is left.
+	slices.SortStableFunc(bgDecode, func(a, b *job) int { return cmp.Compare(a.stepped, b.stepped) })
+	for _, j := range bgDecode[:min(len(bgDecode), max(s.opts.BackgroundRows, 0))] {
+		steps = append(steps, model.Step{Seq: j.seq, Tokens: j.tokens[j.seq.Len():]})
+		jobs = append(jobs, j)
+		j.stepped = s.nstep
+		budget--
+	}
+	// Then prompt chunks, oldest first, with what is left; background
+	// prompts within BackgroundPrefill while a user's request runs.
 	prefill := 0
+	bgBudget := budget
+	if s.opts.BackgroundPrefill > 0 && users {
+		bgBudget = s.opts.BackgroundPrefill
+	}
 	for _, j := range s.running {
 		pending := len(j.tokens) - j.seq.Len()
 		if pending <= 1 || budget <= 0 {
 			continue
 		}
 		n := min(pending, budget)
+		if j.req.Background {
+			if bgBudget <= 0 {
+				continue
+			}
+			n = min(n, bgBudget)
+			bgBudget -= n
+		}
 		steps = append(steps, model.Step{Seq: j.seq, Tokens: j.tokens[j.seq.Len() : j.seq.Len()+n]})
 		jobs = append(jobs, j)
 		budget -= n
