@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -17,6 +18,17 @@ import (
 // decodeBody reads a JSON object from r's body into v. Unknown fields are
 // ignored, as OpenAI does.
 func decodeBody(r *http.Request, limit int64, v any) *apiError {
+	return decodeBodyFields(r, limit, v, false)
+}
+
+// decodeBodyStrict is decodeBody for clawrl's own endpoints: an unknown
+// field is refused with its name and the fields there are, so that a
+// mistyped one ("rating" for "thumb") is not silently dropped.
+func decodeBodyStrict(r *http.Request, limit int64, v any) *apiError {
+	return decodeBodyFields(r, limit, v, true)
+}
+
+func decodeBodyFields(r *http.Request, limit int64, v any, strict bool) *apiError {
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -40,6 +52,22 @@ func decodeBody(r *http.Request, limit int64, v any) *apiError {
 		// would be served and trained on altered; OpenAI refuses it too.
 		return invalid("", "invalid_encoding", "The request body is not valid UTF-8 (at byte %d); send JSON text in UTF-8.", invalidAt(data))
 	}
+	if strict {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(data, &fields); err == nil {
+			known := jsonFields(reflect.TypeOf(v))
+			for name := range fields {
+				if !known[name] {
+					names := make([]string, 0, len(known))
+					for k := range known {
+						names = append(names, k)
+					}
+					slices.Sort(names)
+					return invalid(name, "unknown_parameter", "Unknown parameter: '%s'. The parameters are %s.", name, strings.Join(names, ", "))
+				}
+			}
+		}
+	}
 	if err := json.Unmarshal(data, v); err != nil {
 		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok {
 			field := apiField(reflect.TypeOf(v), te.Field)
@@ -49,6 +77,25 @@ func decodeBody(r *http.Request, limit int64, v any) *apiError {
 		return invalid("", "", "We could not parse the JSON body of your request: %v", err)
 	}
 	return nil
+}
+
+// jsonFields is the set of JSON names of the fields of the struct that t
+// (a pointer to it) points to.
+func jsonFields(t reflect.Type) map[string]bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	out := map[string]bool{}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" {
+			name = t.Field(i).Name
+		}
+		if name != "-" {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 func jsonTypeName(kind string) string {

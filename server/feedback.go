@@ -52,7 +52,7 @@ func parseThumb(raw json.RawMessage) (int, *apiError) {
 func (s *Server) handleFeedback(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 	var req feedbackRequest
-	if e := decodeBody(r, 1<<20, &req); e != nil {
+	if e := decodeBodyStrict(r, 1<<20, &req); e != nil {
 		writeError(w, e)
 		return
 	}

@@ -448,3 +448,26 @@ func TestFeedbackRightAfterAnswer(t *testing.T) {
 		}
 	}
 }
+
+// Feedback is clawrl's own endpoint: a field it does not know (a thumb
+// sent as "rating") is refused, naming it and the fields there are,
+// instead of being dropped while the rest is accepted.
+func TestFeedbackRefusesUnknownField(t *testing.T) {
+	e := newEnv(t)
+	r := e.chat(map[string]any{"messages": []map[string]any{msg("user", "tell me a joke")}}, "X-Session-Id", "fb")
+	for _, body := range []string{
+		`{"response_id":"` + r.id + `","rating":-1,"text":"wrong"}`,
+		`{"session_id":"fb","turn":0,"thumbs":1}`,
+	} {
+		resp, got := e.post("/v1/feedback", body)
+		if resp.StatusCode != 400 || !strings.Contains(got, `"code":"unknown_parameter"`) || !strings.Contains(got, "thumb") {
+			t.Errorf("%s: %d %s", body, resp.StatusCode, got)
+		}
+	}
+	if resp, body := e.post("/v1/feedback", `{"response_id":"`+r.id+`","thumb":-1,"text":"wrong"}`); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if recs := e.records(); len(recs) != 1 || recs[0].Feedback.Thumb != -1 {
+		t.Fatalf("records = %+v (the refused bodies must record nothing)", recs)
+	}
+}
