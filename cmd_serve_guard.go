@@ -16,13 +16,16 @@ import (
 // arithmetic, tool-use and plain-question prompts (learnbench.SkillProbes,
 // which `bench learn` uses too),
 // answered greedily by the live weights through the scheduler as
-// background work, scored as the share answered right. The prompts are
+// background work, scored as the share answered right; a reply that runs
+// into the probes' max_tokens never passes (a degenerating model repeats
+// "-- Alice" or "banana" to the limit after a right answer, which a
+// contains-the-answer check alone would pass). The prompts are
 // fixed for the daemon's life, so scores of two versions compare.
 // guardSkillSet names the probe set guardSkill scores: a stored baseline
 // of another set is measured again. Bump the version when SkillProbes
 // changes what it draws.
 func guardSkillSet(n int) string {
-	return fmt.Sprintf("learnbench.SkillProbes/v2 n=%d seed=%#x", n, guardSkillSeed)
+	return fmt.Sprintf("learnbench.SkillProbes/v3 n=%d seed=%#x", n, guardSkillSeed)
 }
 
 // guardSkillSeed seeds the guard's skill probes.
@@ -53,15 +56,23 @@ func (e *engine) guardSkill(n int, vars map[string]any) (func(ctx context.Contex
 			if o.Err != nil {
 				return 0, fmt.Errorf("guard: skill probe: %w", o.Err)
 			}
-			text := e.tok.Decode(o.Tokens)
-			tool := ""
-			if c, ok := pretrain.ParseToolCall(text); ok {
-				tool = c.Name
-			}
-			if probes[i].Check(strings.TrimSpace(text), tool) {
+			if guardProbePasses(probes[i], e.tok.Decode(o.Tokens), o.Finish) {
 				pass++
 			}
 		}
 		return float64(pass) / float64(len(prompts)), nil
 	}, nil
+}
+
+// guardProbePasses scores one skill probe's reply: right (its text, or the
+// tool it calls) and finished before max_tokens.
+func guardProbePasses(p learnbench.Probe, text string, finish rollout.FinishReason) bool {
+	if finish == rollout.FinishLength {
+		return false
+	}
+	tool := ""
+	if c, ok := pretrain.ParseToolCall(text); ok {
+		tool = c.Name
+	}
+	return p.Check(strings.TrimSpace(text), tool)
 }
