@@ -20,6 +20,9 @@ type feedbackRequest struct {
 	Choice     int             `json:"choice"`
 	Thumb      json.RawMessage `json:"thumb"`
 	Text       string          `json:"text"`
+	// Model is accepted and ignored: clients that send it with every
+	// request may send it here too.
+	Model string `json:"model"`
 }
 
 // parseThumb reads a thumb: +1/-1 as a number or a string, or up/down.
