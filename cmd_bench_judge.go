@@ -95,44 +95,15 @@ func benchTurn(w, i int) reward.Turn {
 // own queue and KV budget below users).
 func judgeOverhead(row func(...string), url string, rounds int, window time.Duration, maxTokens int, generated func() uint64, load *judgeLoad) error {
 	for _, n := range []int{8, 32} {
-		var idle, busy serveResult
-		var turns int64
-		var busyWall time.Duration
-		refused := 0
-		for range rounds {
-			for i, on := range []bool{false, true} {
-				load.on.Store(on)
-				before := load.turns.Load()
-				t0 := time.Now()
-				r := runClients(url, n, window/2, maxTokens, 0, generated)
-				load.on.Store(false)
-				refused += r.refused
-				if r.failures > r.refused {
-					return fmt.Errorf("judge load: %d requests with %d clients failed", r.failures-r.refused, n)
-				}
-				dst := &idle
-				if i == 1 {
-					dst = &busy
-					turns += load.turns.Load() - before
-					busyWall += time.Since(t0)
-				}
-				dst.ttft = append(dst.ttft, r.ttft...)
-				dst.gaps = append(dst.gaps, r.gaps...)
-			}
+		ab := alternate(rounds, load.on.Store, func() serveResult { return runClients(url, n, window/2, maxTokens, 0, generated) }, load.turns.Load)
+		refused := ab.off.refused + ab.on.refused
+		if f := ab.off.failures + ab.on.failures - refused; f > 0 {
+			return fmt.Errorf("judge load: %d requests with %d clients failed", f, n)
 		}
-		for _, m := range []struct {
-			name    string
-			w, idle []time.Duration
-		}{{"TTFT", busy.ttft, idle.ttft}, {"inter-token", busy.gaps, idle.gaps}} {
-			p50, p99 := percentile(m.w, 0.5), percentile(m.w, 0.99)
-			b50, b99 := percentile(m.idle, 0.5), percentile(m.idle, 0.99)
-			row(fmt.Sprintf("  judging, %d clients: %s p50 / p99", n, m.name),
-				fmt.Sprintf("%.1f / %.1f", ms(p50), ms(p99)), "ms",
-				fmt.Sprintf("judging/idle: %.2f / %.2f", p50.Seconds()/b50.Seconds(), p99.Seconds()/b99.Seconds()))
-		}
-		row(fmt.Sprintf("  judging, %d clients: judge throughput", n), fmt.Sprintf("%.2f", float64(turns)/busyWall.Seconds()), "turns/s",
+		compareRows(row, fmt.Sprintf("judging, %d clients", n), "judging/idle", ab.on, ab.off, false)
+		row(fmt.Sprintf("  judging, %d clients: judge throughput", n), fmt.Sprintf("%.2f", float64(ab.onCount)/ab.onWall.Seconds()), "turns/s",
 			fmt.Sprintf("%d turns in %.0f s, %d judge calls failed; users refused with 429: %d of %d (goal 0)",
-				turns, busyWall.Seconds(), load.failed.Load(), refused, len(idle.ttft)+len(busy.ttft)+refused))
+				ab.onCount, ab.onWall.Seconds(), load.failed.Load(), refused, ab.off.requests()+ab.on.requests()))
 	}
 	return nil
 }

@@ -398,43 +398,89 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// add pools o's measurements into r.
+func (r *serveResult) add(o serveResult) {
+	r.ttft = append(r.ttft, o.ttft...)
+	r.gaps = append(r.gaps, o.gaps...)
+	r.totals = append(r.totals, o.totals...)
+	r.firsts = append(r.firsts, o.firsts...)
+	r.failures += o.failures
+	r.refused += o.refused
+}
+
+// requests counts the requests measured, failed ones included.
+func (r *serveResult) requests() int { return len(r.ttft) + r.failures }
+
+// abRounds is a comparison in alternating rounds: each round runs the
+// clients once with set(false) and once with set(true), so that both
+// sides see the same phases of a shared machine. It pools each side's
+// results and, for the true side, its wall time and how much count grew
+// meanwhile (steps published, turns judged).
+type abRounds struct {
+	off, on serveResult
+	onWall  time.Duration
+	onCount int64
+}
+
+func alternate(rounds int, set func(on bool), run func() serveResult, count func() int64) abRounds {
+	var ab abRounds
+	for range rounds {
+		for _, on := range []bool{false, true} {
+			set(on)
+			before, t0 := count(), time.Now()
+			r := run()
+			if on {
+				ab.on.add(r)
+				ab.onWall += time.Since(t0)
+				ab.onCount += count() - before
+			} else {
+				ab.off.add(r)
+			}
+		}
+	}
+	set(false)
+	return ab
+}
+
+// compareRows prints TTFT and inter-token p50/p99 of a (and the whole
+// request's, with totals) and their ratios to b's, named ratio.
+func compareRows(row func(...string), label, ratio string, a, b serveResult, totals bool) {
+	type metric struct {
+		name, suffix string
+		a, b         []time.Duration
+	}
+	metrics := []metric{{"TTFT", "", a.ttft, b.ttft}, {"inter-token", "", a.gaps, b.gaps}}
+	if totals {
+		metrics = append(metrics, metric{"whole request", " (the turn is committed before [DONE])", a.totals, b.totals})
+	}
+	for _, m := range metrics {
+		p50, p99 := percentile(m.a, 0.5), percentile(m.a, 0.99)
+		b50, b99 := percentile(m.b, 0.5), percentile(m.b, 0.99)
+		row(fmt.Sprintf("  %s: %s p50 / p99", label, m.name),
+			fmt.Sprintf("%.1f / %.1f", ms(p50), ms(p99)), "ms",
+			fmt.Sprintf("%s: %.2f / %.2f%s", ratio, p50.Seconds()/b50.Seconds(), p99.Seconds()/b99.Seconds(), m.suffix))
+	}
+}
+
+func noCount() int64 { return 0 }
+
 // storeOverhead runs 8 and 32 streaming clients against the daemon with
 // its store and against the same scheduler without one, alternating in
 // rounds, and prints TTFT, inter-token gap and whole-request p50/p99 with
 // the store as a ratio of without.
 func storeOverhead(row func(...string), withURL, withoutURL string, rounds int, window time.Duration, maxTokens int, generated func() uint64) error {
 	for _, n := range []int{8, 32} {
-		var with, without serveResult
-		for range rounds {
-			for i, url := range []string{withURL, withoutURL} {
-				r := runClients(url, n, window/2, maxTokens, 0, generated)
-				if r.failures > 0 {
-					return fmt.Errorf("store overhead: %d requests with %d clients failed", r.failures, n)
-				}
-				dst := &with
-				if i == 1 {
-					dst = &without
-				}
-				dst.ttft = append(dst.ttft, r.ttft...)
-				dst.gaps = append(dst.gaps, r.gaps...)
-				dst.totals = append(dst.totals, r.totals...)
+		url := withURL
+		ab := alternate(rounds, func(without bool) {
+			url = withURL
+			if without {
+				url = withoutURL
 			}
+		}, func() serveResult { return runClients(url, n, window/2, maxTokens, 0, generated) }, noCount)
+		if f := ab.off.failures + ab.on.failures; f > 0 {
+			return fmt.Errorf("store overhead: %d requests with %d clients failed", f, n)
 		}
-		for _, m := range []struct {
-			name   string
-			w, wo  []time.Duration
-			suffix string
-		}{
-			{"TTFT", with.ttft, without.ttft, ""},
-			{"inter-token", with.gaps, without.gaps, ""},
-			{"whole request", with.totals, without.totals, " (the turn is committed before [DONE])"},
-		} {
-			p50, p99 := percentile(m.w, 0.5), percentile(m.w, 0.99)
-			b50, b99 := percentile(m.wo, 0.5), percentile(m.wo, 0.99)
-			row(fmt.Sprintf("  store, %d clients: %s p50 / p99", n, m.name),
-				fmt.Sprintf("%.1f / %.1f", ms(p50), ms(p99)), "ms",
-				fmt.Sprintf("with/without the store: %.3f / %.3f%s", p50.Seconds()/b50.Seconds(), p99.Seconds()/b99.Seconds(), m.suffix))
-		}
+		compareRows(row, fmt.Sprintf("store, %d clients", n), "with/without the store", ab.off, ab.on, true)
 	}
 	return nil
 }
@@ -545,66 +591,38 @@ func (l *trainLoad) close() {
 // ratio of idle, the steps published meanwhile and, when training yields
 // to serving, the gate's counters.
 func trainOverhead(row func(...string), url string, rounds int, window time.Duration, maxTokens int, generated func() uint64, load *trainLoad) error {
-	var firsts []servedFirst
-	var requests int
+	var all serveResult
 	for _, sc := range []struct {
 		n     int
 		think time.Duration
 		label string
 	}{{8, 0, "8 clients"}, {32, 0, "32 clients"}, {8, time.Second, "8 users reading ~1 s"}} {
-		var idle, busy serveResult
-		var steps int64
 		win := window / 2
 		if sc.think > 0 {
 			win = 2 * window // enough requests to read a p99
 		}
 		g0 := load.gate.Stats()
-		var trainWall time.Duration
-		for range rounds {
-			for i, on := range []bool{false, true} {
-				load.on.Store(on)
-				before := load.steps.Load()
-				t0 := time.Now()
-				r := runClients(url, sc.n, win, maxTokens, sc.think, generated)
-				load.on.Store(false)
-				if r.failures > 0 {
-					return fmt.Errorf("training overhead: %d requests with %s failed", r.failures, sc.label)
-				}
-				dst := &idle
-				if i == 1 {
-					dst = &busy
-					steps += load.steps.Load() - before
-					trainWall += time.Since(t0)
-				}
-				dst.ttft = append(dst.ttft, r.ttft...)
-				dst.gaps = append(dst.gaps, r.gaps...)
-				firsts = append(firsts, r.firsts...)
-				requests += len(r.ttft)
-			}
+		ab := alternate(rounds, load.on.Store, func() serveResult { return runClients(url, sc.n, win, maxTokens, sc.think, generated) }, load.steps.Load)
+		if f := ab.off.failures + ab.on.failures; f > 0 {
+			return fmt.Errorf("training overhead: %d requests with %s failed", f, sc.label)
 		}
-		for _, m := range []struct {
-			name    string
-			w, idle []time.Duration
-		}{{"TTFT", busy.ttft, idle.ttft}, {"inter-token", busy.gaps, idle.gaps}} {
-			p50, p99 := percentile(m.w, 0.5), percentile(m.w, 0.99)
-			b50, b99 := percentile(m.idle, 0.5), percentile(m.idle, 0.99)
-			row(fmt.Sprintf("  training, %s: %s p50 / p99", sc.label, m.name),
-				fmt.Sprintf("%.1f / %.1f", ms(p50), ms(p99)), "ms",
-				fmt.Sprintf("training/idle: %.2f / %.2f (goal p99 <= 1.25)", p50.Seconds()/b50.Seconds(), p99.Seconds()/b99.Seconds()))
-		}
-		row(fmt.Sprintf("  training, %s: steps published", sc.label), fmt.Sprint(steps), "", fmt.Sprintf("over %d training rounds, %.0f s", rounds, trainWall.Seconds()))
+		all.add(ab.off)
+		all.add(ab.on)
+		label := "training, " + sc.label
+		compareRows(row, label, "training/idle (goal p99 <= 1.25)", ab.on, ab.off, false)
+		row(fmt.Sprintf("  %s: steps published", label), fmt.Sprint(ab.onCount), "", fmt.Sprintf("over %d training rounds, %.0f s", rounds, ab.onWall.Seconds()))
 		if g1 := load.gate.Stats(); load.yields && g1.TrainingSlices > g0.TrainingSlices {
-			row(fmt.Sprintf("  training, %s: time trained while serving was busy", sc.label),
-				fmt.Sprintf("%.1f", 100*(g1.BusyTraining-g0.BusyTraining).Seconds()/trainWall.Seconds()), "%",
+			row(fmt.Sprintf("  %s: time trained while serving was busy", label),
+				fmt.Sprintf("%.1f", 100*(g1.BusyTraining-g0.BusyTraining).Seconds()/ab.onWall.Seconds()), "%",
 				fmt.Sprintf("share_under_load %.2f; %d slices, %d yields; longest slice so far %.1f ms", load.gate.Share(), g1.TrainingSlices-g0.TrainingSlices, g1.Yields-g0.Yields, ms(g1.MaxSlice)))
 		}
 	}
 	if live := load.liveLatencies(); len(live) > 0 {
 		row("  weight swap: end of step → live (requests admitted from then on run on it), p50 / p99 / max",
 			fmt.Sprintf("%.0f / %.0f / %.0f", ms(percentile(live, 0.5)), ms(percentile(live, 0.99)), ms(slices.Max(live))), "ms",
-			fmt.Sprintf("%d swaps under load, 0 of %d requests failed (goal < 1 s)", len(live), requests))
+			fmt.Sprintf("%d swaps under load, 0 of %d requests failed (goal < 1 s)", len(live), all.requests()))
 	}
-	if lat := swapLatencies(load.stepEnds(), firsts); len(lat) > 0 {
+	if lat := swapLatencies(load.stepEnds(), all.firsts); len(lat) > 0 {
 		row("  weight swap: end of step → first token on the new version, p50 / p99 / max",
 			fmt.Sprintf("%.0f / %.0f / %.0f", ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)), ms(slices.Max(lat))), "ms",
 			"includes waiting for the next request to arrive (readers pause ~1 s)")

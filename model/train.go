@@ -590,7 +590,7 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Seqs: len(hStart) - 1, SeqStart: start,
 	}
 
-	// The pass holds the machine half a layer at a time (see Slicer).
+	// The pass holds the machine a part of a layer at a time (see Slicer).
 	defer p.hold()()
 	b.Embedding(p.xs[0], t.w.Embed, p.ids)
 	var shared layerActs

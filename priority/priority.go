@@ -5,9 +5,9 @@
 // cores wastes half of them whenever one side is idle, and running both
 // at once on every core makes every decode step wait for a share of a
 // training step. A Gate instead serialises them at fine grain: a serving
-// step (one scheduler forward pass) and a training slice (half a layer of
-// a forward or backward pass, or one layer's merge when a version is
-// published) never run together.
+// step (one scheduler forward pass) and a training slice (a part of a
+// layer of a forward or backward pass, or a round of a scoring pass) never
+// run together.
 //
 // The policy is serving first. While the scheduler has work (from its
 // first step until it reports Idle), a training pass waits at its next
@@ -155,15 +155,23 @@ func (g *Gate) Train() (release func()) {
 // to the credit when serving was busy.
 func (g *Gate) endSlice() {
 	g.mu.Lock()
-	d := g.now() - g.started
+	g.chargeLocked()
+	g.training = false
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// chargeLocked closes the running slice's accounting: its length and,
+// while serving is busy, its cost to the credit. A new slice starts now.
+func (g *Gate) chargeLocked() {
+	now := g.now()
+	d := now - g.started
 	g.maxSlice = max(g.maxSlice, d)
 	if g.busy {
 		g.credit -= d
 		g.busyTrain += d
 	}
-	g.training = false
-	g.cond.Broadcast()
-	g.mu.Unlock()
+	g.started = now
 }
 
 // Yield is a slice boundary inside a training pass that holds the gate.
@@ -176,25 +184,14 @@ func (g *Gate) Yield(release func()) func() {
 		return release
 	}
 	g.mu.Lock()
-	now := g.now()
-	g.maxSlice = max(g.maxSlice, now-g.started)
-	if g.busy { // charge the slice that ends here
-		g.credit -= now - g.started
-		g.busyTrain += now - g.started
-	}
-	g.started = now
-	give := g.busy && (g.waitServ > 0 || g.credit <= 0)
-	if give {
-		g.yields++
-	} else {
+	g.chargeLocked()
+	if !g.busy || (g.waitServ == 0 && g.credit > 0) {
 		g.trainSlices++
-	}
-	g.mu.Unlock()
-	if !give {
+		g.mu.Unlock()
 		return release
 	}
-	g.mu.Lock()
-	g.training = false // charged above
+	g.yields++
+	g.training = false
 	g.cond.Broadcast()
 	g.mu.Unlock()
 	return g.Train()

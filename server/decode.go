@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"reflect"
@@ -56,14 +57,10 @@ func decodeBodyFields(r *http.Request, limit int64, v any, strict bool) *apiErro
 		var fields map[string]json.RawMessage
 		if err := json.Unmarshal(data, &fields); err == nil {
 			known := jsonFields(reflect.TypeOf(v))
-			for name := range fields {
+			for _, name := range slices.Sorted(maps.Keys(fields)) {
 				if !known[name] {
-					names := make([]string, 0, len(known))
-					for k := range known {
-						names = append(names, k)
-					}
-					slices.Sort(names)
-					return invalid(name, "unknown_parameter", "Unknown parameter: '%s'. The parameters are %s.", name, strings.Join(names, ", "))
+					return invalid(name, "unknown_parameter", "Unknown parameter: '%s'. The parameters are %s.",
+						name, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
 				}
 			}
 		}
