@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"testing"
 
@@ -23,6 +24,17 @@ var testSchemas = map[string]string{
 	"numbers": `{"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":120},"b":{"type":"number","minimum":0.5}},"required":["a","b"]}`,
 	"strlen":  `{"type":"string","minLength":2,"maxLength":4}`,
 	"array":   `{"type":"array","items":{"type":"integer"},"minItems":2}`,
+}
+
+// schemaNames lists testSchemas in sorted order, so that a seeded random
+// test draws the same cases for each schema on every run.
+func schemaNames() []string {
+	names := make([]string, 0, len(testSchemas))
+	for name := range testSchemas {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func compileBoth(t testing.TB, src string) (*Schema, *jsonschema.Schema) {
@@ -175,8 +187,8 @@ func walk(t testing.TB, s *Schema, r *rand.Rand, maxLen int) string {
 // for the reference validator.
 func TestRandomDocumentsValidate(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for name, src := range testSchemas {
-		s, v := compileBoth(t, src)
+	for _, name := range schemaNames() {
+		s, v := compileBoth(t, testSchemas[name])
 		complete := 0
 		for range 80 {
 			doc := walk(t, s, r, 160)
@@ -324,14 +336,31 @@ func BenchmarkConstraintAllow(b *testing.B) {
 // MinRemaining completes a valid document within MinRemaining bytes: the
 // estimate is an upper bound that a closing walk can always lower.
 func TestMinRemainingCloses(t *testing.T) {
-	r := rand.New(rand.NewPCG(9, 9))
 	var alphabet []byte
 	for c := byte(' '); c < 0x7f; c++ {
 		alphabet = append(alphabet, c)
 	}
-	for name, src := range testSchemas {
-		s, v := compileBoth(t, src)
-		for range 40 {
+	// Prefixes that once broke the bound, then random ones. The schemas
+	// are walked in sorted order so a seed always draws the same prefixes.
+	fixed := []struct{ schema, prefix string }{
+		{"free", `{ " 1qp|K\`},    // a free key with an escape pending
+		{"free", `{"a\u00`},       // hex digits of \u left in a key
+		{"free", `{"a": "x\u0`},   // and in a value
+		{"strlen", `"\u00`},       // below minLength, inside \u
+		{"enums", `{"n": 1, "c\`}, // a declared key with an escape pending
+	}
+	for _, f := range fixed {
+		s, v := compileBoth(t, testSchemas[f.schema])
+		st := NewState(s)
+		if !st.FeedString(f.prefix) {
+			continue // the schema refuses the prefix: nothing to close
+		}
+		closeByMinRemaining(t, f.schema, v, st, []byte(f.prefix), alphabet)
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, name := range schemaNames() {
+		s, v := compileBoth(t, testSchemas[name])
+		for range 200 {
 			st := NewState(s)
 			var out []byte
 			stop := r.IntN(60)
@@ -349,31 +378,39 @@ func TestMinRemainingCloses(t *testing.T) {
 				st.Feed(c)
 				out = append(out, c)
 			}
-			bound := st.MinRemaining()
-			for steps := 0; !st.Done(); steps++ {
-				if steps > bound {
-					t.Fatalf("%s: %q: not complete after %d bytes, MinRemaining said %d", name, out, steps, bound)
-				}
-				rem := st.MinRemaining()
-				var next byte
-				found := false
-				for _, c := range alphabet {
-					try := st.Clone()
-					if try.Feed(c) && (try.Done() || try.MinRemaining() < rem) {
-						next, found = c, true
-						break
-					}
-				}
-				if !found {
-					t.Fatalf("%s: %q: no byte lowers MinRemaining %d", name, out, rem)
-				}
-				st.Feed(next)
-				out = append(out, next)
-			}
-			if err := validate(v, string(out)); err != nil {
-				t.Fatalf("%s: closed %q is not valid: %v", name, out, err)
+			closeByMinRemaining(t, name, v, st, out, alphabet)
+		}
+	}
+}
+
+// closeByMinRemaining feeds st, which holds out, only bytes that lower its
+// MinRemaining until it is done, failing if that takes more bytes than the
+// first estimate, if no byte lowers it, or if the result is not valid.
+func closeByMinRemaining(t *testing.T, name string, v *jsonschema.Schema, st *State, out, alphabet []byte) {
+	t.Helper()
+	bound := st.MinRemaining()
+	for steps := 0; !st.Done(); steps++ {
+		if steps > bound {
+			t.Fatalf("%s: %q: not complete after %d bytes, MinRemaining said %d", name, out, steps, bound)
+		}
+		rem := st.MinRemaining()
+		var next byte
+		found := false
+		for _, c := range alphabet {
+			try := st.Clone()
+			if try.Feed(c) && (try.Done() || try.MinRemaining() < rem) {
+				next, found = c, true
+				break
 			}
 		}
+		if !found {
+			t.Fatalf("%s: %q: no byte lowers MinRemaining %d", name, out, rem)
+		}
+		st.Feed(next)
+		out = append(out, next)
+	}
+	if err := validate(v, string(out)); err != nil {
+		t.Fatalf("%s: closed %q is not valid: %v", name, out, err)
 	}
 }
 

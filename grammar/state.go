@@ -734,11 +734,7 @@ func (st *State) MinRemaining() int {
 				total += best + 1
 				continue
 			}
-			n := 1 + max(0, f.s.minLen-f.n)
-			if f.esc > 0 || f.utf > 0 {
-				n += max(f.esc-1, 1) + f.utf
-			}
-			total += n
+			total += 1 + max(0, f.s.minLen-f.n) + pendingBytes(f)
 		case fNumber:
 			if !numberComplete(f) {
 				total++
@@ -781,7 +777,7 @@ func (st *State) MinRemaining() int {
 			}
 			switch {
 			case key != nil && key.cands == nil: // a free object's key
-				total += 1 + 1 + minValue(anySchema, 0) + 1
+				total += pendingBytes(key) + 1 + 1 + minValue(anySchema, 0) + 1
 			case key != nil:
 				// The shortest way on: finish one candidate key, its value,
 				// and the required keys left besides it.
@@ -790,7 +786,7 @@ func (st *State) MinRemaining() int {
 					p := f.s.props[c]
 					best = min(best, len(p.name)-len(key.buf)+1+1+minValue(p.schema, 0)+missing(c, true))
 				}
-				total += best + 1
+				total += pendingBytes(key) + best + 1
 			case sub == oKey: // after a comma: a key must come
 				m := missing(-1, false)
 				if m == 0 {
@@ -833,6 +829,17 @@ func (st *State) MinRemaining() int {
 		}
 	}
 	return total
+}
+
+// pendingBytes is how many bytes a string frame needs before it may close:
+// the rest of an escape (1 after a backslash, the hex digits left of a \u)
+// and the UTF-8 continuation bytes still expected.
+func pendingBytes(f *frame) int {
+	n := f.utf
+	if f.esc > 0 {
+		n += max(f.esc-1, 1)
+	}
+	return n
 }
 
 // minOptionalKey is the shortest "key": value an object may still take.
