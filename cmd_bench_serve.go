@@ -489,13 +489,14 @@ func storeOverhead(row func(...string), withURL, withoutURL string, rounds int, 
 // and responses, ±1 rewards) and publishing each step to the engine's
 // versions while on is set: the load training puts on serving.
 type trainLoad struct {
-	on     atomic.Bool
-	steps  atomic.Int64
-	stop   chan struct{}
-	done   chan struct{}
-	tr     *trainer.Trainer
-	gate   *priority.Gate // the engine's
-	yields bool           // the trainer yields to serving through gate
+	on        atomic.Bool
+	steps     atomic.Int64
+	stop      chan struct{}
+	done      chan struct{}
+	tr        *trainer.Trainer
+	closeView func()         // frees the actor group's view, after tr
+	gate      *priority.Gate // the engine's
+	yields    bool           // the trainer yields to serving through gate
 
 	mu        sync.Mutex
 	published map[uint64]time.Time     // version → when its step ended
@@ -522,16 +523,28 @@ func (a *app) startTrainLoad(e *engine) (*trainLoad, error) {
 	opts := trainer.DefaultOptions()
 	opts.LR, opts.LoRARank, opts.LoRAAlpha, opts.LoRATargets = tc.LR, tc.LoRARank, tc.LoRAAlpha, tc.LoRATargets
 	opts.MicroBatchTokens, opts.Checkpointing = tc.MicroBatchTokens, tc.ActivationCheckpointing
-	tr, err := trainer.New(e.model, e.model.Weights(), opts)
+	// The trainer runs where the daemon's would: on the actor group's
+	// pool when devices.actor.threads is set.
+	actor, closeView := e.model, func() {}
+	if t := a.cfg.Devices.Actor.Threads; t > 0 {
+		v, cv, err := e.groupView("actor", t)
+		if err != nil {
+			return nil, err
+		}
+		actor, closeView = v, cv
+	}
+	tr, err := trainer.New(actor, e.model.Weights(), opts)
 	if err != nil {
+		closeView()
 		return nil, err
 	}
 	tr.SetVersion(e.store.Current())
-	if tc.YieldToServing {
+	yields := a.trainingYields()
+	if yields {
 		tr.SetSlicer(e.gate)
 	}
-	l := &trainLoad{stop: make(chan struct{}), done: make(chan struct{}), tr: tr, published: map[uint64]time.Time{}, live: map[uint64]time.Duration{},
-		gate: e.gate, yields: tc.YieldToServing}
+	l := &trainLoad{stop: make(chan struct{}), done: make(chan struct{}), tr: tr, closeView: closeView, published: map[uint64]time.Time{}, live: map[uint64]time.Duration{},
+		gate: e.gate, yields: yields}
 	vocab := int32(e.model.Config.VocabSize)
 	rng := rand.New(rand.NewPCG(1, 2))
 	go func() {
@@ -582,6 +595,7 @@ func (l *trainLoad) close() {
 	close(l.stop)
 	<-l.done
 	l.tr.Close()
+	l.closeView()
 }
 
 // trainOverhead runs 8 and 32 streaming clients sending back to back,

@@ -136,6 +136,9 @@ func (a *app) openEngine(dir string) (*engine, error) {
 	if a.cfg.Model.Threads > 0 {
 		kernels.SetThreads(a.cfg.Model.Threads)
 	}
+	if t := a.cfg.Devices.Rollout.Threads; t > 0 {
+		kernels.SetThreads(t) // serving's group: the default pool
+	}
 	if mb := int64(a.cfg.Model.KVCacheMB); mb > 0 {
 		// The cache takes its memory as it fills: a budget past what the
 		// machine has would start fine and die of out-of-memory later.

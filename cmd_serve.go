@@ -27,6 +27,7 @@ import (
 	"github.com/clawrl/clawrl/loop"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/reward"
+	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/server"
 	"github.com/clawrl/clawrl/session"
 	"github.com/clawrl/clawrl/store"
@@ -441,14 +442,39 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	if err := reward.ValidateConfig(cfg); err != nil {
 		return fail(err)
 	}
+	// The actor group: the trainer and the teacher's scoring passes run on
+	// actor, a view of the model on threads of their own when
+	// devices.actor.threads is set, else the served model itself.
+	dev := a.cfg.Devices
+	actor := e.model
+	if dev.Actor.Threads > 0 {
+		v, closeView, err := e.groupView("actor", dev.Actor.Threads)
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, closeView)
+		actor = v
+	}
 	var judge reward.Backend
 	var err error
 	if rc.Judge == reward.BackendOpenAI {
 		judge, err = reward.NewOpenAIBackend(reward.OpenAIOptions{BaseURL: rc.JudgeBaseURL, APIKey: rc.JudgeAPIKey, Model: rc.JudgeModel})
 	} else {
-		// The local judge generates through the serving scheduler on the
-		// checkpoint's frozen weights, as background work below users.
-		judge, err = reward.NewLocalBackend(e.sched, e.tok, reward.LocalOptions{StopTokens: e.stopTokens(), TemplateVars: vars})
+		// The local judge generates on the checkpoint's frozen weights:
+		// through a scheduler of its own on devices.judge.threads, or
+		// through the serving scheduler as background work below users.
+		var gen rollout.Generator = e.sched
+		if dev.Judge.Threads > 0 {
+			c := e.model.Config
+			budget := kvBudget(0, c.KVBytesPerToken(e.cache.DType())*int64(c.MaxPositions), max(1, rc.Workers*max(1, rc.Votes)), 8, 64<<20, memAvailable())
+			js, stop, jerr := e.judgeScheduler(a, dev.Judge.Threads, budget)
+			if jerr != nil {
+				return fail(jerr)
+			}
+			closers = append(closers, stop)
+			gen = js
+		}
+		judge, err = reward.NewLocalBackend(gen, e.tok, reward.LocalOptions{StopTokens: e.stopTokens(), TemplateVars: vars})
 	}
 	if err != nil {
 		return fail(err)
@@ -457,7 +483,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	if rc.Teacher != reward.TeacherNone {
 		c := e.model.Config
 		budget := kvBudget(rc.TeacherKVCacheMB, c.KVBytesPerToken(e.cache.DType())*int64(c.MaxPositions), 1, 8, 256<<20, memAvailable())
-		tcache, err := e.model.NewKVCache(model.KVCacheOptions{Budget: budget, DType: e.cache.DType()})
+		tcache, err := actor.NewKVCache(model.KVCacheOptions{Budget: budget, DType: e.cache.DType()})
 		if err != nil {
 			return fail(err)
 		}
@@ -475,7 +501,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 				return v.Weights()
 			}
 		}
-		mt, err := reward.NewModelTeacher(e.model, tcache, pick)
+		mt, err := reward.NewModelTeacher(actor, tcache, pick)
 		if err != nil {
 			return fail(err)
 		}
@@ -514,14 +540,15 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 		if err := opts.Validate(); err != nil {
 			return fail(err)
 		}
-		tr, err = trainer.New(e.model, e.model.Weights(), opts)
+		tr, err = trainer.New(actor, e.model.Weights(), opts)
 		if err != nil {
 			return fail(err)
 		}
 		tr.SetVersion(e.store.Current())
-		if tc.YieldToServing {
+		if a.trainingYields() {
 			tr.SetSlicer(e.gate)
 			e.model.SetScoreSlicer(e.gate)
+			actor.SetScoreSlicer(e.gate)
 		}
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "clawrl_train_yields_total",
 			Help: "Slice boundaries at which a training pass or a teacher/reference scoring pass gave way to serving (trainer.yield_to_serving)."},
@@ -573,7 +600,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 		}
 	}
 	a.log.Info().Str("judge", rc.Judge).Str("teacher", rc.Teacher).Str("training", mode).
-		Int("batch_size", tc.BatchSize).Str("checkpoints", ckptDir).Msg("feedback loop ready")
+		Str("threads", groupThreads(a.cfg.Devices.Judge.Threads, a.cfg.Devices.Actor.Threads)).Int("batch_size", tc.BatchSize).Str("checkpoints", ckptDir).Msg("feedback loop ready")
 	return &pipeline{loop: l, trainer: tr, ckpt: ck}, closeAll, nil
 }
 

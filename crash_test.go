@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -528,5 +529,95 @@ func TestRestartKeepsLearning(t *testing.T) {
 	out, err = exec.Command(bin, "serve", "--config", clash, "--port", strconv.Itoa(freePort(t))).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "clawrl-small") || !strings.Contains(string(out), filepath.Base(c.Dir())) {
 		t.Errorf("serving another base from the data dir: %v\n%s", err, out)
+	}
+}
+
+// TestDeviceGroups runs the real binary with thread budgets for the judge
+// and the actor: the judge votes on a scheduler of its own (serving's
+// scheduler runs only the users' requests), the trainer publishes from its
+// own pool, and the startup log states the split.
+func TestDeviceGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 cores for a judge thread and an actor thread")
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("trainer:\n  batch_size: 2\n  max_wait: 100ms\n  guard:\n    skill_probes: 0\n"+
+		"reward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndevices:\n  judge:\n    threads: 1\n  actor:\n    threads: 1\ndata:\n  dir: %s\n",
+		filepath.Join(dir, "data"))), 0o600)
+	d := startDaemon(t, bin, cfg, freePort(t))
+	defer d.kill()
+	if !strings.Contains(d.log.String(), `judge 1, actor 1"`) {
+		t.Errorf("the startup log does not state the groups' threads:\n%s", d.log)
+	}
+	post := func(path string, body map[string]any) map[string]any {
+		t.Helper()
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", d.url+path, bytes.NewReader(b))
+		req.Header.Set("X-Session-Id", "groups")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %v", path, resp.StatusCode, m)
+		}
+		return m
+	}
+	history := []map[string]string{{"role": "user", "content": "Name a fruit."}}
+	const turns = 5
+	for i := range turns {
+		m := post("/v1/chat/completions", map[string]any{"model": servedModel(d.url), "messages": history, "max_tokens": 8})
+		if i < 2 { // thumbs train; the later turns go to the judge
+			post("/v1/feedback", map[string]any{"response_id": m["id"], "thumb": 1})
+		}
+		reply := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+		history = append(history, map[string]string{"role": "assistant", "content": reply},
+			map[string]string{"role": "user", "content": "No, that's wrong. Try again."})
+	}
+	metric := func(text, name string) float64 {
+		for _, line := range strings.Split(text, "\n") {
+			if rest, ok := strings.CutPrefix(line, name+" "); ok {
+				v, _ := strconv.ParseFloat(rest, 64)
+				return v
+			}
+		}
+		return 0
+	}
+	var text string
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(d.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		text = string(b)
+		if metric(text, `clawrl_reward_judge_seconds_count{stage="vote"}`) >= 1 && metric(text, "clawrl_weight_version") >= 2 {
+			break
+		}
+	}
+	if v := metric(text, `clawrl_reward_judge_seconds_count{stage="vote"}`); v < 1 {
+		t.Errorf("the judge never voted\n%s", d.log)
+	}
+	if v := metric(text, "clawrl_weight_version"); v < 2 {
+		t.Errorf("serving version %v: the trainer on its own threads published nothing\n%s", v, d.log)
+	}
+	// Serving's scheduler ran the users' requests and nothing of the judge's.
+	if n := metric(text, `clawrl_scheduler_finished_total{how="completed"}`); n != turns {
+		t.Errorf("serving's scheduler completed %v requests, want the %d users'", n, turns)
+	}
+	if err := d.stop(); err != nil {
+		t.Errorf("SIGTERM: %v\n%s", err, d.log)
 	}
 }

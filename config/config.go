@@ -142,9 +142,10 @@ func DefaultGPUSplit(n int) (actor, rollout, judge []int) {
 }
 
 // validateDevices checks the devices section: no GPU in two groups, no
-// negative index or thread count, no more threads than cores; and, since
-// this build has neither a GPU backend nor per-group CPU worker pools,
-// refuses GPU lists and thread budgets with a message that says so.
+// negative index or thread count, no more threads than cores, and
+// model.threads and devices.rollout.threads not set to two different
+// counts; and, since this build has no GPU backend, refuses GPU lists with
+// a message that says so.
 func (c *Config) validateDevices(cores int) []error {
 	var errs []error
 	groups := []struct {
@@ -176,14 +177,16 @@ func (c *Config) validateDevices(cores int) []error {
 			errs = append(errs, fmt.Errorf("%s.threads: %d must be >= 0 (0 = share the cores, serving first)", key, t))
 		case t > cores:
 			errs = append(errs, fmt.Errorf("%s.threads: %d is more than the %d cores of this machine", key, t, cores))
-		case t > 0:
-			errs = append(errs, fmt.Errorf("%s.threads: per-group CPU worker pools are not built yet (every stage shares "+
-				"model.threads, and the scheduler puts users first): leave it 0", key))
 		}
 		threads += max(0, gr.g.Threads)
 	}
 	if threads > cores {
-		errs = append(errs, fmt.Errorf("devices: %d threads over the groups, more than the %d cores of this machine", threads, cores))
+		errs = append(errs, fmt.Errorf("devices: %d threads over the groups, more than the %d cores of this machine; "+
+			"lower devices.*.threads so that they sum to at most %d", threads, cores, cores))
+	}
+	if r := c.Devices.Rollout.Threads; r > 0 && c.Model.Threads > 0 && r != c.Model.Threads {
+		errs = append(errs, fmt.Errorf("devices.rollout.threads: %d and model.threads: %d both set serving's threads; "+
+			"set one of them (or both to the same count)", r, c.Model.Threads))
 	}
 	return errs
 }

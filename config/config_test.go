@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,7 +200,7 @@ func TestDevices(t *testing.T) {
 		{file: "devices:\n  judge:\n    gpus: [2, 2]\n", wantErr: []string{"listed twice"}},
 		{file: "devices:\n  judge:\n    gpus: [-1]\n", wantErr: []string{"not a GPU index"}},
 		{file: "devices:\n  actor:\n    threads: 100000\n", wantErr: []string{"devices.actor.threads: 100000 is more than the", "more than the"}},
-		{file: "devices:\n  actor:\n    threads: 1\n", wantErr: []string{"not built yet"}},
+		{file: "devices:\n  actor:\n    threads: 1\n"},
 		{file: "devices:\n  actor:\n    threads: -1\n", wantErr: []string{"must be >= 0"}},
 	}
 	for _, tt := range tests {
@@ -213,6 +214,38 @@ func TestDevices(t *testing.T) {
 		for _, w := range tt.wantErr {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("%q: err = %v, want it to say %q", tt.file, err, w)
+			}
+		}
+	}
+	// Thread budgets against a fixed core count.
+	for _, tt := range []struct {
+		name                  string
+		cores                 int
+		model                 int
+		rollout, judge, actor int
+		wantErr               []string
+	}{
+		{name: "none", cores: 2},
+		{name: "split of 8", cores: 8, rollout: 4, judge: 2, actor: 2},
+		{name: "serving and training on 2", cores: 2, rollout: 1, actor: 1},
+		{name: "one group", cores: 2, actor: 2},
+		{name: "same count twice", cores: 4, model: 2, rollout: 2},
+		{name: "over the cores", cores: 2, rollout: 1, judge: 1, actor: 1, wantErr: []string{"devices: 3 threads over the groups, more than the 2 cores", "sum to at most 2"}},
+		{name: "one group too many", cores: 4, judge: 5, wantErr: []string{"devices.judge.threads: 5 is more than the 4 cores"}},
+		{name: "negative", cores: 4, actor: -1, wantErr: []string{"devices.actor.threads: -1 must be >= 0"}},
+		{name: "two counts for serving", cores: 4, model: 4, rollout: 2, wantErr: []string{"devices.rollout.threads: 2 and model.threads: 4 both set"}},
+	} {
+		var c Config
+		c.Model.Threads = tt.model
+		c.Devices.Rollout.Threads, c.Devices.Judge.Threads, c.Devices.Actor.Threads = tt.rollout, tt.judge, tt.actor
+		errs := c.validateDevices(tt.cores)
+		if len(tt.wantErr) == 0 && len(errs) > 0 {
+			t.Errorf("%s: %v", tt.name, errs)
+		}
+		joined := fmt.Sprint(errs)
+		for _, w := range tt.wantErr {
+			if !strings.Contains(joined, w) {
+				t.Errorf("%s: errors %v, want one saying %q", tt.name, errs, w)
 			}
 		}
 	}

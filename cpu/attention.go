@@ -129,6 +129,7 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512,
 		tasks: f.tasks[:0], work: f.work[:0],
 	}
+	f.pool = b.pool
 	f.roundQ = b.opts.Precision == kernels.PrecisionBF16 && f.bf16
 	f.dpQK = f.roundQ && f.asm && hd%32 == 0 && kernels.HasBF16Dot()
 	defer f.release()
@@ -142,9 +143,9 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		f.part = *p
 	}
 	f.next.Store(0)
-	kernels.ParallelFor(min(len(f.work), kernels.Threads()), 1, f.claimFn)
+	b.pool.For(min(len(f.work), b.pool.Threads()), 1, f.claimFn)
 	if f.partials > 0 {
-		kernels.ParallelFor(len(f.tasks), 1, f.mergeFn)
+		b.pool.For(len(f.tasks), 1, f.mergeFn)
 	}
 }
 
@@ -197,7 +198,8 @@ type flashCall struct {
 	maxBlocks    int
 	scale        float32
 	tl           flashTiles
-	asm          bool // the AVX-512 kernels (attention_asm.go)
+	asm          bool          // the AVX-512 kernels (attention_asm.go)
+	pool         *kernels.Pool // the backend's threads
 	// roundQ rounds the queries to BF16 before their products with the
 	// keys (the scale applies after): at kernels.PrecisionBF16 with a BF16
 	// cache, where the tile path multiplies BF16 queries by the cache's
@@ -301,7 +303,7 @@ func (f *flashCall) plan(a *compute.Attention, qstart, ctxLen []int32) {
 	// threads want, into parts of whole key tiles of about equal cost.
 	want := f.tl.pieces
 	if want == 0 {
-		want = splitTarget * kernels.Threads()
+		want = splitTarget * f.pool.Threads()
 	}
 	if len(f.tasks) < want && len(f.tasks) > 0 {
 		per := max(1, total/want)

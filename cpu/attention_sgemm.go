@@ -38,7 +38,7 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 		nk := min(f.tl.keys, w.k1-k0)
 		S := sc.s[:m*nk]
 		K, ldk := f.rows(sc.k, f.k, f.k16, blocks, k0, nk, t.g)
-		kernels.Sgemm(false, true, m, nk, hd, 1, Q, hd, K, ldk, 0, S, nk)
+		f.pool.Sgemm(false, true, m, nk, hd, 1, Q, hd, K, ldk, 0, S, nk)
 		masked := k0+nk-1 > t.first // the last key is past the first token
 		for i := range m {
 			row := S[i*nk : (i+1)*nk]
@@ -63,7 +63,7 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 			l[i] += kernels.ExpSub(row, row, cur)
 		}
 		V, ldv := f.rows(sc.v, f.v, f.v16, blocks, k0, nk, t.g)
-		kernels.Sgemm(false, false, m, hd, nk, 1, S, nk, V, ldv, 1, O, hd)
+		f.pool.Sgemm(false, false, m, hd, nk, 1, S, nk, V, ldv, 1, O, hd)
 	}
 	f.finish(t, w.part, O, mx, l)
 }

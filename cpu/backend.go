@@ -7,13 +7,14 @@
 // fork-join pool, with assembly fast paths chosen at run time. This package
 // is the layer above: it checks shapes, lays out the work of each
 // transformer op (which rows, which heads, which cache slots), spreads it
-// over cores with kernels.ParallelFor, and calls the kernels on the right
-// sub-slices. The few loops that cpu/kernels does not have (the RoPE
-// rotation, residual adds, row gathers, cache writes) are plain Go here and
-// can move into kernels when they matter for speed. The exception is paged
-// attention, whose AVX-512 kernels (attention_amd64.s) are here because
-// they are made for the layout of the paged KV cache: they read keys and
-// values in place through a table of row offsets (see attention.go).
+// over cores with its worker pool (Options.Pool, kernels.Pool.For), and
+// calls the kernels on the right sub-slices. The few loops that cpu/kernels
+// does not have (the RoPE rotation, residual adds, row gathers, cache
+// writes) are plain Go here and can move into kernels when they matter for
+// speed. The exception is paged attention, whose AVX-512 kernels
+// (attention_amd64.s) are here because they are made for the layout of the
+// paged KV cache: they read keys and values in place through a table of row
+// offsets (see attention.go).
 //
 // BF16 weights stay BF16 in memory and are widened inside the matrix
 // kernels, halving the bytes read per decoded token. With
@@ -52,10 +53,11 @@ import (
 // New. It implements compute.Trainer. Its ops hold no state between calls
 // (only a pool of scratch buffers), so they may be called from several
 // goroutines at once on different tensors, as serving and training do;
-// each op spreads its own work over kernels.Threads() goroutines.
+// each op spreads its own work over its pool's threads (Options.Pool).
 type Backend struct {
 	opts    Options
-	scratch sync.Pool // *[]float32 buffers for attention scores and softmax chunks
+	pool    *kernels.Pool // opts.Pool, or kernels.Default()
+	scratch sync.Pool     // *[]float32 buffers for attention scores and softmax chunks
 }
 
 // Options configure a Backend.
@@ -64,6 +66,13 @@ type Options struct {
 	// slices instead of copying them (see the package doc).
 	ZeroCopyWeights bool
 
+	// Pool is the worker pool every op spreads its work over (nil:
+	// kernels.Default(), whose budget kernels.SetThreads sets). The
+	// daemon gives each devices group (serving, judge, trainer) a backend
+	// with its own pool; tensors made by one backend may be used by
+	// another, so the groups share the weights.
+	Pool *kernels.Pool
+
 	// Precision is how the forward products with BF16 weights (Linear,
 	// LinearMulti) treat their activations (see kernels.Precision). The
 	// zero value keeps them in float32. The backward ops compute in
@@ -71,14 +80,29 @@ type Options struct {
 	Precision kernels.Precision
 }
 
-// New returns a CPU backend with default options. The number of threads
-// is kernels.Threads() (set it with kernels.SetThreads).
+// New returns a CPU backend with default options: its ops run on
+// kernels.Default(), whose number of threads kernels.SetThreads sets.
 func New() *Backend { return NewWithOptions(Options{}) }
 
 // NewWithOptions returns a CPU backend configured by opts.
 func NewWithOptions(opts Options) *Backend {
-	return &Backend{opts: opts, scratch: sync.Pool{New: func() any { s := make([]float32, 0, 4096); return &s }}}
+	pool := opts.Pool
+	if pool == nil {
+		pool = kernels.Default()
+	}
+	return &Backend{opts: opts, pool: pool, scratch: sync.Pool{New: func() any { s := make([]float32, 0, 4096); return &s }}}
 }
+
+// WithPool returns a backend with b's options whose ops run on p instead:
+// a devices group's view of the same weights (tensors of b work with it).
+func (b *Backend) WithPool(p *kernels.Pool) *Backend {
+	o := b.opts
+	o.Pool = p
+	return NewWithOptions(o)
+}
+
+// Pool is the worker pool b's ops run on.
+func (b *Backend) Pool() *kernels.Pool { return b.pool }
 
 // hostCopy copies src into memory from alloc (the kernels allocator advises
 // huge pages for big buffers: decode reads weights 20–25% faster with them),
@@ -115,9 +139,9 @@ func Float32s(t compute.Tensor) []float32 { return must(t, compute.F32, "Float32
 // precision of its BF16 products.
 func (b *Backend) Name() string {
 	if b.opts.Precision != kernels.PrecisionF32 {
-		return fmt.Sprintf("cpu (%d threads, %v products)", kernels.Threads(), b.opts.Precision)
+		return fmt.Sprintf("cpu (%d threads, %v products)", b.pool.Threads(), b.opts.Precision)
 	}
-	return fmt.Sprintf("cpu (%d threads)", kernels.Threads())
+	return fmt.Sprintf("cpu (%d threads)", b.pool.Threads())
 }
 
 func checkShape(shape []int) (int, error) {

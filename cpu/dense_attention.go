@@ -93,7 +93,7 @@ func (b *Backend) DenseAttention(dst, lse, q, k, v compute.Tensor, a *compute.De
 		}
 	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].i1 > items[j].i1 })
-	forDynamic(len(items), func() any { return b.getScratch(bq * maxLen) }, func(it int, st any) {
+	b.forDynamic(len(items), func() any { return b.getScratch(bq * maxLen) }, func(it int, st any) {
 		w := items[it]
 		S := *st.(*[]float32)
 		r0 := int(start[w.s])
@@ -101,7 +101,7 @@ func (b *Backend) DenseAttention(dst, lse, q, k, v compute.Tensor, a *compute.De
 		g := w.h / group
 		qOff := (r0+w.i0)*qdim + w.h*hd
 		kvOff := r0*kvdim + g*hd
-		kernels.Sgemm(false, true, m, n, hd, a.Scale, qs.f32[qOff:], qdim, ks.f32[kvOff:], kvdim, 0, S, n)
+		b.pool.Sgemm(false, true, m, n, hd, a.Scale, qs.f32[qOff:], qdim, ks.f32[kvOff:], kvdim, 0, S, n)
 		for i := range m {
 			row := S[i*n : (i+1)*n]
 			valid := w.i0 + i + 1
@@ -111,7 +111,7 @@ func (b *Backend) DenseAttention(dst, lse, q, k, v compute.Tensor, a *compute.De
 			kernels.Scale(1/sum, row[:valid])
 			clear(row[valid:])
 		}
-		kernels.Sgemm(false, false, m, hd, n, 1, S, n, vs.f32[kvOff:], kvdim, 0, out.f32[qOff:], qdim)
+		b.pool.Sgemm(false, false, m, hd, n, 1, S, n, vs.f32[kvOff:], kvdim, 0, out.f32[qOff:], qdim)
 	}, func(st any) { b.putScratch(st.(*[]float32)) })
 }
 
@@ -143,7 +143,7 @@ func (b *Backend) DenseAttentionBackward(dq, dk, dv, dOut, out, lse, q, k, v com
 	}
 	bq := queryBlock(maxLen)
 	type bufs struct{ p, dp *[]float32 }
-	forDynamic(a.Seqs*KV, func() any {
+	b.forDynamic(a.Seqs*KV, func() any {
 		return bufs{b.getScratch(bq * maxLen), b.getScratch(bq * maxLen)}
 	}, func(it int, st any) {
 		s, g := it/KV, it%KV
@@ -159,8 +159,8 @@ func (b *Backend) DenseAttentionBackward(dq, dk, dv, dOut, out, lse, q, k, v com
 				i1 := min(i0+bq, L)
 				m, n := i1-i0, i1
 				qOff := (r0+i0)*qdim + h*hd
-				kernels.Sgemm(false, true, m, n, hd, a.Scale, qs.f32[qOff:], qdim, ks.f32[kvOff:], kvdim, 0, P, n)
-				kernels.Sgemm(false, true, m, n, hd, 1, dos[qOff:], qdim, vs.f32[kvOff:], kvdim, 0, dP, n)
+				b.pool.Sgemm(false, true, m, n, hd, a.Scale, qs.f32[qOff:], qdim, ks.f32[kvOff:], kvdim, 0, P, n)
+				b.pool.Sgemm(false, true, m, n, hd, 1, dos[qOff:], qdim, vs.f32[kvOff:], kvdim, 0, dP, n)
 				for i := range m {
 					valid := i0 + i + 1
 					pr, dr := P[i*n:(i+1)*n], dP[i*n:(i+1)*n]
@@ -173,9 +173,9 @@ func (b *Backend) DenseAttentionBackward(dq, dk, dv, dOut, out, lse, q, k, v com
 					}
 					clear(dr[valid:])
 				}
-				kernels.Sgemm(true, false, n, hd, m, 1, P, n, dos[qOff:], qdim, 1, dvs[kvOff:], kvdim)
-				kernels.Sgemm(false, false, m, hd, n, a.Scale, dP, n, ks.f32[kvOff:], kvdim, 0, dqs[qOff:], qdim)
-				kernels.Sgemm(true, false, n, hd, m, a.Scale, dP, n, qs.f32[qOff:], qdim, 1, dks[kvOff:], kvdim)
+				b.pool.Sgemm(true, false, n, hd, m, 1, P, n, dos[qOff:], qdim, 1, dvs[kvOff:], kvdim)
+				b.pool.Sgemm(false, false, m, hd, n, a.Scale, dP, n, ks.f32[kvOff:], kvdim, 0, dqs[qOff:], qdim)
+				b.pool.Sgemm(true, false, n, hd, m, a.Scale, dP, n, qs.f32[qOff:], qdim, 1, dks[kvOff:], kvdim)
 			}
 		}
 	}, func(st any) {

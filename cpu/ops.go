@@ -33,7 +33,7 @@ func (b *Backend) Embedding(dst, table, ids compute.Tensor) {
 	if g := grainFor(cols); len(idx) <= g {
 		embedRows(d.f32, t, idx, 0, len(idx))
 	} else {
-		kernels.ParallelFor(len(idx), g, func(lo, hi int) { embedRows(d.f32, t, idx, lo, hi) })
+		b.pool.For(len(idx), g, func(lo, hi int) { embedRows(d.f32, t, idx, lo, hi) })
 	}
 }
 
@@ -63,9 +63,9 @@ func (b *Backend) Linear(dst, x, w, bias compute.Tensor) {
 	}
 	m, k := a.shape[0], compute.Cols(a)
 	if o.W32 != nil {
-		kernels.LinearF32(o.C, a.f32, o.W32, m, o.N, k, o.Accumulate)
+		b.pool.LinearF32(o.C, a.f32, o.W32, m, o.N, k, o.Accumulate)
 	} else {
-		kernels.LinearBF16Prec(o.C, a.f32, o.W16, m, o.N, k, o.Accumulate, b.opts.Precision)
+		b.pool.LinearBF16Prec(o.C, a.f32, o.W16, m, o.N, k, o.Accumulate, b.opts.Precision)
 	}
 }
 
@@ -85,7 +85,7 @@ func (b *Backend) LinearMulti(x compute.Tensor, outs []compute.LinearOut) {
 			buf[i] = linearOut(a, o.Dst, o.W, o.Bias, "LinearMulti")
 		}
 		if m > 0 {
-			kernels.LinearMultiPrec(a.f32, m, k, buf[:n], b.opts.Precision)
+			b.pool.LinearMultiPrec(a.f32, m, k, buf[:n], b.opts.Precision)
 		}
 		outs = outs[n:]
 	}
@@ -131,7 +131,7 @@ func (b *Backend) RMSNorm(dst, x, w compute.Tensor, eps float32) {
 	if n, grain := len(xs.f32)/g, grainFor(g); n <= grain {
 		rmsNormRows(d.f32, xs.f32, wv, eps, 0, n)
 	} else {
-		kernels.ParallelFor(n, grain, func(lo, hi int) { rmsNormRows(d.f32, xs.f32, wv, eps, lo, hi) })
+		b.pool.For(n, grain, func(lo, hi int) { rmsNormRows(d.f32, xs.f32, wv, eps, lo, hi) })
 	}
 }
 
@@ -163,7 +163,7 @@ func (b *Backend) rope(x, pos, cos, sin compute.Tensor, headDim int, sign float3
 	if grain := grainFor(cols); rows <= grain {
 		ropeRows(xs.f32, p, c.f32, s.f32, cols, headDim, sign, 0, rows)
 	} else {
-		kernels.ParallelFor(rows, grain, func(lo, hi int) { ropeRows(xs.f32, p, c.f32, s.f32, cols, headDim, sign, lo, hi) })
+		b.pool.For(rows, grain, func(lo, hi int) { ropeRows(xs.f32, p, c.f32, s.f32, cols, headDim, sign, lo, hi) })
 	}
 }
 
@@ -214,13 +214,13 @@ func (b *Backend) StoreKV(kCache, vCache, k, v, slots compute.Tensor, a *compute
 	// The slots are scattered over the cache and mostly not in any cache
 	// level, so each row's copy waits on memory; threads wait in parallel.
 	// (Serially, this was 3% of a 32-client serving step's samples.)
-	if len(sl) < 2*storeKVGrain || kernels.Threads() < 2 {
+	if len(sl) < 2*storeKVGrain || b.pool.Threads() < 2 {
 		st := kvStore{kc: kc, vc: vc, k: kr.f32, v: vr.f32, slots: sl, a: a}
 		st.rows(0, len(sl)) // no fork, no allocation
 		return
 	}
 	st := &kvStore{kc: kc, vc: vc, k: kr.f32, v: vr.f32, slots: sl, a: a}
-	kernels.ParallelFor(len(sl), storeKVGrain, st.rows)
+	b.pool.For(len(sl), storeKVGrain, st.rows)
 }
 
 // cacheTensor returns a KV cache tensor: F32 or BF16.
@@ -273,7 +273,7 @@ func (b *Backend) SiLUMul(dst, gate, up compute.Tensor) {
 	if grain := 1 << 14; len(d) <= grain {
 		kernels.SiLUMul(d, g, u)
 	} else {
-		kernels.ParallelFor(len(d), grain, func(lo, hi int) { kernels.SiLUMul(d[lo:hi], g[lo:hi], u[lo:hi]) })
+		b.pool.For(len(d), grain, func(lo, hi int) { kernels.SiLUMul(d[lo:hi], g[lo:hi], u[lo:hi]) })
 	}
 }
 
@@ -288,7 +288,7 @@ func (b *Backend) Add(dst, x, y compute.Tensor) {
 	if grain := 1 << 15; len(d) <= grain {
 		add(d, a, c)
 	} else {
-		kernels.ParallelFor(len(d), grain, func(lo, hi int) { add(d[lo:hi], a[lo:hi], c[lo:hi]) })
+		b.pool.For(len(d), grain, func(lo, hi int) { add(d[lo:hi], a[lo:hi], c[lo:hi]) })
 	}
 }
 
@@ -313,7 +313,7 @@ func (b *Backend) LogSoftmax(dst, x compute.Tensor) {
 	if len(d.f32) != len(xs.f32) || cols == 0 {
 		shapePanic("LogSoftmax", "x %s into %s", compute.ShapeString(xs.shape), compute.ShapeString(d.shape))
 	}
-	kernels.ParallelFor(rows, 1, func(lo, hi int) {
+	b.pool.For(rows, 1, func(lo, hi int) {
 		tmp := b.getScratch(softmaxChunk)
 		defer b.putScratch(tmp)
 		for i := lo; i < hi; i++ {

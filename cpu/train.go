@@ -21,12 +21,12 @@ var _ compute.Trainer = (*Backend)(nil)
 
 // forParts splits [0, n) into p contiguous parts, the same way for the same
 // n and p, and runs fn on them in parallel.
-func forParts(n, p int, fn func(part, lo, hi int)) {
+func (b *Backend) forParts(n, p int, fn func(part, lo, hi int)) {
 	if p <= 1 {
 		fn(0, 0, n)
 		return
 	}
-	kernels.ParallelFor(p, 1, func(a, b int) {
+	b.pool.For(p, 1, func(a, b int) {
 		for i := a; i < b; i++ {
 			fn(i, i*n/p, (i+1)*n/p)
 		}
@@ -35,17 +35,17 @@ func forParts(n, p int, fn func(part, lo, hi int)) {
 
 // numParts is how many parts to split n items into when each part should
 // hold at least grain items.
-func numParts(n, grain int) int {
-	return max(1, min(kernels.Threads(), n/max(grain, 1)))
+func (b *Backend) numParts(n, grain int) int {
+	return max(1, min(b.pool.Threads(), n/max(grain, 1)))
 }
 
 // forDynamic runs fn(i) for every i in [0, n) over up to Threads()
 // goroutines that claim items one at a time, so items of unequal cost
 // balance out. start and stop bracket each goroutine's items (for
 // per-goroutine scratch memory); either may be nil.
-func forDynamic(n int, start func() any, fn func(i int, state any), stop func(state any)) {
+func (b *Backend) forDynamic(n int, start func() any, fn func(i int, state any), stop func(state any)) {
 	var next atomic.Int64
-	kernels.ParallelFor(min(n, kernels.Threads()), 1, func(lo, hi int) {
+	b.pool.For(min(n, b.pool.Threads()), 1, func(lo, hi int) {
 		for range hi - lo {
 			var st any
 			claimed := false
@@ -85,7 +85,7 @@ func (b *Backend) MatMul(dst, x, y compute.Tensor, transA, transB bool, alpha, b
 	if k != k2 || d.shape[0] != m || compute.Cols(d) != n {
 		shapePanic("MatMul", "op(%s)·op(%s) into %s (trans %v %v)", compute.ShapeString(a.shape), compute.ShapeString(c.shape), compute.ShapeString(d.shape), transA, transB)
 	}
-	kernels.Sgemm(transA, transB, m, n, k, alpha, a.f32, ac, c.f32, bc, beta, d.f32, n)
+	b.pool.Sgemm(transA, transB, m, n, k, alpha, a.f32, ac, c.f32, bc, beta, d.f32, n)
 }
 
 // Convert copies src into dst, converting between F32 and BF16.
@@ -103,10 +103,10 @@ func (b *Backend) Convert(dst, src compute.Tensor) {
 	switch {
 	case d.dt == compute.BF16 && s.dt == compute.F32:
 		ds, ss := must(dst, compute.BF16, "Convert dst").u16, must(src, compute.F32, "Convert src").f32
-		kernels.ParallelFor(n, grain, func(lo, hi int) { kernels.F32ToBF16(ds[lo:hi], ss[lo:hi]) })
+		b.pool.For(n, grain, func(lo, hi int) { kernels.F32ToBF16(ds[lo:hi], ss[lo:hi]) })
 	case d.dt == compute.F32 && s.dt == compute.BF16:
 		ds, ss := must(dst, compute.F32, "Convert dst").f32, must(src, compute.BF16, "Convert src").u16
-		kernels.ParallelFor(n, grain, func(lo, hi int) { kernels.BF16ToF32(ds[lo:hi], ss[lo:hi]) })
+		b.pool.For(n, grain, func(lo, hi int) { kernels.BF16ToF32(ds[lo:hi], ss[lo:hi]) })
 	default:
 		shapePanic("Convert", "from %v to %v is not supported", s.dt, d.dt)
 	}
@@ -129,11 +129,11 @@ func (b *Backend) EmbeddingBackward(dTable, dy, ids compute.Tensor) {
 		}
 	}
 	const colGrain = 64
-	p := numParts(cols, colGrain)
+	p := b.numParts(cols, colGrain)
 	if len(idx)*cols < 1<<15 {
 		p = 1
 	}
-	forParts(cols, p, func(_, c0, c1 int) {
+	b.forParts(cols, p, func(_, c0, c1 int) {
 		for i, r := range idx {
 			kernels.Axpy(1, g.f32[i*cols+c0:i*cols+c1], dt.f32[int(r)*cols+c0:int(r)*cols+c1])
 		}
@@ -157,7 +157,7 @@ func (b *Backend) LinearBackwardInput(dx, dy, w compute.Tensor, accumulate bool)
 		beta = 1
 	}
 	if wt.dt == compute.F32 {
-		kernels.Sgemm(false, false, m, k, n, 1, g.f32, n, wt.f32, k, beta, d.f32, k)
+		b.pool.Sgemm(false, false, m, k, n, 1, g.f32, n, wt.f32, k, beta, d.f32, k)
 		return
 	}
 	if m == 0 || k == 0 {
@@ -179,8 +179,8 @@ func (b *Backend) LinearBackwardInput(dx, dy, w compute.Tensor, accumulate bool)
 		r1 := min(r0+bfRows, n)
 		wf := (*buf)[:(r1-r0)*k]
 		src := wt.u16[r0*k : r1*k]
-		kernels.ParallelFor(len(wf), 1<<15, func(lo, hi int) { kernels.BF16ToF32(wf[lo:hi], src[lo:hi]) })
-		kernels.Sgemm(false, false, m, k, r1-r0, 1, g.f32[r0:], n, wf, k, beta, d.f32, k)
+		b.pool.For(len(wf), 1<<15, func(lo, hi int) { kernels.BF16ToF32(wf[lo:hi], src[lo:hi]) })
+		b.pool.Sgemm(false, false, m, k, r1-r0, 1, g.f32[r0:], n, wf, k, beta, d.f32, k)
 		beta = 1
 	}
 }
@@ -194,7 +194,7 @@ func (b *Backend) LinearBackwardWeight(dw, dy, x compute.Tensor) {
 	if a.shape[0] != m || d.shape[0] != n || compute.Cols(d) != k {
 		shapePanic("LinearBackwardWeight", "dy %s ᵀ· x %s into %s", compute.ShapeString(g.shape), compute.ShapeString(a.shape), compute.ShapeString(d.shape))
 	}
-	kernels.Sgemm(true, false, n, k, m, 1, g.f32, n, a.f32, k, 1, d.f32, k)
+	b.pool.Sgemm(true, false, n, k, m, 1, g.f32, n, a.f32, k, 1, d.f32, k)
 }
 
 // BiasBackward computes db += Σ_rows dy, each column summed in row order
@@ -206,11 +206,11 @@ func (b *Backend) BiasBackward(db, dy compute.Tensor) {
 	if len(d) != cols {
 		shapePanic("BiasBackward", "db of %d for dy %s", len(d), compute.ShapeString(g.shape))
 	}
-	p := numParts(cols, 64)
+	p := b.numParts(cols, 64)
 	if rows*cols < 1<<15 {
 		p = 1
 	}
-	forParts(cols, p, func(_, c0, c1 int) {
+	b.forParts(cols, p, func(_, c0, c1 int) {
 		acc := make([]float64, c1-c0)
 		for r := range rows {
 			for j, v := range g.f32[r*cols+c0 : r*cols+c1] {
@@ -253,12 +253,12 @@ func (b *Backend) RMSNormBackward(dx, dw, dy, x, w compute.Tensor, eps float32, 
 		}
 	}
 	groups := len(xs) / n
-	p := numParts(groups, max(1, (16<<10)/n))
+	p := b.numParts(groups, max(1, (16<<10)/n))
 	var partial [][]float64
 	if dwv != nil {
 		partial = make([][]float64, p)
 	}
-	forParts(groups, p, func(part, lo, hi int) {
+	b.forParts(groups, p, func(part, lo, hi int) {
 		var acc []float64
 		if dwv != nil {
 			acc = make([]float64, n)
@@ -318,7 +318,7 @@ func (b *Backend) SiLUMulBackward(dGate, dUp, dy, gate, up compute.Tensor) {
 		shapePanic("SiLUMulBackward", "lengths %d, %d, %d, %d, %d", len(dg), len(du), n, len(ga), len(u))
 	}
 	const chunk = 1024
-	kernels.ParallelFor(n, 1<<14, func(lo, hi int) {
+	b.pool.For(n, 1<<14, func(lo, hi int) {
 		tmp := b.getScratch(chunk)
 		defer b.putScratch(tmp)
 		for c0 := lo; c0 < hi; c0 += chunk {
@@ -363,7 +363,7 @@ func (b *Backend) LogProbs(logp, entropy, lse, logits, targets compute.Tensor) {
 			shapePanic("LogProbs", "target %d outside row of %d", t, cols)
 		}
 	}
-	kernels.ParallelFor(rows, 1, func(lo, hi int) {
+	b.pool.For(rows, 1, func(lo, hi int) {
 		tmp := b.getScratch(softmaxChunk)
 		defer b.putScratch(tmp)
 		for i := lo; i < hi; i++ {
@@ -404,7 +404,7 @@ func (b *Backend) LogProbsBackward(dLogits, logits, lse, targets, dLogp compute.
 	if len(d) != len(xs.f32) || len(ls) != rows || len(tg) != rows || len(g) != rows {
 		shapePanic("LogProbsBackward", "logits %s, dLogits of %d, %d lse, %d targets, %d dLogp", compute.ShapeString(xs.shape), len(d), len(ls), len(tg), len(g))
 	}
-	kernels.ParallelFor(rows, 1, func(lo, hi int) {
+	b.pool.For(rows, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			t := int(tg[i])
 			if t < 0 || t >= cols {
@@ -439,7 +439,7 @@ func (b *Backend) AdamW(param, grad, m, v compute.Tensor, hp compute.AdamW) {
 	c2 := float32(1 / (1 - math.Pow(float64(b2), float64(hp.Step))))
 	decay := 1 - hp.LR*hp.WeightDecay
 	lr, eps := hp.LR, hp.Eps
-	kernels.ParallelFor(len(p), 1<<14, func(lo, hi int) {
+	b.pool.For(len(p), 1<<14, func(lo, hi int) {
 		p, g, ms, vs := p[lo:hi], g[lo:hi], ms[lo:hi], vs[lo:hi]
 		for i := range p {
 			gi := g[i] * gs
@@ -460,9 +460,9 @@ func (b *Backend) SumSquares(ts ...compute.Tensor) (float64, error) {
 		x := must(t, compute.F32, "SumSquares").f32
 		const chunk = 4096
 		chunks := (len(x) + chunk - 1) / chunk
-		p := numParts(chunks, 16)
+		p := b.numParts(chunks, 16)
 		partial := make([]float64, p)
-		forParts(chunks, p, func(part, lo, hi int) {
+		b.forParts(chunks, p, func(part, lo, hi int) {
 			var s float64
 			for c := lo; c < hi; c++ {
 				v := x[c*chunk : min((c+1)*chunk, len(x))]
@@ -480,7 +480,7 @@ func (b *Backend) SumSquares(ts ...compute.Tensor) (float64, error) {
 // Scale multiplies x by alpha in place.
 func (b *Backend) Scale(x compute.Tensor, alpha float32) {
 	v := must(x, compute.F32, "Scale").f32
-	kernels.ParallelFor(len(v), 1<<15, func(lo, hi int) { kernels.Scale(alpha, v[lo:hi]) })
+	b.pool.For(len(v), 1<<15, func(lo, hi int) { kernels.Scale(alpha, v[lo:hi]) })
 }
 
 // Zero clears a tensor.
@@ -491,7 +491,7 @@ func (b *Backend) Zero(x compute.Tensor) {
 	}
 	switch {
 	case t.f32 != nil:
-		kernels.ParallelFor(len(t.f32), 1<<16, func(lo, hi int) { clear(t.f32[lo:hi]) })
+		b.pool.For(len(t.f32), 1<<16, func(lo, hi int) { clear(t.f32[lo:hi]) })
 	case t.u16 != nil:
 		clear(t.u16)
 	case t.i32 != nil:
@@ -506,5 +506,5 @@ func (b *Backend) AddScaled(dst, x compute.Tensor, alpha float32) {
 	if len(d) != len(s) {
 		shapePanic("AddScaled", "lengths %d, %d", len(d), len(s))
 	}
-	kernels.ParallelFor(len(d), 1<<15, func(lo, hi int) { kernels.Axpy(alpha, s[lo:hi], d[lo:hi]) })
+	b.pool.For(len(d), 1<<15, func(lo, hi int) { kernels.Axpy(alpha, s[lo:hi], d[lo:hi]) })
 }

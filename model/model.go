@@ -22,6 +22,7 @@ type Model struct {
 	Config *Config
 
 	b        compute.Backend
+	root     *Model // the loaded model a View runs over; nil for that model
 	ck       *safetensors.Checkpoint
 	w        *weights         // the checkpoint's tensors (base.w)
 	base     *Weights         // the checkpoint's weight set
@@ -118,6 +119,28 @@ func Load(b compute.Backend, dir string) (*Model, error) {
 	return m, nil
 }
 
+// View returns a model over m's weights and weight sets that runs on
+// backend b, with scratch memory and a lock of its own: a devices group
+// (the trainer, the judge) computes through its view, on its own worker
+// pool, without waiting for the passes of another group. b must use
+// tensors of m's backend (for the CPU, cpu.Backend.WithPool). Weight sets
+// and Trainables made through a view belong to the loaded model, so that
+// every view can run them; KV caches belong to the view that made them.
+// Closing a view frees its scratch memory only; the loaded model must
+// outlive its views.
+func (m *Model) View(b compute.Backend) *Model {
+	r := m.owner()
+	return &Model{Config: r.Config, b: b, root: r, w: r.w, base: r.base, cos: r.cos, sin: r.sin}
+}
+
+// owner is the loaded model: m itself, or the model a view runs over.
+func (m *Model) owner() *Model {
+	if m.root != nil {
+		return m.root
+	}
+	return m
+}
+
 // Backend is the backend the model runs on.
 func (m *Model) Backend() compute.Backend { return m.b }
 
@@ -127,6 +150,10 @@ func (m *Model) Backend() compute.Backend { return m.b }
 func (m *Model) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.root != nil { // a view: its scratch only
+		m.s.free(m.b)
+		return nil
+	}
 	for _, t := range m.owned {
 		m.b.Free(t)
 	}
@@ -228,7 +255,7 @@ func (m *Model) Run(w *Weights, steps []Step, out Output, dst []float32) ([]floa
 // (before the final norm); m.s.hQStart holds each step's first row.
 func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 	c, b, s := m.Config, m.b, &m.s
-	if m.ck == nil {
+	if m.root == nil && m.ck == nil { // a view relies on its model outliving it
 		return nil, errors.New("model: model is closed")
 	}
 	if len(steps) == 0 {

@@ -148,7 +148,7 @@ func (m *Model) NewTrainable(base *Weights, opts TrainOptions) (*Trainable, erro
 			return nil, errors.New("model: model is closed")
 		}
 	}
-	if base.m != m {
+	if base.m != m.owner() {
 		return nil, errors.New("model: the weight set belongs to another model")
 	}
 	refs, err := base.retain()

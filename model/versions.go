@@ -103,7 +103,7 @@ func (sb *setBuilder) done(m *Model) *Weights {
 	if m.Config.TieWordEmbeddings {
 		sb.w.Output = sb.w.Embed
 	}
-	return &Weights{m: m, w: sb.w, refs: sb.refs}
+	return &Weights{m: m.owner(), w: sb.w, refs: sb.refs}
 }
 
 // refMap maps each tensor of the set to its reference count.
@@ -127,7 +127,7 @@ func (m *Model) acquire(w *Weights) (*Weights, error) {
 			return nil, errors.New("model: model is closed")
 		}
 	}
-	if w.m != m {
+	if w.m != m.owner() {
 		return nil, errors.New("model: the weight set belongs to another model")
 	}
 	w.mu.RLock()

@@ -46,10 +46,14 @@
 //
 // # Threads
 //
-// Kernels spread over Threads() goroutines (GOMAXPROCS at start;
-// SetThreads changes it) through ParallelFor's pool of persistent workers.
-// Every exported function is safe for concurrent use, including from inside
-// a ParallelFor body.
+// Kernels spread over the threads of a Pool of persistent workers. The
+// package-level functions use Default(), with Threads() goroutines
+// (GOMAXPROCS at start; SetThreads changes it); the parallel kernels
+// (Sgemm, the Linear family, For) are also methods of a Pool, so that a
+// stage of the daemon with a thread budget of its own (a devices group)
+// computes on its own workers and never takes another stage's. Every
+// exported function is safe for concurrent use, including from inside a
+// ParallelFor body.
 //
 // # Memory
 //

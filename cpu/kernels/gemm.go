@@ -102,8 +102,8 @@ type matB struct {
 const minGemmWork = 1 << 18
 
 // run computes C = alpha·op(A)·op(B) + beta·C; k > 0 and alpha != 0.
-func (g *gemmArch) run(m, n, k int, alpha float32, a matA, b matB, beta float32, c []float32, ldc int) {
-	t := min(Threads(), max(1, m*n*k/minGemmWork))
+func (g *gemmArch) run(pl *Pool, m, n, k int, alpha float32, a matA, b matB, beta float32, c []float32, ldc int) {
+	t := min(pl.Threads(), max(1, m*n*k/minGemmWork))
 	mPanels := (m + g.mr - 1) / g.mr
 	nPanels := (n + g.nr - 1) / g.nr
 	switch {
@@ -112,14 +112,14 @@ func (g *gemmArch) run(m, n, k int, alpha float32, a matA, b matB, beta float32,
 	case nPanels >= t && (m <= n || mPanels < t):
 		// Split columns: each chunk packs its own B and all of A.
 		ch := chunksFor(t, nPanels, minChunkCols/g.nr)
-		forChunks(ch, func(i int) {
+		pl.forChunks(ch, func(i int) {
 			lo, hi := i*nPanels/ch*g.nr, min((i+1)*nPanels/ch*g.nr, n)
 			g.serial(0, m, lo, hi, k, alpha, a, b, beta, c, ldc)
 		})
 	default:
 		// Split rows: each chunk packs its own A and all of B.
 		ch := chunksFor(t, mPanels, minChunkRows/g.mr)
-		forChunks(ch, func(i int) {
+		pl.forChunks(ch, func(i int) {
 			lo, hi := i*mPanels/ch*g.mr, min((i+1)*mPanels/ch*g.mr, m)
 			g.serial(lo, hi, 0, n, k, alpha, a, b, beta, c, ldc)
 		})
@@ -212,15 +212,15 @@ func (g *gemmArch) panel(kb int, bufs *gemmBufs, bp []float32, mb, cols int, alp
 // m ≤ kernNMaxM, with kernN. Columns are split over threads; within a thread
 // they go in blocks small enough for the block of B to stay in L2 between
 // the passes over four rows of A each.
-func (g *gemmArch) smallM(m, n, k int, alpha float32, a matA, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (g *gemmArch) smallM(pl *Pool, m, n, k int, alpha float32, a matA, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	const strip = 16
 	strips := (n + strip - 1) / strip
-	t := min(Threads(), strips, max(1, m*n*k/minGemmWork))
+	t := min(pl.Threads(), strips, max(1, m*n*k/minGemmWork))
 	if t <= 1 { // no closure: a small product (attention's, per task) allocates nothing
 		g.smallMCols(0, n, m, k, alpha, a, b, ldb, beta, c, ldc)
 		return
 	}
-	forChunks(t, func(i int) {
+	pl.forChunks(t, func(i int) {
 		lo, hi := i*strips/t*strip, min((i+1)*strips/t*strip, n)
 		g.smallMCols(lo, hi, m, k, alpha, a, b, ldb, beta, c, ldc)
 	})
@@ -382,9 +382,14 @@ func checkMat(name string, length, rows, cols, ld int) {
 //
 // With alpha == 0 or k == 0, A and B are not read and C becomes beta·C.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	defaultPool.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Sgemm is the package's Sgemm on pl's threads.
+func (pl *Pool) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	im := active.Load()
 	if im.gemm == nil {
-		sgemmGeneric(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		pl.sgemmGeneric(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	if transA {
@@ -406,14 +411,14 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 		return
 	}
 	if !transA && transB && im.gemv != nil && m <= im.gemv.maxM {
-		im.gemv.run(m, n, k, alpha, a, lda, b, nil, ldb, beta, c, ldc)
+		im.gemv.run(pl, m, n, k, alpha, a, lda, b, nil, ldb, beta, c, ldc)
 		return
 	}
 	if !transB && im.gemm.kernN != nil && m <= im.gemm.kernNMaxM {
-		im.gemm.smallM(m, n, k, alpha, matA{a, lda, transA}, b, ldb, beta, c, ldc)
+		im.gemm.smallM(pl, m, n, k, alpha, matA{a, lda, transA}, b, ldb, beta, c, ldc)
 		return
 	}
-	im.gemm.run(m, n, k, alpha, matA{a, lda, transA}, matB{f: b, ld: ldb, trans: transB}, beta, c, ldc)
+	im.gemm.run(pl, m, n, k, alpha, matA{a, lda, transA}, matB{f: b, ld: ldb, trans: transB}, beta, c, ldc)
 }
 
 // LinearF32 computes C[m,n] = A[m,k]·W[n,k]ᵀ, adding into C when accumulate
@@ -422,19 +427,29 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 // Small m (a decode step) takes a streaming matrix-vector path bound by the
 // bandwidth of reading W; larger m the blocked matrix multiply.
 func LinearF32(c, a, w []float32, m, n, k int, accumulate bool) {
+	defaultPool.LinearF32(c, a, w, m, n, k, accumulate)
+}
+
+// LinearF32 is the package's LinearF32 on pl's threads.
+func (pl *Pool) LinearF32(c, a, w []float32, m, n, k int, accumulate bool) {
 	beta := float32(0)
 	if accumulate {
 		beta = 1
 	}
-	Sgemm(false, true, m, n, k, 1, a, k, w, k, beta, c, n)
+	pl.Sgemm(false, true, m, n, k, 1, a, k, w, k, beta, c, n)
 }
 
 // LinearBF16 is LinearF32 with W stored as BF16 (the upper 16 bits of a
 // float32). The products and sums are computed in float32.
 func LinearBF16(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
+	defaultPool.LinearBF16(c, a, w, m, n, k, accumulate)
+}
+
+// LinearBF16 is the package's LinearBF16 on pl's threads.
+func (pl *Pool) LinearBF16(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
 	im := active.Load()
 	if im.gemm == nil {
-		linearBF16Generic(c, a, w, m, n, k, accumulate)
+		pl.linearBF16Generic(c, a, w, m, n, k, accumulate)
 		return
 	}
 	checkMat("A", len(a), m, k, k)
@@ -452,10 +467,10 @@ func LinearBF16(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
 		return
 	}
 	if im.gemv != nil && m <= im.gemv.maxM {
-		im.gemv.run(m, n, k, 1, a, k, nil, w, k, beta, c, n)
+		im.gemv.run(pl, m, n, k, 1, a, k, nil, w, k, beta, c, n)
 		return
 	}
-	im.gemm.run(m, n, k, 1, matA{a, k, false}, matB{h: w, ld: k, trans: true}, beta, c, n)
+	im.gemm.run(pl, m, n, k, 1, matA{a, k, false}, matB{h: w, ld: k, trans: true}, beta, c, n)
 }
 
 // LinearOut is one product of LinearMulti: C[m,N] = A·Wᵀ, or C += A·Wᵀ with
@@ -511,13 +526,13 @@ var roundScratch = sync.Pool{New: func() any { return new([]float32) }}
 // roundBF16 returns the m×k matrix a (row stride lda) with every element
 // rounded to BF16 precision, packed (row stride k), in a buffer from
 // roundScratch that the caller returns with putRound.
-func roundBF16(a []float32, m, k, lda int) (*[]float32, []float32) {
+func (pl *Pool) roundBF16(a []float32, m, k, lda int) (*[]float32, []float32) {
 	buf := roundScratch.Get().(*[]float32)
 	if cap(*buf) < m*k {
 		*buf = make([]float32, m*k)
 	}
 	r := (*buf)[:m*k]
-	ParallelFor(m, max(1, (64<<10)/max(1, k)), func(lo, hi int) {
+	pl.For(m, max(1, (64<<10)/max(1, k)), func(lo, hi int) {
 		var tmp [512]uint16
 		for i := lo; i < hi; i++ {
 			src, dst := a[i*lda:i*lda+k], r[i*k:(i+1)*k]
@@ -533,11 +548,16 @@ func roundBF16(a []float32, m, k, lda int) (*[]float32, []float32) {
 
 // LinearBF16Prec is LinearBF16 at precision p.
 func LinearBF16Prec(c, a []float32, w []uint16, m, n, k int, accumulate bool, p Precision) {
+	defaultPool.LinearBF16Prec(c, a, w, m, n, k, accumulate, p)
+}
+
+// LinearBF16Prec is the package's LinearBF16Prec on pl's threads.
+func (pl *Pool) LinearBF16Prec(c, a []float32, w []uint16, m, n, k int, accumulate bool, p Precision) {
 	if p == PrecisionF32 {
-		LinearBF16(c, a, w, m, n, k, accumulate)
+		pl.LinearBF16(c, a, w, m, n, k, accumulate)
 		return
 	}
-	LinearMultiPrec(a, m, k, []LinearOut{{C: c, W16: w, N: n, Accumulate: accumulate}}, p)
+	pl.LinearMultiPrec(a, m, k, []LinearOut{{C: c, W16: w, N: n, Accumulate: accumulate}}, p)
 }
 
 // LinearMulti computes the products of several linear layers over the same
@@ -548,11 +568,16 @@ func LinearBF16Prec(c, a []float32, w []uint16, m, n, k int, accumulate bool, p 
 // one contiguous range of the weight rows, which may run from one matrix
 // into the next (see gemvArch.runParts).
 func LinearMulti(a []float32, m, k int, outs []LinearOut) {
-	LinearMultiPrec(a, m, k, outs, PrecisionF32)
+	defaultPool.LinearMultiPrec(a, m, k, outs, PrecisionF32)
 }
 
 // LinearMultiPrec is LinearMulti with the BF16 products at precision p.
 func LinearMultiPrec(a []float32, m, k int, outs []LinearOut, p Precision) {
+	defaultPool.LinearMultiPrec(a, m, k, outs, p)
+}
+
+// LinearMultiPrec is the package's LinearMultiPrec on pl's threads.
+func (pl *Pool) LinearMultiPrec(a []float32, m, k int, outs []LinearOut, p Precision) {
 	im := active.Load()
 	checkMat("A", len(a), m, k, k)
 	anyF32, anyBF16 := false, false
@@ -577,8 +602,8 @@ func LinearMultiPrec(a []float32, m, k int, outs []LinearOut, p Precision) {
 					f32 = append(f32, o)
 				}
 			}
-			LinearMultiPrec(a, m, k, f32, PrecisionF32)
-			LinearMultiPrec(a, m, k, bf, p)
+			pl.LinearMultiPrec(a, m, k, f32, PrecisionF32)
+			pl.LinearMultiPrec(a, m, k, bf, p)
 			return
 		}
 		if im.gemv != nil && im.gemv.dot != nil {
@@ -588,7 +613,7 @@ func LinearMultiPrec(a []float32, m, k int, outs []LinearOut, p Precision) {
 			// 1.2-1.5× the blocked float32 product at 512.
 			dot = true
 		} else {
-			buf, r := roundBF16(a, m, k, k)
+			buf, r := pl.roundBF16(a, m, k, k)
 			defer roundScratch.Put(buf)
 			a = r
 		}
@@ -596,9 +621,9 @@ func LinearMultiPrec(a []float32, m, k int, outs []LinearOut, p Precision) {
 	if im.gemv == nil || m > im.gemv.maxM && !dot || k == 0 || m == 0 {
 		for _, o := range outs {
 			if o.W16 != nil {
-				LinearBF16(o.C, a, o.W16, m, o.N, k, o.Accumulate)
+				pl.LinearBF16(o.C, a, o.W16, m, o.N, k, o.Accumulate)
 			} else {
-				LinearF32(o.C, a, o.W32, m, o.N, k, o.Accumulate)
+				pl.LinearF32(o.C, a, o.W32, m, o.N, k, o.Accumulate)
 			}
 		}
 		return
@@ -615,5 +640,5 @@ func LinearMultiPrec(a []float32, m, k int, outs []LinearOut, p Precision) {
 		}
 		parts = append(parts, gemvPart{wf: o.W32, wh: o.W16, ldw: k, n: o.N, c: o.C, ldc: o.N, beta: beta})
 	}
-	im.gemv.runParts(m, k, 1, a, k, parts, dot)
+	im.gemv.runParts(pl, m, k, 1, a, k, parts, dot)
 }

@@ -154,8 +154,8 @@ func (p *gemvPart) esize() int {
 
 // run computes C = alpha·A·Wᵀ + beta·C with W (n×k, row stride ldw) in wf
 // or, when wh is not nil, in wh as BF16. Shapes are checked by the caller.
-func (g *gemvArch) run(m, n, k int, alpha float32, a []float32, lda int, wf []float32, wh []uint16, ldw int, beta float32, c []float32, ldc int) {
-	g.runParts(m, k, alpha, a, lda, []gemvPart{{wf: wf, wh: wh, ldw: ldw, n: n, c: c, ldc: ldc, beta: beta}}, false)
+func (g *gemvArch) run(pl *Pool, m, n, k int, alpha float32, a []float32, lda int, wf []float32, wh []uint16, ldw int, beta float32, c []float32, ldc int) {
+	g.runParts(pl, m, k, alpha, a, lda, []gemvPart{{wf: wf, wh: wh, ldw: ldw, n: n, c: c, ldc: ldc, beta: beta}}, false)
 }
 
 // runParts computes every part's product with the same A (m×k, row stride
@@ -167,7 +167,7 @@ func (g *gemvArch) run(m, n, k int, alpha float32, a []float32, lda int, wf []fl
 // fork-join and a wait at its end for the slower thread.) With dot (only
 // when g.dot is set), the BF16 parts take A rounded to BF16 through the dot
 // kernel. Shapes are checked by the caller.
-func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts []gemvPart, dot bool) {
+func (g *gemvArch) runParts(pl *Pool, m, k int, alpha float32, a []float32, lda int, parts []gemvPart, dot bool) {
 	ps := gemvPass{g: g, m: m, k: k, alpha: alpha, a: a, lda: lda,
 		kvh: k &^ (g.vlBF16 - 1), kvf: k &^ (g.vlF32 - 1)}
 	if dot {
@@ -196,7 +196,7 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 		if grain := max(1, (64<<10)/k); m <= grain {
 			roundRows(a16, a, lda, k, 0, m) // decode: no fork, no closure
 		} else {
-			ParallelFor(m, grain, func(lo, hi int) { roundRows(a16, a, lda, k, lo, hi) })
+			pl.For(m, grain, func(lo, hi int) { roundRows(a16, a, lda, k, lo, hi) })
 		}
 	case bf16:
 		buf := gemvScratch.Get().(*[]float32)
@@ -213,14 +213,14 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 			if grain := max(1, (64<<10)/kvh); m <= grain {
 				g.deintRows(ak, a, lda, kvh, 0, m)
 			} else {
-				ParallelFor(m, grain, func(lo, hi int) { g.deintRows(ak, a, lda, kvh, lo, hi) })
+				pl.For(m, grain, func(lo, hi int) { g.deintRows(ak, a, lda, kvh, lo, hi) })
 			}
 		default:
 			deinterleave(ps.ak, a, m, lda, kvh, g.vlBF16)
 		}
 	}
 	if units > 0 {
-		t := min(Threads(), max(1, units*4*k/minGemvBytes), units)
+		t := min(pl.Threads(), max(1, units*4*k/minGemvBytes), units)
 		if t <= 1 {
 			ps.run(parts, 0, units)
 		} else {
@@ -237,7 +237,7 @@ func (g *gemvArch) runParts(m, k int, alpha float32, a []float32, lda int, parts
 				// large: blocks of gemvBlockBytes of weights amortise it.
 				blk = max(blk, min(gemvBlockBytes/(4*k), units/(4*t)))
 			}
-			forStealing(t, units, max(1, blk), func(lo, hi int) { shared.run(cp, lo, hi) })
+			pl.forStealing(t, units, max(1, blk), func(lo, hi int) { shared.run(cp, lo, hi) })
 		}
 	}
 	for i := range parts { // rows left over by the kernels

@@ -2,8 +2,6 @@ package kernels
 
 import (
 	"math"
-	"runtime"
-	"sync/atomic"
 )
 
 // This file is the portable reference for every exported kernel: the
@@ -23,22 +21,14 @@ var genericImpls = impls{
 	tobf:  f32ToBF16Generic,
 }
 
-var threads atomic.Int32
+// SetThreads sets how many goroutines the package-level kernels (the
+// default pool) may spread over (at least 1).
+func SetThreads(n int) { defaultPool.SetThreads(n) }
 
-func init() { threads.Store(int32(runtime.GOMAXPROCS(0))) }
+// Threads reports the default pool's thread count.
+func Threads() int { return defaultPool.Threads() }
 
-// SetThreads sets how many goroutines a kernel may spread over (at least 1).
-func SetThreads(n int) {
-	if n < 1 {
-		n = 1
-	}
-	threads.Store(int32(n))
-}
-
-// Threads reports the current thread count used by kernels.
-func Threads() int { return int(threads.Load()) }
-
-func sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (p *Pool) sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	at := func(i, p int) float32 {
 		if transA {
 			return a[p*lda+i]
@@ -51,7 +41,7 @@ func sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a []float32, 
 		}
 		return b[p*ldb+j]
 	}
-	ParallelFor(m, 1, func(lo, hi int) {
+	p.For(m, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			for j := 0; j < n; j++ {
 				var s float32
@@ -68,8 +58,8 @@ func sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a []float32, 
 	})
 }
 
-func linearBF16Generic(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
-	ParallelFor(n, 16, func(lo, hi int) {
+func (p *Pool) linearBF16Generic(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
+	p.For(n, 16, func(lo, hi int) {
 		row := make([]float32, k)
 		for j := lo; j < hi; j++ {
 			bf16ToF32Generic(row, w[j*k:(j+1)*k])

@@ -9,8 +9,8 @@ import (
 
 // The fork-join pool behind ParallelFor.
 //
-// Workers are goroutines owned by the package, started lazily (Threads()−1 of
-// them) and never stopped. A call to ParallelFor publishes one job, offers it
+// Workers are goroutines owned by a Pool, started lazily (Threads()−1 of
+// them) and stopped by Close (the default pool's never are). A call to ParallelFor publishes one job, offers it
 // to idle workers through a buffered channel without ever blocking, and then
 // claims chunks of it itself, one at a time, from an atomic counter; a worker
 // that picks the job up claims chunks from the same counter. The caller
@@ -70,34 +70,93 @@ func (j *job) run() (last bool) {
 	}
 }
 
-var pool struct {
+// Pool is a set of persistent worker goroutines that kernels spread their
+// work over, with a thread budget: a call through the pool runs on at most
+// Threads() goroutines, the caller's included. The package-level kernels
+// (Sgemm, ParallelFor, ...) use Default(); a stage that owns a share of the
+// machine (the daemon's devices groups: serving, judge, trainer) makes its
+// own with NewPool and calls the same kernels as methods of it, so that one
+// stage's products never take another's threads. A budget bounds how many
+// goroutines run kernel work at once; it does not pin them to particular
+// cores (the Go scheduler places goroutines on its threads).
+//
+// A Pool is safe for concurrent use. Its workers start lazily and run until
+// Close.
+type Pool struct {
+	threads atomic.Int32
 	work    chan *job
+	quit    chan struct{}
 	mu      sync.Mutex
 	workers atomic.Int32
+	closed  atomic.Bool
 }
 
-func init() { pool.work = make(chan *job, 1024) }
+// NewPool returns a pool with a budget of threads goroutines (at least 1).
+func NewPool(threads int) *Pool {
+	p := &Pool{work: make(chan *job, 1024), quit: make(chan struct{})}
+	p.SetThreads(threads)
+	return p
+}
+
+var defaultPool = NewPool(runtime.GOMAXPROCS(0))
+
+// Default is the pool of the package-level kernels: GOMAXPROCS threads at
+// start, SetThreads to change it. It is never closed.
+func Default() *Pool { return defaultPool }
+
+// SetThreads sets how many goroutines a call through p may spread over (at
+// least 1).
+func (p *Pool) SetThreads(n int) { p.threads.Store(int32(max(n, 1))) }
+
+// Threads is p's thread budget; 1 once p is closed.
+func (p *Pool) Threads() int {
+	if p.closed.Load() {
+		return 1
+	}
+	return int(p.threads.Load())
+}
+
+// Workers is how many worker goroutines p has started (at most Threads()−1
+// of the largest budget it has had).
+func (p *Pool) Workers() int { return int(p.workers.Load()) }
+
+// Close stops p's workers once they finish the chunks they hold. Calls
+// through p after Close run on the calling goroutine alone. Close must not
+// be called on Default().
+func (p *Pool) Close() {
+	if p == defaultPool {
+		panic("kernels: Close of the default pool")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed.Swap(true) {
+		close(p.quit)
+	}
+}
 
 // ensureWorkers starts workers until there are at least n.
-func ensureWorkers(n int) {
-	if int(pool.workers.Load()) >= n {
+func (p *Pool) ensureWorkers(n int) {
+	if int(p.workers.Load()) >= n {
 		return
 	}
-	pool.mu.Lock()
-	for int(pool.workers.Load()) < n && n <= cap(pool.work) {
-		pool.workers.Add(1)
-		go worker()
+	p.mu.Lock()
+	for !p.closed.Load() && int(p.workers.Load()) < n && n <= cap(p.work) {
+		p.workers.Add(1)
+		go p.worker()
 	}
-	pool.mu.Unlock()
+	p.mu.Unlock()
 }
 
-func worker() {
+func (p *Pool) worker() {
+	defer p.workers.Add(-1)
 	for {
 		var j *job
 		select {
-		case j = <-pool.work:
+		case j = <-p.work:
 		default:
-			j = spinThenPark()
+			if j = p.spinThenPark(); j == nil {
+				return
+			}
 		}
 		if j.run() {
 			j.done <- struct{}{}
@@ -106,24 +165,31 @@ func worker() {
 }
 
 // spinThenPark polls for a job for spinFor, yielding between polls, then
-// blocks until one arrives.
-func spinThenPark() *job {
+// blocks until one arrives; nil once the pool is closed.
+func (p *Pool) spinThenPark() *job {
 	deadline := time.Now().Add(spinFor)
 	for i := 0; ; i++ {
 		// Poll the queue's length (a plain load) between receives, and
 		// yield the processor only every few polls.
 		for range 64 {
-			if len(pool.work) > 0 {
+			if len(p.work) > 0 {
 				break
 			}
 		}
 		select {
-		case j := <-pool.work:
+		case j := <-p.work:
 			return j
+		case <-p.quit:
+			return nil
 		default:
 		}
 		if i&15 == 15 && time.Now().After(deadline) {
-			return <-pool.work
+			select {
+			case j := <-p.work:
+				return j
+			case <-p.quit:
+				return nil
+			}
 		}
 		if i&3 == 3 {
 			runtime.Gosched()
@@ -132,22 +198,22 @@ func spinThenPark() *job {
 }
 
 // forChunks runs body(c) for every c in [0, chunks), spread over up to
-// Threads() goroutines including the caller, and returns when all are done.
-func forChunks(chunks int, body func(c int)) {
-	t := min(Threads(), chunks)
+// p.Threads() goroutines including the caller, and returns when all are done.
+func (p *Pool) forChunks(chunks int, body func(c int)) {
+	t := min(p.Threads(), chunks)
 	if t <= 1 {
 		for c := 0; c < chunks; c++ {
 			body(c)
 		}
 		return
 	}
-	ensureWorkers(t - 1)
+	p.ensureWorkers(t - 1)
 	j := &job{body: body, chunks: int64(chunks), done: make(chan struct{}, 1)}
 	j.left.Store(int64(chunks))
 offer:
 	for i := 0; i < t-1; i++ {
 		select {
-		case pool.work <- j:
+		case p.work <- j:
 		default:
 			break offer
 		}
@@ -182,27 +248,31 @@ offer:
 	// Done (a worker's signal lands in the buffered channel).
 }
 
-// ParallelFor splits [0,n) into contiguous chunks of at least grain items and
-// runs fn on them over up to Threads() goroutines, returning when all are done.
+// ParallelFor is Default().For.
+func ParallelFor(n, grain int, fn func(lo, hi int)) { defaultPool.For(n, grain, fn) }
+
+// For splits [0,n) into contiguous chunks of at least grain items and
+// runs fn on them over up to p.Threads() goroutines, returning when all are
+// done.
 //
 // The calling goroutine runs chunks itself and the rest go to the package's
 // persistent workers, so a call costs about a microsecond. It is safe to call
 // from several goroutines at once and from inside another ParallelFor body
 // (the inner call then mostly runs inline, on the goroutine that made it).
-func ParallelFor(n, grain int, fn func(lo, hi int)) {
+func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
 	if grain < 1 {
 		grain = 1
 	}
-	chunks := min(Threads(), n/grain)
+	chunks := min(p.Threads(), n/grain)
 	if chunks <= 1 {
 		fn(0, n)
 		return
 	}
 	// Even split: every chunk has ⌊n/chunks⌋ ≥ grain items or one more.
-	forChunks(chunks, func(c int) {
+	p.forChunks(chunks, func(c int) {
 		fn(c*n/chunks, (c+1)*n/chunks)
 	})
 }
@@ -222,7 +292,7 @@ func ParallelFor(n, grain int, fn func(lo, hi int)) {
 // median. Taking blocks from the back of the late thread's range keeps
 // both streaming to within a block of the end, while each still reads its
 // own range as one forward stream.
-func forStealing(t, n, blk int, body func(lo, hi int)) {
+func (p *Pool) forStealing(t, n, blk int, body func(lo, hi int)) {
 	nb := (n + blk - 1) / blk
 	t = min(t, nb)
 	if t <= 1 {
@@ -237,7 +307,7 @@ func forStealing(t, n, blk int, body func(lo, hi int)) {
 		bounds[i].Store(hi<<32 | lo)
 	}
 	run := func(b int) { body(b*blk, min(n, (b+1)*blk)) }
-	forChunks(t, func(i int) {
+	p.forChunks(t, func(i int) {
 		own := &bounds[i]
 		for {
 			v := own.Load()

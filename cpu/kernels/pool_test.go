@@ -156,7 +156,7 @@ func TestForStealingCoverage(t *testing.T) {
 				for _, blk := range []int{1, 3, 64} {
 					for _, slots := range []int{2, 3, 5} {
 						visits := make([]int32, n)
-						forStealing(slots, n, blk, func(lo, hi int) {
+						Default().forStealing(slots, n, blk, func(lo, hi int) {
 							if lo%blk != 0 || hi-lo > blk || hi > n || lo >= hi {
 								t.Errorf("threads=%d n=%d blk=%d slots=%d: block [%d,%d)", threads, n, blk, slots, lo, hi)
 							}
@@ -176,5 +176,79 @@ func TestForStealingCoverage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A pool never runs more of a call's chunks at once than its budget, and
+// two pools' budgets are their own: a 1-thread pool stays on the caller
+// while a 3-thread pool spreads, whatever the default pool's count.
+func TestPoolBudget(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		threads int
+	}{{"one", 1}, {"two", 2}, {"three", 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPool(tc.threads)
+			defer p.Close()
+			withThreads(8, func() {
+				var running, peak atomic.Int32
+				p.For(64, 1, func(lo, hi int) {
+					n := running.Add(1)
+					for {
+						old := peak.Load()
+						if n <= old || peak.CompareAndSwap(old, n) {
+							break
+						}
+					}
+					time.Sleep(2 * time.Millisecond)
+					running.Add(-1)
+				})
+				if got := int(peak.Load()); got > tc.threads {
+					t.Errorf("pool of %d ran %d chunks at once", tc.threads, got)
+				}
+				if w := p.Workers(); w > tc.threads-1 {
+					t.Errorf("pool of %d started %d workers", tc.threads, w)
+				}
+			})
+		})
+	}
+}
+
+// A product through a pool equals the package-level one, and a closed pool
+// still computes it, on the caller alone; its workers exit.
+func TestPoolProductsAndClose(t *testing.T) {
+	const m, n, k = 37, 129, 96
+	r := rand.New(rand.NewPCG(4, 4))
+	a := make([]float32, m*k)
+	w := make([]float32, n*k)
+	for i := range a {
+		a[i] = r.Float32() - 0.5
+	}
+	for i := range w {
+		w[i] = r.Float32() - 0.5
+	}
+	want := make([]float32, m*n)
+	LinearF32(want, a, w, m, n, k, false)
+	p := NewPool(3)
+	for round := range 2 {
+		got := make([]float32, m*n)
+		p.LinearF32(got, a, w, m, n, k, false)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("round %d: [%d] = %v, want %v", round, i, got[i], want[i])
+			}
+		}
+		p.Close()
+		p.Close() // twice is harmless
+		if p.Threads() != 1 {
+			t.Fatalf("closed pool has %d threads", p.Threads())
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Workers() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers still running after Close", p.Workers())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/rollout"
+)
+
+// The devices groups on the CPU. Serving (devices.rollout) runs on the
+// kernels' default pool, whose budget devices.rollout.threads (or
+// model.threads) sets. A group with a thread budget of its own gets a
+// worker pool of that many threads and a view of the model over it
+// (model.Model.View): the actor's view runs the trainer and the teacher's
+// scoring passes, the judge's view a scheduler of its own on the frozen
+// checkpoint weights. A group with budget 0 shares serving's pool and
+// scheduler, serving first (trainer.yield_to_serving).
+
+// groupView returns a view of e.model whose ops run on a new pool of
+// threads, and a func that frees both (after everything using the view
+// has stopped).
+func (e *engine) groupView(group string, threads int) (*model.Model, func(), error) {
+	cb, ok := e.model.Backend().(*cpu.Backend)
+	if !ok {
+		return nil, nil, fmt.Errorf("devices.%s.threads: the backend %s has no CPU worker pools; leave it 0", group, e.model.Backend().Name())
+	}
+	pool := kernels.NewPool(threads)
+	v := e.model.View(cb.WithPool(pool))
+	return v, func() {
+		v.Close()
+		pool.Close()
+	}, nil
+}
+
+// judgeScheduler starts the judge group's scheduler: a view of the model
+// on threads of its own, with its own KV cache of kvBudget bytes, running
+// only the checkpoint's frozen weights (no versions store), every request
+// background work with the whole batch and cache to itself. The returned
+// func stops it and frees what it holds.
+func (e *engine) judgeScheduler(a *app, threads int, kvBudget int64) (*rollout.Scheduler, func(), error) {
+	v, closeView, err := e.groupView("judge", threads)
+	if err != nil {
+		return nil, nil, err
+	}
+	cache, err := v.NewKVCache(model.KVCacheOptions{Budget: kvBudget, DType: e.cache.DType()})
+	if err != nil {
+		closeView()
+		return nil, nil, fmt.Errorf("devices.judge: the judge's KV cache: %w", err)
+	}
+	rc := a.cfg.Rollout
+	maxBatch := rc.MaxBatch
+	if maxBatch <= 0 {
+		maxBatch = 32 // the scheduler's default
+	}
+	s, err := rollout.New(rollout.Options{
+		Model: v, Cache: cache, Log: a.log,
+		MaxBatch: maxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache,
+		MaxBackground: maxBatch, BackgroundKV: 1, BackgroundPrefill: -1, BackgroundRows: -1,
+	})
+	if err != nil {
+		cache.Close()
+		closeView()
+		return nil, nil, err
+	}
+	stop := s.Start()
+	return s, func() {
+		stop()
+		cache.Close()
+		closeView()
+	}, nil
+}
+
+// groupThreads says how the kernel threads are split between the groups,
+// as the startup log reports it: "serving 2, judge 1, actor 1", with
+// "shared" for a group on serving's pool.
+func groupThreads(judge, actor int) string {
+	g := func(n int) string {
+		if n > 0 {
+			return fmt.Sprint(n)
+		}
+		return "shared"
+	}
+	return fmt.Sprintf("serving %d, judge %s, actor %s", kernels.Threads(), g(judge), g(actor))
+}
+
+// trainingYields reports whether training and the teacher's scoring give
+// way to serving (priority.Gate): trainer.yield_to_serving, unless the
+// actor and rollout groups both have thread budgets of their own; then
+// they run side by side on disjoint pools, and waiting would only idle
+// the actor's threads.
+func (a *app) trainingYields() bool {
+	d := a.cfg.Devices
+	return a.cfg.Trainer.YieldToServing && !(d.Actor.Threads > 0 && d.Rollout.Threads > 0)
+}
