@@ -85,9 +85,7 @@ type ceilings struct {
 }
 
 func (a *app) runBench(out io.Writer, f benchFlags) error {
-	if a.cfg.Model.Threads > 0 {
-		kernels.SetThreads(a.cfg.Model.Threads)
-	}
+	a.setServingThreads()
 	for _, w := range f.what {
 		switch w {
 		case "machine", "gemm", "model", "serve":

@@ -7,15 +7,16 @@ import (
 	"github.com/clawrl/clawrl/cpu/kernels"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/rollout"
+	"github.com/clawrl/clawrl/weights"
 )
 
 // The devices groups on the CPU. Serving (devices.rollout) runs on the
 // kernels' default pool, whose budget devices.rollout.threads (or
 // model.threads) sets. A group with a thread budget of its own gets a
 // worker pool of that many threads and a view of the model over it
-// (model.Model.View): the actor's view runs the trainer and the teacher's
-// scoring passes, the judge's view a scheduler of its own on the frozen
-// checkpoint weights. A group with budget 0 shares serving's pool and
+// (model.Model.View): the actor's view runs the trainer, the teacher's
+// scoring passes and a scheduler for the teacher's hinted rollouts; the
+// judge's view a scheduler of its own on the frozen checkpoint weights. A group with budget 0 shares serving's pool and
 // scheduler, serving first (trainer.yield_to_serving).
 
 // groupView returns a view of e.model whose ops run on a new pool of
@@ -35,19 +36,34 @@ func (e *engine) groupView(group string, threads int) (*model.Model, func(), err
 }
 
 // judgeScheduler starts the judge group's scheduler: a view of the model
-// on threads of its own, with its own KV cache of kvBudget bytes, running
-// only the checkpoint's frozen weights (no versions store), every request
-// background work with the whole batch and cache to itself. The returned
-// func stops it and frees what it holds.
+// on threads of its own, running only the checkpoint's frozen weights (no
+// versions store). The returned func stops it and frees what it holds.
 func (e *engine) judgeScheduler(a *app, threads int, kvBudget int64) (*rollout.Scheduler, func(), error) {
 	v, closeView, err := e.groupView("judge", threads)
 	if err != nil {
 		return nil, nil, err
 	}
-	cache, err := v.NewKVCache(model.KVCacheOptions{Budget: kvBudget, DType: e.cache.DType()})
+	s, stop, err := e.groupScheduler(a, "judge", v, nil, kvBudget)
 	if err != nil {
 		closeView()
-		return nil, nil, fmt.Errorf("devices.judge: the judge's KV cache: %w", err)
+		return nil, nil, err
+	}
+	return s, func() {
+		stop()
+		closeView()
+	}, nil
+}
+
+// groupScheduler starts a scheduler of a devices group on v, its view of
+// the model, with a KV cache of its own of kvBudget bytes: every request
+// is background work, with the whole batch and cache to itself. versions
+// nil runs only the checkpoint's weights; else generations run on the
+// current version as serving's do (Request.Frozen picks the checkpoint's).
+// The returned func stops it and frees its cache.
+func (e *engine) groupScheduler(a *app, group string, v *model.Model, versions *weights.Store, kvBudget int64) (*rollout.Scheduler, func(), error) {
+	cache, err := v.NewKVCache(model.KVCacheOptions{Budget: kvBudget, DType: e.cache.DType()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("devices.%s: the group's KV cache: %w", group, err)
 	}
 	rc := a.cfg.Rollout
 	maxBatch := rc.MaxBatch
@@ -55,21 +71,27 @@ func (e *engine) judgeScheduler(a *app, threads int, kvBudget int64) (*rollout.S
 		maxBatch = 32 // the scheduler's default
 	}
 	s, err := rollout.New(rollout.Options{
-		Model: v, Cache: cache, Log: a.log,
+		Model: v, Cache: cache, Log: a.log, Versions: versions,
 		MaxBatch: maxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache,
 		MaxBackground: maxBatch, BackgroundKV: 1, BackgroundPrefill: -1, BackgroundRows: -1,
 	})
 	if err != nil {
 		cache.Close()
-		closeView()
 		return nil, nil, err
 	}
 	stop := s.Start()
 	return s, func() {
 		stop()
 		cache.Close()
-		closeView()
 	}, nil
+}
+
+// groupKVBudget sizes a group scheduler's KV cache: room for seqs full
+// contexts of the model, at most an eighth of the memory available, at
+// least 64 MiB.
+func (e *engine) groupKVBudget(seqs int) int64 {
+	c := e.model.Config
+	return kvBudget(0, c.KVBytesPerToken(e.cache.DType())*int64(c.MaxPositions), max(1, seqs), 8, 64<<20, memAvailable())
 }
 
 // groupThreads says how the kernel threads are split between the groups,
@@ -93,4 +115,13 @@ func groupThreads(judge, actor int) string {
 func (a *app) trainingYields() bool {
 	d := a.cfg.Devices
 	return a.cfg.Trainer.YieldToServing && !(d.Actor.Threads > 0 && d.Rollout.Threads > 0)
+}
+
+// setServingThreads sets the default pool's budget, serving's: model.threads
+// or devices.rollout.threads (validation keeps them from disagreeing); 0
+// for both keeps one thread per core.
+func (a *app) setServingThreads() {
+	if t := max(a.cfg.Model.Threads, a.cfg.Devices.Rollout.Threads); t > 0 {
+		kernels.SetThreads(t)
+	}
 }

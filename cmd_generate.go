@@ -133,12 +133,7 @@ func memInfo(field string) int64 {
 
 // openEngine loads dir and starts a scheduler over it.
 func (a *app) openEngine(dir string) (*engine, error) {
-	if a.cfg.Model.Threads > 0 {
-		kernels.SetThreads(a.cfg.Model.Threads)
-	}
-	if t := a.cfg.Devices.Rollout.Threads; t > 0 {
-		kernels.SetThreads(t) // serving's group: the default pool
-	}
+	a.setServingThreads()
 	if mb := int64(a.cfg.Model.KVCacheMB); mb > 0 {
 		// The cache takes its memory as it fills: a budget past what the
 		// machine has would start fine and die of out-of-memory later.

@@ -465,9 +465,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 		// through the serving scheduler as background work below users.
 		var gen rollout.Generator = e.sched
 		if dev.Judge.Threads > 0 {
-			c := e.model.Config
-			budget := kvBudget(0, c.KVBytesPerToken(e.cache.DType())*int64(c.MaxPositions), max(1, rc.Workers*max(1, rc.Votes)), 8, 64<<20, memAvailable())
-			js, stop, jerr := e.judgeScheduler(a, dev.Judge.Threads, budget)
+			js, stop, jerr := e.judgeScheduler(a, dev.Judge.Threads, e.groupKVBudget(rc.Workers*max(1, rc.Votes)))
 			if jerr != nil {
 				return fail(jerr)
 			}
@@ -514,9 +512,19 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	var rollouts reward.RolloutGenerator
 	if rc.Teacher != reward.TeacherNone && cfg.Uses(reward.MethodHinted) {
 		// The teacher writes its responses through the serving scheduler,
-		// below every user request: on the live weights for teacher
-		// "policy", on the checkpoint's for "reference" and "judge".
-		rollouts = &reward.SchedulerRollouts{Gen: e.sched, StopTokens: e.stopTokens(), Frozen: rc.Teacher != reward.TeacherPolicy, TopP: 1}
+		// below every user request, or through a scheduler of the actor
+		// group's own: on the live weights for teacher "policy", on the
+		// checkpoint's for "reference" and "judge".
+		var gen rollout.Generator = e.sched
+		if actor != e.model {
+			as, stop, err := e.groupScheduler(a, "actor", actor, e.store, e.groupKVBudget(rc.Workers*max(1, rc.HintedRollouts)))
+			if err != nil {
+				return fail(err)
+			}
+			closers = append(closers, stop)
+			gen = as
+		}
+		rollouts = &reward.SchedulerRollouts{Gen: gen, StopTokens: e.stopTokens(), Frozen: rc.Teacher != reward.TeacherPolicy, TopP: 1}
 	}
 	scorer, err := reward.New(reward.Options{Config: cfg, Judge: judge, Teacher: teacher, Rollouts: rollouts, Tokenizer: e.tok, Metrics: rm, Log: a.log})
 	if err != nil {
