@@ -10,30 +10,45 @@ import (
 	"time"
 
 	"github.com/clawrl/clawrl/reward"
+	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/tokenizer"
 )
 
 // judgeLoad keeps the daemon's local judge busy, as a stream of scored
 // turns would: reward.workers workers, each judging turns back to back
 // (a vote call with reward.votes samples, then a hint call with
-// reward.hint_votes), through the serving scheduler as background work on
-// the frozen checkpoint weights, exactly as the daemon's scorer calls it.
+// reward.hint_votes), on the frozen checkpoint weights through the serving
+// scheduler as background work (or the judge group's scheduler with
+// devices.judge.threads), exactly as the daemon's scorer calls it.
 type judgeLoad struct {
-	on     atomic.Bool
-	turns  atomic.Int64 // turns judged (vote and hint calls both done)
-	failed atomic.Int64 // judge calls that returned an error
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	on      atomic.Bool
+	turns   atomic.Int64 // turns judged (vote and hint calls both done)
+	failed  atomic.Int64 // judge calls that returned an error
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stopGen func() // stops the judge group's scheduler, if any
 }
 
 func (a *app) startJudgeLoad(e *engine) (*judgeLoad, error) {
 	rc := a.cfg.Reward
-	judge, err := reward.NewLocalBackend(e.sched, e.tok, reward.LocalOptions{StopTokens: e.stopTokens()})
+	// As in the daemon: the serving scheduler, or the judge group's own
+	// with devices.judge.threads.
+	var gen rollout.Generator = e.sched
+	stopGen := func() {}
+	if t := a.cfg.Devices.Judge.Threads; t > 0 {
+		js, stop, err := e.judgeScheduler(a, t, e.groupKVBudget(rc.Workers*max(1, rc.Votes)))
+		if err != nil {
+			return nil, err
+		}
+		gen, stopGen = js, stop
+	}
+	judge, err := reward.NewLocalBackend(gen, e.tok, reward.LocalOptions{StopTokens: e.stopTokens()})
 	if err != nil {
+		stopGen()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &judgeLoad{cancel: cancel}
+	l := &judgeLoad{cancel: cancel, stopGen: stopGen}
 	lim := reward.DefaultLimits()
 	for w := range max(1, rc.Workers) {
 		l.wg.Go(func() {
@@ -69,6 +84,7 @@ func (a *app) startJudgeLoad(e *engine) (*judgeLoad, error) {
 func (l *judgeLoad) close() {
 	l.cancel()
 	l.wg.Wait()
+	l.stopGen()
 }
 
 // benchTurn is a turn of a session with the person's next message: what
