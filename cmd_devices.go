@@ -12,12 +12,13 @@ import (
 
 // The devices groups on the CPU. Serving (devices.rollout) runs on the
 // kernels' default pool, whose budget devices.rollout.threads (or
-// model.threads) sets. A group with a thread budget of its own gets a
-// worker pool of that many threads and a view of the model over it
+// model.threads) sets. A group with a thread budget of its own gets a worker
+// pool of that many threads and a view of the model over it
 // (model.Model.View): the actor's view runs the trainer, the teacher's
 // scoring passes and a scheduler for the teacher's hinted rollouts; the
-// judge's view a scheduler of its own on the frozen checkpoint weights. A group with budget 0 shares serving's pool and
-// scheduler, serving first (trainer.yield_to_serving).
+// judge's view a scheduler of its own on the frozen checkpoint weights. A
+// group with budget 0 shares serving's pool and scheduler, serving first
+// (trainer.yield_to_serving).
 
 // groupView returns a view of e.model whose ops run on a new pool of
 // threads, and a func that frees both (after everything using the view

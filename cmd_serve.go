@@ -470,6 +470,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 				return fail(jerr)
 			}
 			closers = append(closers, stop)
+			reg.MustRegister(js.GroupCollector("judge"))
 			gen = js
 		}
 		judge, err = reward.NewLocalBackend(gen, e.tok, reward.LocalOptions{StopTokens: e.stopTokens(), TemplateVars: vars})
@@ -522,6 +523,7 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 				return fail(err)
 			}
 			closers = append(closers, stop)
+			reg.MustRegister(as.GroupCollector("actor"))
 			gen = as
 		}
 		rollouts = &reward.SchedulerRollouts{Gen: gen, StopTokens: e.stopTokens(), Frozen: rc.Teacher != reward.TeacherPolicy, TopP: 1}

@@ -613,9 +613,13 @@ func TestDeviceGroups(t *testing.T) {
 	if v := metric(text, "clawrl_weight_version"); v < 2 {
 		t.Errorf("serving version %v: the trainer on its own threads published nothing\n%s", v, d.log)
 	}
-	// Serving's scheduler ran the users' requests and nothing of the judge's.
+	// Serving's scheduler ran the users' requests and nothing of the
+	// judge's, which its own scheduler ran (its metrics named for it).
 	if n := metric(text, `clawrl_scheduler_finished_total{how="completed"}`); n != turns {
 		t.Errorf("serving's scheduler completed %v requests, want the %d users'", n, turns)
+	}
+	if n := metric(text, `clawrl_judge_scheduler_finished_total{how="completed"}`); n < 1 {
+		t.Errorf("the judge's scheduler completed %v requests", n)
 	}
 	if err := d.stop(); err != nil {
 		t.Errorf("SIGTERM: %v\n%s", err, d.log)

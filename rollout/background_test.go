@@ -54,8 +54,9 @@ func TestFrozenIgnoresPublishedVersions(t *testing.T) {
 // requests; they still all finish.
 func TestBackgroundYields(t *testing.T) {
 	m := tinyModel(t)
+	hold := newHoldGate(2, nil) // after the first pass, which starts two of them
 	s := startScheduler(t, Options{Model: m, Cache: newCache(t, m, 256), MaxBatch: 2, QueueSize: 4,
-		MaxBackground: 2, BackgroundQueue: 3})
+		MaxBackground: 2, BackgroundQueue: 3, Gate: hold})
 	ctx := context.Background()
 	var bg []<-chan Event
 	var bgPrompt []int
@@ -77,10 +78,13 @@ func TestBackgroundYields(t *testing.T) {
 		t.Fatal("8 background requests on a queue of 3 and 2 slots never filled it (test is vacuous)")
 	}
 	// Both slots are the background's now; a foreground request still
-	// gets in, at once, and runs ahead.
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Stats().Background < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	// gets in, at once, and runs ahead. The scheduler is held while they
+	// arrive, so that both background requests are still running when it
+	// sees them (a fast machine could otherwise finish them in between).
+	hold.wait(t)
+	if st := s.Stats(); st.Background < 2 {
+		close(hold.release)
+		t.Fatalf("only %d background requests running before the foreground ones arrive", st.Background)
 	}
 	fg := make([]<-chan Event, 3)
 	for i := range fg {
@@ -90,6 +94,7 @@ func TestBackgroundYields(t *testing.T) {
 		}
 		fg[i] = ch
 	}
+	close(hold.release)
 	for i, ch := range fg {
 		if c := collect(t, ch); c.finish != FinishLength || len(c.tokens) != 4 {
 			t.Errorf("foreground %d: %+v", i, c)
@@ -147,6 +152,44 @@ func TestBackgroundNotStarved(t *testing.T) {
 		case strict && before < 4:
 			t.Errorf("strict priority: the background request finished after only %d foreground ones (order %v)", before, order)
 		}
+	}
+}
+
+// holdGate is a Gate that stops the scheduler before its forward pass
+// number at (1-based) until the test releases it, so that a test can queue
+// requests at a known point however fast the machine runs the tiny model;
+// look, if set, sees the scheduler at every pass.
+type holdGate struct {
+	at      int
+	n       int           // passes begun (the scheduler's goroutine only)
+	reached chan struct{} // closed when pass at is held
+	release chan struct{} // closed by the test
+	look    func()
+}
+
+func newHoldGate(at int, look func()) *holdGate {
+	return &holdGate{at: at, reached: make(chan struct{}), release: make(chan struct{}), look: look}
+}
+
+func (g *holdGate) Serve() func() {
+	g.n++
+	if g.n == g.at {
+		close(g.reached)
+		<-g.release
+	}
+	if g.look != nil {
+		g.look()
+	}
+	return func() {}
+}
+
+// wait blocks until the scheduler is held (failing after 10 s).
+func (g *holdGate) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the scheduler never reached forward pass %d", g.at)
 	}
 }
 

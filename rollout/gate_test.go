@@ -83,24 +83,27 @@ func TestBackgroundPrefillBounded(t *testing.T) {
 		var last uint64
 		most := uint64(0)
 		var userRunning atomic.Bool
-		probe := &gateProbe{look: func() {
+		// The scheduler is held before its second pass (the user's prompt
+		// done, its decoding begun) while the background request arrives.
+		hold := newHoldGate(2, func() {
 			st := s.Stats()
 			if d := st.PromptTokens - last; userRunning.Load() && d > most {
 				most = d
 			}
 			last = st.PromptTokens
-		}}
+		})
 		s = startScheduler(t, Options{Model: m, Cache: newCache(t, m, 64), MaxBatch: 4, QueueSize: 4, StepTokens: 256,
-			NoPrefixCache: true, BackgroundPrefill: limit, Gate: probe})
+			NoPrefixCache: true, BackgroundPrefill: limit, Gate: hold})
 		user, err := s.Generate(context.Background(), greedyReq(prompt(10, 1), 40))
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-user // decoding
+		hold.wait(t)
 		userRunning.Store(true)
 		req := greedyReq(prompt(200, 2), 2)
 		req.Background = true
 		bg, err := s.Generate(context.Background(), req)
+		close(hold.release)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,21 +132,25 @@ func TestBackgroundRowsBounded(t *testing.T) {
 		var last, lastPrompt uint64
 		most := uint64(0)
 		var userRunning atomic.Bool
-		probe := &gateProbe{look: func() {
+		// The scheduler is held before its second pass (the user's prompt
+		// done, its decoding begun) while the background requests arrive.
+		hold := newHoldGate(2, func() {
 			st := s.Stats()
 			// Decode-only steps (a prompt's last chunk also yields a token).
 			if d := st.GeneratedTokens - last; userRunning.Load() && st.PromptTokens == lastPrompt && d > most {
 				most = d
 			}
 			last, lastPrompt = st.GeneratedTokens, st.PromptTokens
-		}}
+		})
 		s = startScheduler(t, Options{Model: m, Cache: newCache(t, m, 128), MaxBatch: 8, MaxBackground: 6, QueueSize: 8, BackgroundQueue: 8,
-			NoPrefixCache: true, BackgroundKV: 1, BackgroundRows: limit, Gate: probe})
+			NoPrefixCache: true, BackgroundKV: 1, BackgroundRows: limit, Gate: hold})
+		// The user's request outlasts the background ones: 100 tokens
+		// against 5 × 12 at 2 a step.
 		user, err := s.Generate(context.Background(), greedyReq(prompt(10, 1), 100))
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-user
+		hold.wait(t)
 		userRunning.Store(true)
 		var bgs []<-chan Event
 		for i := range 5 {
@@ -155,6 +162,7 @@ func TestBackgroundRowsBounded(t *testing.T) {
 			}
 			bgs = append(bgs, ch)
 		}
+		close(hold.release)
 		for i, ch := range bgs {
 			if c := collect(t, ch); c.finish != FinishLength || len(c.tokens) != 12 {
 				t.Fatalf("background %d: finish %s after %d tokens", i, c.finish, len(c.tokens))

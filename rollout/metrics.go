@@ -13,32 +13,51 @@ import (
 // passes, preemptions and finished generations. These are the gauges a
 // vLLM operator watches (running/waiting requests, cache usage, prefix
 // cache hits).
-func (s *Scheduler) Collector() prometheus.Collector { return schedCollector{s} }
+func (s *Scheduler) Collector() prometheus.Collector { return schedCollector{s, servingDescs} }
 
-type schedCollector struct{ s *Scheduler }
+// GroupCollector is Collector for the scheduler of a devices group (the
+// judge's, the actor's): the same metrics named clawrl_<group>_... instead
+// of clawrl_... (clawrl_judge_scheduler_requests, clawrl_judge_kv_cache_blocks).
+func (s *Scheduler) GroupCollector(group string) prometheus.Collector {
+	return schedCollector{s, newSchedDescs("clawrl_" + group + "_")}
+}
 
-var (
-	descRequests = prometheus.NewDesc("clawrl_scheduler_requests",
-		"Generations in the running batch (state=running; running_background: the background ones among them, the judge) or queued to start (waiting, waiting_background).", []string{"state"}, nil)
-	descBlocks = prometheus.NewDesc("clawrl_kv_cache_blocks",
-		"KV cache blocks: free, held by the prefix cache (prefix), and in all (total).", []string{"state"}, nil)
-	descUsage = prometheus.NewDesc("clawrl_kv_cache_usage_ratio",
-		"Share of the KV cache's blocks in use (running sequences and the prefix cache).", nil, nil)
-	descInfo = prometheus.NewDesc("clawrl_kv_cache_info",
-		"The KV cache's storage dtype and tokens per block (value 1).", []string{"dtype", "block_size"}, nil)
-	descPrompt = prometheus.NewDesc("clawrl_prompt_tokens_total",
-		"Prompt tokens computed (source=computed) or served from the prefix cache (source=cached).", []string{"source"}, nil)
-	descSteps = prometheus.NewDesc("clawrl_scheduler_steps_total",
-		"Forward passes of the scheduler.", nil, nil)
-	descPreempt = prometheus.NewDesc("clawrl_scheduler_preemptions_total",
-		"Sequences evicted from the KV cache to make room, and recomputed later.", nil, nil)
-	descFinished = prometheus.NewDesc("clawrl_scheduler_finished_total",
-		"Generations that ended, by how: completed or cancelled.", []string{"how"}, nil)
-)
+type schedCollector struct {
+	s *Scheduler
+	d *schedDescs
+}
+
+type schedDescs struct {
+	requests, blocks, usage, info, prompt, steps, preempt, finished *prometheus.Desc
+}
+
+var servingDescs = newSchedDescs("clawrl_")
+
+func newSchedDescs(prefix string) *schedDescs {
+	return &schedDescs{
+		requests: prometheus.NewDesc(prefix+"scheduler_requests",
+			"Generations in the running batch (state=running; running_background: the background ones among them, the judge) or queued to start (waiting, waiting_background).", []string{"state"}, nil),
+		blocks: prometheus.NewDesc(prefix+"kv_cache_blocks",
+			"KV cache blocks: free, held by the prefix cache (prefix), and in all (total).", []string{"state"}, nil),
+		usage: prometheus.NewDesc(prefix+"kv_cache_usage_ratio",
+			"Share of the KV cache's blocks in use (running sequences and the prefix cache).", nil, nil),
+		info: prometheus.NewDesc(prefix+"kv_cache_info",
+			"The KV cache's storage dtype and tokens per block (value 1).", []string{"dtype", "block_size"}, nil),
+		prompt: prometheus.NewDesc(prefix+"prompt_tokens_total",
+			"Prompt tokens computed (source=computed) or served from the prefix cache (source=cached).", []string{"source"}, nil),
+		steps: prometheus.NewDesc(prefix+"scheduler_steps_total",
+			"Forward passes of the scheduler.", nil, nil),
+		preempt: prometheus.NewDesc(prefix+"scheduler_preemptions_total",
+			"Sequences evicted from the KV cache to make room, and recomputed later.", nil, nil),
+		finished: prometheus.NewDesc(prefix+"scheduler_finished_total",
+			"Generations that ended, by how: completed or cancelled.", []string{"how"}, nil),
+	}
+}
 
 func (c schedCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descBlocks, descUsage, descInfo, descPrompt, descSteps, descPreempt, descFinished} {
-		ch <- d
+	d := c.d
+	for _, x := range []*prometheus.Desc{d.requests, d.blocks, d.usage, d.info, d.prompt, d.steps, d.preempt, d.finished} {
+		ch <- x
 	}
 }
 
@@ -52,19 +71,19 @@ func (c schedCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	gauge(descRequests, float64(st.Running), "running")
-	gauge(descRequests, float64(st.Waiting), "waiting")
-	gauge(descRequests, float64(st.Background), "running_background")
-	gauge(descRequests, float64(st.WaitingBackground), "waiting_background")
-	gauge(descBlocks, float64(st.FreeBlocks), "free")
-	gauge(descBlocks, float64(st.PrefixBlocks), "prefix")
-	gauge(descBlocks, float64(total), "total")
-	gauge(descUsage, 1-float64(st.FreeBlocks)/float64(max(1, total)))
-	gauge(descInfo, 1, kv.DType().String(), strconv.Itoa(kv.BlockSize()))
-	counter(descPrompt, st.PromptTokens, "computed")
-	counter(descPrompt, st.CachedTokens, "cached")
-	counter(descSteps, st.Steps)
-	counter(descPreempt, st.Preemptions)
-	counter(descFinished, st.Completed, "completed")
-	counter(descFinished, st.Cancelled, "cancelled")
+	gauge(c.d.requests, float64(st.Running), "running")
+	gauge(c.d.requests, float64(st.Waiting), "waiting")
+	gauge(c.d.requests, float64(st.Background), "running_background")
+	gauge(c.d.requests, float64(st.WaitingBackground), "waiting_background")
+	gauge(c.d.blocks, float64(st.FreeBlocks), "free")
+	gauge(c.d.blocks, float64(st.PrefixBlocks), "prefix")
+	gauge(c.d.blocks, float64(total), "total")
+	gauge(c.d.usage, 1-float64(st.FreeBlocks)/float64(max(1, total)))
+	gauge(c.d.info, 1, kv.DType().String(), strconv.Itoa(kv.BlockSize()))
+	counter(c.d.prompt, st.PromptTokens, "computed")
+	counter(c.d.prompt, st.CachedTokens, "cached")
+	counter(c.d.steps, st.Steps)
+	counter(c.d.preempt, st.Preemptions)
+	counter(c.d.finished, st.Completed, "completed")
+	counter(c.d.finished, st.Cancelled, "cancelled")
 }
