@@ -34,6 +34,20 @@ type daemon struct {
 	err  error         // its exit status, once done is closed
 }
 
+// realBinary builds the clawrl binary for a test that runs it (skipped
+// with -short) and returns its path.
+func realBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
 // wait waits for the process to exit and returns its status.
 func (d *daemon) wait() error {
 	<-d.done
@@ -110,6 +124,28 @@ func (d *daemon) kill() {
 	<-d.done
 }
 
+// post sends body as JSON to path, in session (if not empty) with
+// headers, and returns the status, the decoded JSON reply and its headers.
+func (d *daemon) post(t *testing.T, path, session string, headers map[string]string, body any) (int, map[string]any, http.Header) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", d.url+path, bytes.NewReader(b))
+	if session != "" {
+		req.Header.Set("X-Session-Id", session)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	json.NewDecoder(resp.Body).Decode(&m)
+	return resp.StatusCode, m, resp.Header
+}
+
 // stop sends SIGTERM and returns the exit status.
 func (d *daemon) stop() error {
 	d.cmd.Process.Signal(syscall.SIGTERM)
@@ -172,13 +208,7 @@ func startupVersion(t *testing.T, d *daemon) uint64 {
 // served after a restart is the newest checkpoint, numbers never repeat,
 // and every checkpoint loads.
 func TestKillNineResumes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := realBinary(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "config.yaml")
@@ -355,13 +385,7 @@ data:
 // session accepted, and `serve --model <checkpoint>` serving a
 // checkpoint as a base.
 func TestRestartKeepsLearning(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := realBinary(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "config.yaml")
@@ -373,22 +397,7 @@ func TestRestartKeepsLearning(t *testing.T) {
 		if m, ok := body.(map[string]any); ok && path != "/v1/feedback" {
 			m["model"] = servedModel(d.url)
 		}
-		b, _ := json.Marshal(body)
-		req, _ := http.NewRequest("POST", d.url+path, bytes.NewReader(b))
-		if session != "" {
-			req.Header.Set("X-Session-Id", session)
-		}
-		for k, v := range headers {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var m map[string]any
-		json.NewDecoder(resp.Body).Decode(&m)
-		return resp.StatusCode, m, resp.Header
+		return d.post(t, path, session, headers, body)
 	}
 	type msg = map[string]string
 	history := []msg{{"role": "user", "content": "Name a fruit."}}
@@ -537,16 +546,10 @@ func TestRestartKeepsLearning(t *testing.T) {
 // scheduler runs only the users' requests), the trainer publishes from its
 // own pool, and the startup log states the split.
 func TestDeviceGroups(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs 2 cores for a judge thread and an actor thread")
 	}
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := realBinary(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("trainer:\n  batch_size: 2\n  max_wait: 100ms\n  guard:\n    skill_probes: 0\n"+
@@ -559,18 +562,9 @@ func TestDeviceGroups(t *testing.T) {
 	}
 	post := func(path string, body map[string]any) map[string]any {
 		t.Helper()
-		b, _ := json.Marshal(body)
-		req, _ := http.NewRequest("POST", d.url+path, bytes.NewReader(b))
-		req.Header.Set("X-Session-Id", "groups")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var m map[string]any
-		json.NewDecoder(resp.Body).Decode(&m)
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s: %d %v", path, resp.StatusCode, m)
+		code, m, _ := d.post(t, path, "groups", nil, body)
+		if code != 200 {
+			t.Fatalf("%s: %d %v", path, code, m)
 		}
 		return m
 	}
