@@ -19,8 +19,9 @@ import (
 // learns it from corrections, as from a person.
 type User struct {
 	Pref instruct.Constraint
-	// Phrasing is the split of the correction sentences (HeldOut: phrasings
-	// the pretraining corpus never used).
+	// Phrasing is the split of the correction's instruction sentence
+	// (HeldOut: phrasings the pretraining corpus never used). The complaint
+	// a correction may open with comes from instruct's one list either way.
 	Phrasing instruct.Split
 	r        *rand.Rand
 }
