@@ -384,8 +384,11 @@ type spec struct {
 	// system prompt line); the first of each split is the canonical one.
 	train, heldOut []string
 	// complaints say what the reply did wrong, before the instruction in a
-	// correction.
-	complaints []string
+	// correction: complaints for the Train split (the pretraining corpus),
+	// heldOutComplaints for the HeldOut one (the evaluation and `clawrl
+	// bench learn`'s user), so that a held-out correction is held out
+	// whole.
+	complaints, heldOutComplaints []string
 }
 
 var specs = map[Kind]spec{
@@ -393,88 +396,104 @@ var specs = map[Kind]spec{
 		train: []string{"End your answer with the word %[1]s.", "Always finish your reply with the word \"%[1]s\".",
 			"Make %[1]s the last word of your answer.", "Your answer must end with the word %[1]s.", "Finish every answer with the word %[1]s.",
 			"Use %[1]s as the final word of each reply.", "Put %[1]s at the end of your answer.", "Conclude your reply with the word %[1]s.", "Wrap up every answer with the word %[1]s."},
-		heldOut:    []string{"Close each response with the word %[1]s.", "Put the word %[1]s at the very end of every reply."},
-		complaints: []string{"You didn't end with %[1]s.", "Your answer did not end with the word %[1]s.", "You forgot the %[1]s at the end."}},
+		heldOut:           []string{"Close each response with the word %[1]s.", "Put the word %[1]s at the very end of every reply."},
+		complaints:        []string{"You didn't end with %[1]s.", "Your answer did not end with the word %[1]s.", "You forgot the %[1]s at the end."},
+		heldOutComplaints: []string{"The final word should have been %[1]s.", "No %[1]s at the close again."}},
 	StartPhrase: {arg: argPhrase,
 		train: []string{"Start your answer with \"%[1]s\".", "Begin your reply with the words \"%[1]s\".",
 			"Your answer must start with \"%[1]s\".", "Always open your reply with \"%[1]s\".",
 			"Open with the words \"%[1]s\".", "Put \"%[1]s\" at the start of your reply.", "Say \"%[1]s\" first, then answer."},
-		heldOut:    []string{"Every response should begin with \"%[1]s\".", "Lead with \"%[1]s\" before anything else."},
-		complaints: []string{"You didn't start with \"%[1]s\".", "Your reply should have begun with \"%[1]s\"."}},
+		heldOut:           []string{"Every response should begin with \"%[1]s\".", "Lead with \"%[1]s\" before anything else."},
+		complaints:        []string{"You didn't start with \"%[1]s\".", "Your reply should have begun with \"%[1]s\"."},
+		heldOutComplaints: []string{"The opening was wrong; I wanted \"%[1]s\" up front."}},
 	IncludeWord: {arg: argWord,
 		train: []string{"Include the word %[1]s in your answer.", "Use the word \"%[1]s\" somewhere in your reply.",
 			"Your answer must contain the word %[1]s.",
 			"Mention the word %[1]s in your reply.", "Work the word %[1]s into your answer.", "Have the word %[1]s somewhere in each reply."},
-		heldOut:    []string{"Make sure the word %[1]s appears in every response."},
-		complaints: []string{"You didn't use the word %[1]s.", "The word %[1]s was missing."}},
+		heldOut:           []string{"Make sure the word %[1]s appears in every response."},
+		complaints:        []string{"You didn't use the word %[1]s.", "The word %[1]s was missing."},
+		heldOutComplaints: []string{"%[1]s never showed up in there."}},
 	AvoidWord: {arg: argWord,
 		train: []string{"Do not use the word %[1]s.", "Never say the word \"%[1]s\" in your answer.", "Avoid the word %[1]s.",
 			"Keep the word %[1]s out of your answer.", "Skip the word %[1]s."},
-		heldOut:    []string{"Leave the word %[1]s out of your responses."},
-		complaints: []string{"You used the word %[1]s.", "I don't want to see the word %[1]s."}},
+		heldOut:           []string{"Leave the word %[1]s out of your responses."},
+		complaints:        []string{"You used the word %[1]s.", "I don't want to see the word %[1]s."},
+		heldOutComplaints: []string{"%[1]s appeared again."}},
 	Lowercase: {arg: argNone,
 		train: []string{"Write your whole answer in lowercase letters.", "Use only lowercase letters in your reply.",
 			"Answer in all lowercase, with no capital letters.", "Do not use any capital letters.",
 			"Use small letters only, no uppercase.", "Do not capitalize anything in your reply.", "Type your reply without a single capital letter.", "Lowercase everything you write."},
-		heldOut:    []string{"Respond entirely in lower case.", "Keep every letter of your response small, no capitals at all."},
-		complaints: []string{"You used capital letters.", "That had capitals in it."}},
+		heldOut:           []string{"Respond entirely in lower case.", "Keep every letter of your response small, no capitals at all."},
+		complaints:        []string{"You used capital letters.", "That had capitals in it."},
+		heldOutComplaints: []string{"Those big letters again.", "Nothing should be capitalized."}},
 	Uppercase: {arg: argNone,
 		train: []string{"Write your whole answer in capital letters.", "Use only uppercase letters in your reply.",
 			"Answer in all caps.", "Write everything in uppercase.",
 			"Use capital letters only.", "Capitalize every letter of your reply.", "Type your whole reply in caps."},
-		heldOut:    []string{"Respond entirely in CAPITALS.", "Shout your whole response in upper case."},
-		complaints: []string{"That wasn't in capital letters.", "You didn't write in all caps."}},
+		heldOut:           []string{"Respond entirely in CAPITALS.", "Shout your whole response in upper case."},
+		complaints:        []string{"That wasn't in capital letters.", "You didn't write in all caps."},
+		heldOutComplaints: []string{"Not everything was shouted.", "Small letters crept in."}},
 	Bullets: {arg: argNone,
 		train: []string{"Format your answer as a bulleted list.", "Answer with bullet points, each line starting with \"- \".",
 			"Write your reply as a list of bullet points.",
 			"Give your answer as bullet points.", "Break your reply into lines that start with \"- \".", "Use a dash list for your answer."},
-		heldOut:    []string{"Put every part of your response on its own dash-bulleted line."},
-		complaints: []string{"That wasn't a bulleted list.", "You didn't use bullet points."}},
+		heldOut:           []string{"Put every part of your response on its own dash-bulleted line."},
+		complaints:        []string{"That wasn't a bulleted list.", "You didn't use bullet points."},
+		heldOutComplaints: []string{"Those should have been separate dashed points.", "I asked for a list, not a paragraph."}},
 	Numbered: {arg: argNone,
 		train: []string{"Format your answer as a numbered list.", "Answer with a numbered list: 1., 2., and so on.", "Number each line of your reply.",
 			"List your answer as 1., 2., 3.", "Give your reply as numbered points.", "Put your answer in a numbered list."},
-		heldOut:    []string{"Present your response as an enumerated list starting at 1."},
-		complaints: []string{"That wasn't a numbered list.", "You didn't number the lines."}},
+		heldOut:           []string{"Present your response as an enumerated list starting at 1."},
+		complaints:        []string{"That wasn't a numbered list.", "You didn't number the lines."},
+		heldOutComplaints: []string{"Where are the numbers for each point?"}},
 	JSONObject: {arg: argNone,
 		train: []string{"Answer in JSON, as an object with the key \"answer\".", "Reply only with a JSON object like {\"answer\": ...}.",
 			"Wrap your answer in a JSON object.",
 			"Return your answer as JSON with an \"answer\" key.", "Give me the reply as a JSON object."},
-		heldOut:    []string{"Your whole response must be valid JSON: one object holding the answer."},
-		complaints: []string{"That wasn't JSON.", "I need the reply as a JSON object."}},
+		heldOut:           []string{"Your whole response must be valid JSON: one object holding the answer."},
+		complaints:        []string{"That wasn't JSON.", "I need the reply as a JSON object."},
+		heldOutComplaints: []string{"A parser could not read that."}},
 	SignOff: {arg: argName,
 		train: []string{"End your answer with a last line \"-- %[1]s\".", "Sign off every reply with \"-- %[1]s\" on its own line.",
 			"Add the signature \"-- %[1]s\" at the end of your answer.",
 			"Finish each reply with a line that says \"-- %[1]s\".", "Sign your answers \"-- %[1]s\" at the bottom.", "Put \"-- %[1]s\" on the last line of every answer."},
-		heldOut:    []string{"Close with your signature line, -- %[1]s."},
-		complaints: []string{"You forgot the signature.", "There was no \"-- %[1]s\" at the end."}},
+		heldOut:           []string{"Close with your signature line, -- %[1]s."},
+		complaints:        []string{"You forgot the signature.", "There was no \"-- %[1]s\" at the end."},
+		heldOutComplaints: []string{"Your name was missing at the bottom.", "Unsigned again."}},
 	Exclaim: {arg: argNone,
 		train: []string{"End your answer with an exclamation mark.", "Finish your reply with \"!\".",
 			"Your answer must end with an exclamation mark.",
 			"Close your reply with an exclamation mark.", "Make your answer end in \"!\"."},
-		heldOut:    []string{"Make the final character of each response an exclamation point."},
-		complaints: []string{"That didn't end with an exclamation mark.", "Where is the exclamation mark at the end?"}},
+		heldOut:           []string{"Make the final character of each response an exclamation point."},
+		complaints:        []string{"That didn't end with an exclamation mark.", "Where is the exclamation mark at the end?"},
+		heldOutComplaints: []string{"The ending was too flat."}},
 	NoCommas: {arg: argNone,
 		train: []string{"Do not use any commas in your answer.", "Write your reply without commas.", "Avoid commas entirely.",
 			"Leave out all commas.", "Use no commas at all in your reply."},
-		heldOut:    []string{"Not a single comma may appear in your response."},
-		complaints: []string{"You used commas.", "There was a comma in your answer."}},
+		heldOut:           []string{"Not a single comma may appear in your response."},
+		complaints:        []string{"You used commas.", "There was a comma in your answer."},
+		heldOutComplaints: []string{"Commas again."}},
 	MaxWords: {arg: argNumber,
 		train: []string{"Answer in at most %[1]s words.", "Keep your reply under %[1]s words.", "Use no more than %[1]s words.",
 			"Reply in %[1]s words or fewer.", "Say it in no more than %[1]s words.", "Limit your answer to %[1]s words."},
-		heldOut:    []string{"Your response must not exceed %[1]s words."},
-		complaints: []string{"That was too long.", "You used more than %[1]s words."}},
+		heldOut:           []string{"Your response must not exceed %[1]s words."},
+		complaints:        []string{"That was too long.", "You used more than %[1]s words."},
+		heldOutComplaints: []string{"Far too wordy."}},
 	Quotes: {arg: argNone,
-		train:      []string{"Wrap your whole answer in double quotation marks.", "Put your entire reply inside double quotes."},
-		heldOut:    []string{"Enclose your response in double quotes."},
-		complaints: []string{"Your answer wasn't in quotes."}},
+		train:             []string{"Wrap your whole answer in double quotation marks.", "Put your entire reply inside double quotes."},
+		heldOut:           []string{"Enclose your response in double quotes."},
+		complaints:        []string{"Your answer wasn't in quotes."},
+		heldOutComplaints: []string{"The quotation marks were missing."}},
 	PostScript: {arg: argSentence,
-		train:      []string{"End your answer with a postscript line \"P.S. %[1]s\".", "Add \"P.S. %[1]s\" as the last line of your reply."},
-		heldOut:    []string{"Finish with a P.S. that says: %[1]s"},
-		complaints: []string{"You forgot the P.S."}},
+		train:             []string{"End your answer with a postscript line \"P.S. %[1]s\".", "Add \"P.S. %[1]s\" as the last line of your reply."},
+		heldOut:           []string{"Finish with a P.S. that says: %[1]s"},
+		complaints:        []string{"You forgot the P.S."},
+		heldOutComplaints: []string{"No P.S. at the end."}},
 	Title: {arg: argTitle,
-		train:      []string{"Start your answer with a title in double angular brackets: <<%[1]s>>.", "Give your reply the title <<%[1]s>> on its first line."},
-		heldOut:    []string{"Put the title <<%[1]s>> at the top of your response."},
-		complaints: []string{"You left out the title."}},
+		train:             []string{"Start your answer with a title in double angular brackets: <<%[1]s>>.", "Give your reply the title <<%[1]s>> on its first line."},
+		heldOut:           []string{"Put the title <<%[1]s>> at the top of your response."},
+		complaints:        []string{"You left out the title."},
+		heldOutComplaints: []string{"There was no heading in brackets."}},
 }
 
 func (c Constraint) spec() spec {
@@ -529,16 +548,20 @@ var correctionLeads = []string{"No.", "Not like that.", "Hmm, not quite.", "That
 
 // Correction is how a user corrects a reply that did not follow c: an
 // optional lead, an optional complaint, then "Please " and the instruction
-// (of the split's phrasings). The instruction sentence is always there, so
-// a hint can be written from it.
+// (of the split's phrasings; the complaint of the split's list too). The
+// instruction sentence is always there, so a hint can be written from it.
 func (c Constraint) Correction(r *rand.Rand, split Split) string {
 	sp := c.spec()
 	var parts []string
 	if r.IntN(2) == 0 {
 		parts = append(parts, correctionLeads[r.IntN(len(correctionLeads))])
 	}
-	if r.IntN(2) == 0 && len(sp.complaints) > 0 {
-		parts = append(parts, c.format(sp.complaints[r.IntN(len(sp.complaints))]))
+	complaints := sp.complaints
+	if split == HeldOut {
+		complaints = sp.heldOutComplaints
+	}
+	if r.IntN(2) == 0 && len(complaints) > 0 {
+		parts = append(parts, c.format(complaints[r.IntN(len(complaints))]))
 	}
 	instr := c.Instruction(r, split)
 	switch r.IntN(3) {

@@ -2,6 +2,7 @@ package instruct
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -119,6 +120,37 @@ func TestPhrasingsAndCorrections(t *testing.T) {
 			}
 			if !found {
 				t.Errorf("%s correction %q states none of the instructions", k, corr)
+			}
+		}
+		// Complaints are split too: every kind has held-out ones, the
+		// lists share none, and a correction uses its split's.
+		sp := c.spec()
+		if len(sp.heldOutComplaints) == 0 || len(sp.complaints) == 0 {
+			t.Errorf("%s: %d train and %d held-out complaints", k, len(sp.complaints), len(sp.heldOutComplaints))
+		}
+		for _, h := range sp.heldOutComplaints {
+			if slices.Contains(sp.complaints, h) {
+				t.Errorf("%s: complaint %q is in both splits", k, h)
+			}
+		}
+		for _, tc := range []struct {
+			split      Split
+			own, other []string
+		}{{Train, sp.complaints, sp.heldOutComplaints}, {HeldOut, sp.heldOutComplaints, sp.complaints}} {
+			used := false
+			for range 40 {
+				corr := c.Correction(r, tc.split)
+				for _, o := range tc.other {
+					if strings.Contains(corr, c.format(o)) {
+						t.Errorf("%s %v correction %q has the other split's complaint %q", k, tc.split, corr, o)
+					}
+				}
+				for _, o := range tc.own {
+					used = used || strings.Contains(corr, c.format(o))
+				}
+			}
+			if !used {
+				t.Errorf("%s: 40 %v corrections used none of the split's complaints", k, tc.split)
 			}
 		}
 	}
