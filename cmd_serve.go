@@ -558,7 +558,9 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 		if a.trainingYields() {
 			tr.SetSlicer(e.gate)
 			e.model.SetScoreSlicer(e.gate)
-			actor.SetScoreSlicer(e.gate)
+			if actor != e.model {
+				actor.SetScoreSlicer(e.gate) // the teacher's passes run on the actor's view
+			}
 		}
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "clawrl_train_yields_total",
 			Help: "Slice boundaries at which a training pass or a teacher/reference scoring pass gave way to serving (trainer.yield_to_serving)."},

@@ -53,8 +53,10 @@ func TestFrozenIgnoresPublishedVersions(t *testing.T) {
 // requests; they still all finish.
 func TestBackgroundYields(t *testing.T) {
 	m := tinyModel(t)
-	hold := newHoldGate(2, nil) // after the first pass, which starts two of them
-	s := startScheduler(t, Options{Model: m, Cache: newCache(t, m, 256), MaxBatch: 2, QueueSize: 4,
+	// Held at the first pass with both slots the background's.
+	var s *Scheduler
+	hold := newHoldGateWhen(func(int) bool { return s.Stats().Background >= 2 }, nil)
+	s = startScheduler(t, Options{Model: m, Cache: newCache(t, m, 256), MaxBatch: 2, QueueSize: 4,
 		MaxBackground: 2, BackgroundQueue: 3, Gate: hold})
 	ctx := context.Background()
 	var bg []<-chan Event
@@ -173,25 +175,50 @@ func TestBackgroundNotStarved(t *testing.T) {
 	}
 }
 
-// holdGate is a Gate that stops the scheduler before its forward pass
-// number at (1-based) until the test releases it, so that a test can queue
-// requests at a known point however fast the machine runs the tiny model;
-// look, if set, sees the scheduler at every pass.
+// startBackground queues n greedy background requests, prompt(promptLen,
+// seed+i) with maxTokens each, and returns their event channels.
+func startBackground(t *testing.T, s *Scheduler, n, promptLen, seed, maxTokens int) []<-chan Event {
+	t.Helper()
+	var chans []<-chan Event
+	for i := range n {
+		req := greedyReq(prompt(promptLen, seed+i), maxTokens)
+		req.Background = true
+		ch, err := s.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	return chans
+}
+
+// holdGate is a Gate that stops the scheduler before the first forward
+// pass for which when (given the pass number, 1-based) holds, until the
+// test releases it, so that a test can queue requests at a known point
+// however fast the machine runs the tiny model; look, if set, sees the
+// scheduler at every pass.
 type holdGate struct {
-	at      int
+	when    func(pass int) bool
 	n       int           // passes begun (the scheduler's goroutine only)
-	reached chan struct{} // closed when pass at is held
+	held    bool          // the hold has happened (the scheduler's goroutine only)
+	reached chan struct{} // closed when the scheduler is held
 	release chan struct{} // closed by the test
 	look    func()
 }
 
+// newHoldGate holds before pass number at.
 func newHoldGate(at int, look func()) *holdGate {
-	return &holdGate{at: at, reached: make(chan struct{}), release: make(chan struct{}), look: look}
+	return newHoldGateWhen(func(pass int) bool { return pass == at }, look)
+}
+
+func newHoldGateWhen(when func(pass int) bool, look func()) *holdGate {
+	return &holdGate{when: when, reached: make(chan struct{}), release: make(chan struct{}), look: look}
 }
 
 func (g *holdGate) Serve() func() {
 	g.n++
-	if g.n == g.at {
+	if !g.held && g.when(g.n) {
+		g.held = true
 		close(g.reached)
 		<-g.release
 	}
@@ -207,7 +234,7 @@ func (g *holdGate) wait(t *testing.T) {
 	select {
 	case <-g.reached:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("the scheduler never reached forward pass %d", g.at)
+		t.Fatal("the scheduler never reached its hold")
 	}
 }
 
@@ -235,16 +262,7 @@ func TestBackgroundKVShare(t *testing.T) {
 		}}
 		s = startScheduler(t, Options{Model: m, Cache: kv, MaxBatch: 8, MaxBackground: 8, QueueSize: 16, BackgroundQueue: 16,
 			NoPrefixCache: true, BackgroundKV: share, Gate: probe})
-		var chans []<-chan Event
-		for i := range 8 {
-			req := greedyReq(prompt(60, 400+i), 20)
-			req.Background = true
-			ch, err := s.Generate(context.Background(), req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			chans = append(chans, ch)
-		}
+		chans := startBackground(t, s, 8, 60, 400, 20)
 		for _, ch := range chans {
 			if c := collect(t, ch); c.finish != FinishLength {
 				t.Fatalf("share %v: finish %s", share, c.finish)

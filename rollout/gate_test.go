@@ -152,16 +152,7 @@ func TestBackgroundRowsBounded(t *testing.T) {
 		}
 		hold.wait(t)
 		userRunning.Store(true)
-		var bgs []<-chan Event
-		for i := range 5 {
-			req := greedyReq(prompt(8, 10+i), 12)
-			req.Background = true
-			ch, err := s.Generate(context.Background(), req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bgs = append(bgs, ch)
-		}
+		bgs := startBackground(t, s, 5, 8, 10, 12)
 		close(hold.release)
 		for i, ch := range bgs {
 			if c := collect(t, ch); c.finish != FinishLength || len(c.tokens) != 12 {

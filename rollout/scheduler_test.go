@@ -316,14 +316,19 @@ func TestPrefixCacheReuse(t *testing.T) {
 func TestCancelFreesCache(t *testing.T) {
 	m := tinyModel(t)
 	kv := newCache(t, m, 256)
-	s := startScheduler(t, Options{Model: m, Cache: kv, NoPrefixCache: true})
+	// Held before its second pass (one token out: the sequence is
+	// running), so that the cancel lands before the 200 tokens are done
+	// however fast the machine is.
+	hold := newHoldGate(2, nil)
+	s := startScheduler(t, Options{Model: m, Cache: kv, NoPrefixCache: true, Gate: hold})
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, err := s.Generate(ctx, greedyReq(prompt(20, 3), 200))
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-ch // one token arrived: the sequence is running
+	hold.wait(t)
 	cancel()
+	close(hold.release)
 	deadline := time.Now().Add(10 * time.Second)
 	for kv.FreeBlocks() != kv.NumBlocks() {
 		if time.Now().After(deadline) {
