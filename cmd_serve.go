@@ -26,6 +26,7 @@ import (
 	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/loop"
 	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/replay"
 	"github.com/clawrl/clawrl/reward"
 	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/server"
@@ -294,6 +295,35 @@ func (a *admin) Rollback(ctx context.Context, n uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: version %d: %v", server.ErrUnknownVersion, n, err)
 	}
 	return l.Rollback(ctx, c)
+}
+
+// replaySource builds trainer.replay's source: the JSONL file it names,
+// the bundled pretraining corpus ("corpus", or "" when the served model is
+// the bundled one), or nil (no replay: samples 0, or "" with another
+// model).
+func (e *engine) replaySource(rc config.Replay, microBatchTokens int) (*replay.Source, error) {
+	if rc.Samples <= 0 {
+		return nil, nil
+	}
+	opts := replay.Options{Weight: rc.Weight, MaxTokens: min(e.model.Config.MaxPositions, microBatchTokens), Seed: 1}
+	switch rc.Data {
+	case "":
+		if d, err := bundled.Dir(); err != nil || filepath.Clean(d) != filepath.Clean(e.dir) {
+			return nil, nil
+		}
+		fallthrough
+	case "corpus":
+		src, err := replay.Corpus(e.tok, nil, opts)
+		if err != nil {
+			return nil, fmt.Errorf("trainer.replay.data: %w", err)
+		}
+		return src, nil
+	}
+	src, err := replay.File(rc.Data, e.tok, opts)
+	if err != nil {
+		return nil, fmt.Errorf("trainer.replay.data: %w", err)
+	}
+	return src, nil
 }
 
 // forgetter adapts the store to the server's DataStore.
@@ -595,12 +625,25 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 		}
 		guard.SkillSet = guardSkillSet(tc.Guard.SkillProbes)
 	}
-	l, err := loop.New(loop.Options{
+	lo := loop.Options{
 		DB: db, Scorer: scorer, Trainer: training, Versions: e.store,
 		BatchSize: tc.BatchSize, MaxWait: tc.MaxWait, TemplateVars: vars,
 		Checkpoint: ck, CheckpointEvery: tc.CheckpointEvery, Guard: guard,
 		Registry: reg, Log: a.log,
-	})
+	}
+	if training != nil {
+		src, err := e.replaySource(tc.Replay, tc.MicroBatchTokens)
+		if err != nil {
+			return fail(err)
+		}
+		if src != nil {
+			lo.Replay, lo.ReplaySamples = src, tc.Replay.Samples
+			a.log.Info().Str("from", src.String()).Int("samples", tc.Replay.Samples).Float64("weight", tc.Replay.Weight).Msg("replay on: every step also learns examples of what the model already does")
+		} else if tc.Replay.Samples > 0 {
+			a.log.Info().Str("model", e.dir).Msg("replay off: no replay data for a model other than the bundled one (set trainer.replay.data to a JSONL file of conversations)")
+		}
+	}
+	l, err := loop.New(lo)
 	if err != nil {
 		return fail(err)
 	}

@@ -66,6 +66,15 @@ type Trainer struct {
 	CheckpointEvery         int           `mapstructure:"checkpoint_every"`
 	KeepCheckpoints         int           `mapstructure:"keep_checkpoints"`
 	Guard                   Guard         `mapstructure:"guard"`
+	Replay                  Replay        `mapstructure:"replay"`
+}
+
+// Replay configures the examples replayed beside users' turns in every
+// training step (trainer.replay; package replay).
+type Replay struct {
+	Samples int     `mapstructure:"samples"`
+	Weight  float64 `mapstructure:"weight"`
+	Data    string  `mapstructure:"data"`
 }
 
 // Guard configures automatic rollback (trainer.guard).
@@ -558,6 +567,11 @@ func (c *Config) Validate() error {
 	if g := c.Trainer.Guard; g.KLMax < 0 || math.IsNaN(g.KLMax) || g.SkillProbes < 0 || g.SkillMargin < 0 || g.SkillMargin > 1 ||
 		g.SkillEvery < 1 || g.LRFactor <= 0 || g.LRFactor > 1 {
 		errs = append(errs, fmt.Errorf("trainer.guard: kl_max >= 0, skill_probes >= 0, skill_margin in [0, 1], skill_every >= 1 and lr_factor in (0, 1] are required (got %+v)", g))
+	}
+	if r := c.Trainer.Replay; r.Samples < 0 || r.Samples > 64 {
+		errs = append(errs, fmt.Errorf("trainer.replay.samples: %d must lie in [0, 64] (0 = no replay)", r.Samples))
+	} else if r.Samples > 0 && (!(r.Weight > 0) || math.IsInf(r.Weight, 0)) {
+		errs = append(errs, fmt.Errorf("trainer.replay.weight: %v must be positive and finite", r.Weight))
 	}
 	if c.Trainer.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("trainer.max_wait: %v must not be negative", c.Trainer.MaxWait))

@@ -119,6 +119,13 @@ func TestLoad(t *testing.T) {
 			check: func(c *Config) bool {
 				return c.Trainer.Guard.KLMax == 0 && c.Trainer.Guard.SkillProbes == 0 && c.Trainer.Guard.LRFactor == 0.5
 			}},
+		{name: "replay", file: "trainer:\n  replay:\n    samples: 2\n    weight: 0.25\n    data: corpus\n",
+			check: func(c *Config) bool {
+				return c.Trainer.Replay == Replay{Samples: 2, Weight: 0.25, Data: "corpus"}
+			}},
+		{name: "bad replay samples", file: "trainer:\n  replay:\n    samples: -1\n", wantErr: "trainer.replay.samples"},
+		{name: "too many replay samples", file: "trainer:\n  replay:\n    samples: 65\n", wantErr: "trainer.replay.samples"},
+		{name: "bad replay weight", file: "trainer:\n  replay:\n    samples: 1\n    weight: 0\n", wantErr: "trainer.replay.weight"},
 		{name: "bad guard", file: "trainer:\n  guard:\n    lr_factor: 2\n", wantErr: "trainer.guard"},
 		{name: "bad guard margin", file: "trainer:\n  guard:\n    skill_margin: -1\n", wantErr: "trainer.guard"},
 	}

@@ -105,6 +105,10 @@ type Point struct {
 	Satisfaction float64 `json:"satisfaction"`
 	Previous     float64 `json:"previous"`
 	Skills       float64 `json:"skills"` // share of skill probes passed (-1: none run)
+	// SkillMisses names the skill probes that failed, as kind#index and
+	// why (cut: ran into max_tokens; else the reply, clipped), so that
+	// two points show which skills a run lost.
+	SkillMisses []string `json:"skill_misses,omitempty"`
 	// Example is the first probe's answer, for the report.
 	Example string `json:"example"`
 }
@@ -163,17 +167,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		p := Point{Turn: turn, Previous: -1, Skills: -1}
 		var err error
 		var ex string
-		if p.Satisfaction, p.Version, ex, err = o.score(ctx, probes[pref]); err != nil {
+		if p.Satisfaction, p.Version, ex, _, err = o.score(ctx, probes[pref]); err != nil {
 			return err
 		}
 		p.Example = ex
 		if first := o.Scenario.Phases[0].Pref; pref != first {
-			if p.Previous, _, _, err = o.score(ctx, probes[first]); err != nil {
+			if p.Previous, _, _, _, err = o.score(ctx, probes[first]); err != nil {
 				return err
 			}
 		}
 		if len(skills) > 0 {
-			if p.Skills, _, _, err = o.score(ctx, skills); err != nil {
+			if p.Skills, _, _, p.SkillMisses, err = o.score(ctx, skills); err != nil {
 				return err
 			}
 		}
@@ -257,12 +261,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 }
 
 // score sends the probes greedily, without training, and returns the share
-// that passed, the weight version that answered the first, and the first
-// answer.
-func (o *Options) score(ctx context.Context, probes []Probe) (float64, uint64, string, error) {
+// that passed, the weight version that answered the first, the first
+// answer, and the misses (kind#index and why) of probes with a Kind.
+func (o *Options) score(ctx context.Context, probes []Probe) (float64, uint64, string, []string, error) {
 	if len(probes) == 0 {
-		return -1, 0, "", nil
+		return -1, 0, "", nil, nil
 	}
+	var misses []string
 	pass := 0
 	var version uint64
 	var first string
@@ -270,16 +275,26 @@ func (o *Options) score(ctx context.Context, probes []Probe) (float64, uint64, s
 		r, err := o.Client.Chat(ctx, ChatRequest{Messages: p.Messages, Tools: p.Tools, NoTrain: true, Temperature: 0,
 			MaxTokens: o.MaxTokens, Seed: o.Seed})
 		if err != nil {
-			return 0, 0, "", fmt.Errorf("learnbench: probe: %w", err)
+			return 0, 0, "", nil, fmt.Errorf("learnbench: probe: %w", err)
 		}
 		if i == 0 {
 			version, first = r.Version, r.Text
 		}
-		if !r.Cut && p.Check(r.Text, r.Tool) { // a reply that ran into max_tokens never passes
+		switch {
+		case !r.Cut && p.Check(r.Text, r.Tool): // a reply that ran into max_tokens never passes
 			pass++
+		case p.Kind == "":
+		case r.Cut:
+			misses = append(misses, fmt.Sprintf("%s#%d cut", p.Kind, i))
+		default:
+			got := r.Text
+			if r.Tool != "" {
+				got = "tool " + r.Tool
+			}
+			misses = append(misses, fmt.Sprintf("%s#%d %q", p.Kind, i, clip(got, 40)))
 		}
 	}
-	return float64(pass) / float64(len(probes)), version, first, nil
+	return float64(pass) / float64(len(probes)), version, first, misses, nil
 }
 
 func clip(s string, n int) string {

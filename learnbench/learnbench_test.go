@@ -193,6 +193,15 @@ func TestRunMeasures(t *testing.T) {
 		if p.Skills < 0 || p.Skills > 1 {
 			t.Errorf("skills %v", p.Skills)
 		}
+		// Every failed skill probe is named, by kind and index.
+		if miss := len(p.SkillMisses); miss != int(math.Round((1-p.Skills)*2)) {
+			t.Errorf("point %d: skills %v but misses %q", i, p.Skills, p.SkillMisses)
+		}
+		for _, m := range p.SkillMisses {
+			if !strings.HasPrefix(m, "arithmetic#0 ") && !strings.HasPrefix(m, "tool#1 ") {
+				t.Errorf("miss %q does not name the probe", m)
+			}
+		}
 	}
 	if res.Satisfied != 0 || res.Turns != 8 || res.FirstVersion != 0 || res.LastVersion != fd.version {
 		t.Errorf("result %+v", res)

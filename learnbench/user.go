@@ -70,6 +70,9 @@ type Probe struct {
 	// Reference is the plain answer of a preference probe (it violates the
 	// preference: that is why it was chosen).
 	Reference string
+	// Kind names a skill probe's kind (arithmetic, tool or plain), for
+	// telling which skills a run lost.
+	Kind string
 }
 
 // PreferenceProbes returns n held-out questions whose plain reference
@@ -116,7 +119,7 @@ func SkillProbes(n int, seed uint64) []Probe {
 		if i%3 == 2 {
 			q, a := plainProbe(r)
 			want := normText(a)
-			out = append(out, Probe{Messages: []tokenizer.Message{{Role: "user", Content: q}}, Reference: a,
+			out = append(out, Probe{Messages: []tokenizer.Message{{Role: "user", Content: q}}, Reference: a, Kind: "plain",
 				Check: func(text, _ string) bool { return strings.Contains(normText(text), want) }})
 			continue
 		}
@@ -126,9 +129,10 @@ func SkillProbes(n int, seed uint64) []Probe {
 		}
 		ex := pretrain.Prompt(g.HeldOutExample(r, cat))
 		want := ex.Want
-		p := Probe{Messages: ex.Messages}
+		p := Probe{Messages: ex.Messages, Kind: "tool"}
 		p.Tools = ex.Tools
 		if cat == pretrain.CatArithmetic {
+			p.Kind = "arithmetic"
 			p.Check = func(text, _ string) bool { return pretrain.LastInteger(text) == want }
 		} else {
 			p.Check = func(_, tool string) bool { return tool == want }

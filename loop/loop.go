@@ -63,9 +63,20 @@ type Options struct {
 	// Guard configures automatic rollback (see GuardOptions); with a
 	// trainer, non-finite steps always trip it.
 	Guard GuardOptions
+	// Replay, if set, adds ReplaySamples samples to every step beside the
+	// queued ones (package replay): examples of what the model already
+	// does, against forgetting. They are not in the store; a step records
+	// only the samples it took from there.
+	Replay        Replayer
+	ReplaySamples int
 	// Registry receives the loop's metrics (nil: none registered).
 	Registry prometheus.Registerer
 	Log      zerolog.Logger
+}
+
+// Replayer supplies replay samples stamped with a version (*replay.Source).
+type Replayer interface {
+	Samples(n int, version uint64) ([]trainer.Sample, error)
 }
 
 // Loop is the running pipeline. Create it with New and run it with Run.
@@ -109,6 +120,7 @@ type metrics struct {
 	loss      prometheus.Gauge
 	published prometheus.Counter
 	stale     prometheus.Counter
+	replayed  prometheus.Counter
 	inflight  prometheus.GaugeFunc
 	step      *prometheus.GaugeVec     // the last applied step's statistics
 	staleness *prometheus.HistogramVec // versions between generation and training
@@ -140,6 +152,8 @@ func New(opts Options) (*Loop, error) {
 			Help: "Weight versions published by training."}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_samples_stale_total",
 			Help: "Queued samples dropped because their generating version was more than max_staleness versions old."}),
+		replayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_replay_samples_total",
+			Help: "Replay samples (trainer.replay) added to training steps."}),
 		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "clawrl_train_step",
 			Help: "The last applied training step: clip_fraction (updates after the first, trainer.ppo_epochs > 1), importance_weight (mean truncated behaviour-to-proximal weight), kl, entropy, grad_norm, lr, advantage, samples, tokens."},
 			[]string{"stat"}),
@@ -154,7 +168,7 @@ func New(opts Options) (*Loop, error) {
 	}
 	l.guardBaseline.Store(math.Float64bits(math.NaN()))
 	cs := []prometheus.Collector{l.met.submitted, l.met.scored, l.met.steps, l.met.loss,
-		l.met.published, l.met.stale, l.met.inflight, l.met.step, l.met.staleness}
+		l.met.published, l.met.stale, l.met.replayed, l.met.inflight, l.met.step, l.met.staleness}
 	if opts.Trainer != nil {
 		l.guard = newGuard(opts.Guard)
 		cs = append(cs, l.guard.collectors()...)
@@ -431,6 +445,15 @@ func (l *Loop) maybeStep(ctx context.Context) bool {
 			// produced it (no importance correction), rather than drop
 			// what the user said.
 			batch[i].Version, batch[i].RolloutLogProbs = cur, nil
+		}
+	}
+	if l.opts.Replay != nil && l.opts.ReplaySamples > 0 {
+		rs, err := l.opts.Replay.Samples(l.opts.ReplaySamples, cur)
+		if err != nil {
+			l.warn.Warn("replay", err, "loop: drawing replay samples failed; the step trains without them")
+		} else {
+			batch = append(batch, rs...)
+			l.met.replayed.Add(float64(len(rs)))
 		}
 	}
 	l.step(ctx, batch, ids)

@@ -232,6 +232,69 @@ func TestLoopTrainsAndPublishes(t *testing.T) {
 	}
 }
 
+// replayer hands out fixed supervised samples, or fails.
+type replayer struct {
+	fail     bool
+	versions []uint64
+}
+
+func (r *replayer) Samples(n int, version uint64) ([]trainer.Sample, error) {
+	r.versions = append(r.versions, version)
+	if r.fail {
+		return nil, fmt.Errorf("no replay today")
+	}
+	out := make([]trainer.Sample, n)
+	for i := range out {
+		out[i] = trainer.Sample{ResponseID: "replay", Prompt: []int32{1, 2}, Response: []int32{5, 6}, Advantages: []float32{1, 1}, Version: version}
+	}
+	return out, nil
+}
+
+// Replay samples join every step beside the store's, stamped with the
+// trainer's version; only the store's are recorded. A replay source that
+// fails does not stop training.
+func TestReplayJoinsSteps(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprint("fail=", fail), func(t *testing.T) {
+			r := newRig(t)
+			db := openDB(t)
+			l, tr := newLoop(t, r, db, &judge{verdict: `\boxed{1}`}, 2)
+			rp := &replayer{fail: fail}
+			l.opts.Replay, l.opts.ReplaySamples = rp, 3
+			start := tr.Version()
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- l.Run(ctx) }()
+			for i := range 2 {
+				turn := r.generate(t, []int32{1, 2, 3, int32(4 + i)})
+				turn.ResponseID = fmt.Sprintf("chatcmpl-%d", i)
+				put(t, db, turn, []tokenizer.Message{{Role: "user", Content: "thanks, next question"}})
+			}
+			waitFor(t, "a published version", func() bool { return r.store.Current() != start })
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			want, replayed := 5, 3.0
+			if fail {
+				want, replayed = 2, 0
+			}
+			if st := l.LastStep(); !st.Applied || st.Samples != want {
+				t.Errorf("last step %+v, want %d samples applied", st, want)
+			}
+			if n := testutil.ToFloat64(l.met.replayed); n != replayed {
+				t.Errorf("%v replay samples counted, want %v", n, replayed)
+			}
+			if len(rp.versions) != 1 || rp.versions[0] != start {
+				t.Errorf("replay drawn at versions %v, want [%d]", rp.versions, start)
+			}
+			if n := count(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'trained' AND step_id IS NOT NULL"); n != 2 {
+				t.Errorf("%d samples recorded as trained, want the store's 2", n)
+			}
+		})
+	}
+}
+
 // Late feedback on a turn that has already trained becomes a new sample,
 // trained in a later step; the first sample is not trained again.
 func TestLateFeedbackTrains(t *testing.T) {
