@@ -245,7 +245,7 @@ func (r *replayer) Samples(n int, version uint64) ([]trainer.Sample, error) {
 	}
 	out := make([]trainer.Sample, n)
 	for i := range out {
-		out[i] = trainer.Sample{ResponseID: "replay", Prompt: []int32{1, 2}, Response: []int32{5, 6}, Advantages: []float32{1, 1}, Version: version}
+		out[i] = trainer.Sample{ResponseID: "replay", Prompt: []int32{1, 2}, Response: []int32{5, 6}, Advantages: []float32{1, 1}, Version: version, Supervised: true}
 	}
 	return out, nil
 }

@@ -208,7 +208,7 @@ func (s *Source) Samples(n int, version uint64) ([]trainer.Sample, error) {
 		if err != nil {
 			continue
 		}
-		smp.Version = version
+		smp.Version, smp.Supervised = version, true
 		smp.Advantages = make([]float32, len(smp.Response))
 		for i := range smp.Advantages {
 			smp.Advantages[i] = float32(s.opts.Weight)

@@ -58,7 +58,7 @@ func TestCorpus(t *testing.T) {
 		if !strings.HasSuffix(prompt, "<|im_start|>assistant\n") || smp.Response[len(smp.Response)-1] != eos {
 			t.Errorf("sample %d: prompt ends %q, response %q", i, prompt[max(0, len(prompt)-30):], tok.Decode(smp.Response))
 		}
-		if len(smp.Advantages) != len(smp.Response) || smp.RolloutLogProbs != nil || smp.Reward != 0 || smp.TeacherLogProbs != nil {
+		if len(smp.Advantages) != len(smp.Response) || !smp.Supervised || smp.RolloutLogProbs != nil || smp.Reward != 0 || smp.TeacherLogProbs != nil {
 			t.Errorf("sample %d: not a plain supervised sample: %+v", i, smp)
 		}
 		for _, a := range smp.Advantages {

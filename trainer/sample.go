@@ -40,6 +40,13 @@ type Sample struct {
 	// reference policy, for the KL penalty. When the penalty is on and
 	// they are nil, the trainer computes them with the reference weights.
 	RefLogProbs []float32
+	// Supervised marks an example the policy did not generate (a replay
+	// sample, package replay), learnt through explicit Advantages. The KL
+	// to the reference is estimated on the policy's own tokens (k3), so it
+	// is neither measured nor penalized on such a sample: on tokens the
+	// policy has learnt to avoid it would read as a huge divergence (and
+	// trip the guard's kl_max) where none was sampled.
+	Supervised bool
 	// Mask selects the response tokens that count in the loss (tool output
 	// pasted into a response, for instance, should not); nil counts all.
 	Mask []bool

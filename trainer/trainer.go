@@ -459,13 +459,14 @@ const refBlock = 16
 // referenceLogProbs returns, per sample of a micro-batch, the reference
 // log-probs for the KL term: the sample's own, or, when the penalty is on
 // and the sample has none, those of the frozen base weights. nil entries
-// mean no KL term for that sample.
+// mean no KL term for that sample, as for a Supervised one.
 func (t *Trainer) referenceLogProbs(mb []*Sample) ([][]float32, error) {
 	refs := make([][]float32, len(mb))
 	var need []model.ScoreRequest
 	var idx []int
 	for i, s := range mb {
 		switch {
+		case s.Supervised:
 		case s.RefLogProbs != nil:
 			refs[i] = s.RefLogProbs
 		case t.opts.KLCoef > 0 || t.opts.MeasureKL:
