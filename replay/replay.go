@@ -43,7 +43,10 @@ type Options struct {
 	// MaxTokens bounds a sample's prompt plus reply; longer examples are
 	// skipped (the trainer's context and micro-batch budget).
 	MaxTokens int
-	// Seed makes the draws deterministic.
+	// Seed makes the draws deterministic: the draws for a version depend
+	// only on the seed, the version and (for a file) the draws before them
+	// in this process. Versions never repeat, so a resumed daemon does not
+	// replay the examples of its first steps again.
 	Seed uint64
 }
 
@@ -64,7 +67,6 @@ type Source struct {
 	desc string
 
 	mu   sync.Mutex
-	r    *rand.Rand
 	draw func(r *rand.Rand) pretrain.Example
 }
 
@@ -90,7 +92,7 @@ func Corpus(tok *tokenizer.Tokenizer, mix map[string]float64, opts Options) (*So
 	if err := g.SetMix(mix); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	s := &Source{tok: tok, opts: opts, desc: "the bundled pretraining corpus", r: rand.New(rand.NewPCG(opts.Seed, 0x4e91a7)), draw: g.Next}
+	s := &Source{tok: tok, opts: opts, desc: "the bundled pretraining corpus", draw: g.Next}
 	if _, err := s.Samples(1, 0); err != nil {
 		return nil, err
 	}
@@ -152,7 +154,7 @@ func File(path string, tok *tokenizer.Tokenizer, opts Options) (*Source, error) 
 	if len(exs) == 0 {
 		return nil, fmt.Errorf("replay: %s: no conversations", path)
 	}
-	s := &Source{tok: tok, opts: opts, desc: path, r: rand.New(rand.NewPCG(opts.Seed, 0x4e91a7))}
+	s := &Source{tok: tok, opts: opts, desc: path}
 	var order []int
 	s.draw = func(r *rand.Rand) pretrain.Example {
 		if len(order) == 0 {
@@ -199,12 +201,13 @@ func (s *Source) Weight() float64 { return s.opts.Weight }
 func (s *Source) Samples(n int, version uint64) ([]trainer.Sample, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	r := rand.New(rand.NewPCG(s.opts.Seed, version^0x4e91a7))
 	out := make([]trainer.Sample, 0, n)
 	for tries := 0; len(out) < n; tries++ {
 		if tries >= 20*n+20 {
 			return nil, fmt.Errorf("replay: %s: only %d of %d draws fit in %d tokens with a reply to learn", s.desc, len(out), n, s.opts.MaxTokens)
 		}
-		smp, err := encode(s.tok, s.draw(s.r), s.opts.MaxTokens)
+		smp, err := encode(s.tok, s.draw(r), s.opts.MaxTokens)
 		if err != nil {
 			continue
 		}

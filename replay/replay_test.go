@@ -10,6 +10,7 @@ import (
 
 	"github.com/clawrl/clawrl/bundled"
 	"github.com/clawrl/clawrl/tokenizer"
+	"github.com/clawrl/clawrl/trainer"
 )
 
 var (
@@ -72,11 +73,21 @@ func TestCorpus(t *testing.T) {
 			t.Errorf("sample %d replays a judge prompt: %q", i, prompt)
 		}
 	}
-	// Deterministic for a seed.
+	// Deterministic for a seed and a version; another version (a later
+	// step, or the first step after a restart) draws other examples.
 	s2, _ := Corpus(tok, nil, opts)
 	again, _ := s2.Samples(16, 7)
 	if !reflect.DeepEqual(got, again) {
 		t.Error("two sources with one seed drew different samples")
+	}
+	replies := func(smps []trainer.Sample) (out []string) {
+		for _, smp := range smps {
+			out = append(out, tok.Decode(smp.Response))
+		}
+		return out
+	}
+	if next, _ := s2.Samples(16, 8); reflect.DeepEqual(replies(got), replies(next)) {
+		t.Error("version 8 replays version 7's examples")
 	}
 	// Bad options and mixes are refused.
 	for _, o := range []Options{{Weight: 0, MaxTokens: 100}, {Weight: -1, MaxTokens: 100}, {Weight: 1, MaxTokens: 0}} {
