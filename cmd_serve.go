@@ -618,7 +618,8 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	if !tc.Enabled {
 		training = nil
 	}
-	guard := loop.GuardOptions{KLMax: tc.Guard.KLMax, SkillMargin: tc.Guard.SkillMargin, SkillEvery: tc.Guard.SkillEvery, LRFactor: tc.Guard.LRFactor}
+	guard := loop.GuardOptions{KLMax: tc.Guard.KLMax, SkillMargin: tc.Guard.SkillMargin, SkillEvery: tc.Guard.SkillEvery, LRFactor: tc.Guard.LRFactor,
+		RecoverAfter: tc.Guard.RecoverAfter}
 	if tc.Guard.SkillProbes > 0 && training != nil {
 		if guard.Skill, err = e.guardSkill(tc.Guard.SkillProbes, vars); err != nil {
 			return fail(err)

@@ -84,6 +84,9 @@ type Guard struct {
 	SkillMargin float64 `mapstructure:"skill_margin"`
 	SkillEvery  int     `mapstructure:"skill_every"`
 	LRFactor    float64 `mapstructure:"lr_factor"`
+	// RecoverAfter: good checks in a row after which a lowered learning
+	// rate rises by one trip's factor (0: never).
+	RecoverAfter int `mapstructure:"recover_after"`
 }
 
 // Reward configures the judge and the teacher.
@@ -565,8 +568,8 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("reward.teacher_kv_cache_mb: %d must be >= 0 (0 = sized from the model)", c.Reward.TeacherKVCacheMB))
 	}
 	if g := c.Trainer.Guard; g.KLMax < 0 || math.IsNaN(g.KLMax) || g.SkillProbes < 0 || g.SkillMargin < 0 || g.SkillMargin > 1 ||
-		g.SkillEvery < 1 || g.LRFactor <= 0 || g.LRFactor > 1 {
-		errs = append(errs, fmt.Errorf("trainer.guard: kl_max >= 0, skill_probes >= 0, skill_margin in [0, 1], skill_every >= 1 and lr_factor in (0, 1] are required (got %+v)", g))
+		g.SkillEvery < 1 || g.LRFactor <= 0 || g.LRFactor > 1 || g.RecoverAfter < 0 {
+		errs = append(errs, fmt.Errorf("trainer.guard: kl_max >= 0, skill_probes >= 0, skill_margin in [0, 1], skill_every >= 1, lr_factor in (0, 1] and recover_after >= 0 are required (got %+v)", g))
 	}
 	if r := c.Trainer.Replay; r.Samples < 0 || r.Samples > 64 {
 		errs = append(errs, fmt.Errorf("trainer.replay.samples: %d must lie in [0, 64] (0 = no replay)", r.Samples))

@@ -127,6 +127,7 @@ func TestLoad(t *testing.T) {
 		{name: "too many replay samples", file: "trainer:\n  replay:\n    samples: 65\n", wantErr: "trainer.replay.samples"},
 		{name: "bad replay weight", file: "trainer:\n  replay:\n    samples: 1\n    weight: 0\n", wantErr: "trainer.replay.weight"},
 		{name: "bad guard", file: "trainer:\n  guard:\n    lr_factor: 2\n", wantErr: "trainer.guard"},
+		{name: "bad guard recovery", file: "trainer:\n  guard:\n    recover_after: -1\n", wantErr: "trainer.guard"},
 		{name: "bad guard margin", file: "trainer:\n  guard:\n    skill_margin: -1\n", wantErr: "trainer.guard"},
 	}
 	for _, tt := range tests {

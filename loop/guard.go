@@ -54,6 +54,14 @@ type GuardOptions struct {
 	SkillEvery int
 	// LRFactor multiplies the learning rate at every trip (default 0.5).
 	LRFactor float64
+	// RecoverAfter raises a lowered learning rate again, by 1/LRFactor up
+	// to the configured rate, after this many good checks in a row since
+	// the last trip (skill checks passed; without a skill check, good
+	// steps); 0 keeps it lowered until the operator acts. Without it every
+	// trip lowers the rate for good, and a few trips on a hard stretch (a
+	// user who changes their mind) leave a rate too small to learn anything
+	// after it.
+	RecoverAfter int
 	// RewardWindow is how many judged samples the moving-average reward
 	// spans (default 32).
 	RewardWindow int
@@ -95,6 +103,7 @@ type guard struct {
 	baseline float64 // skill score of the first version the guard saw (NaN: not measured)
 	pinned   uint64  // the checkpoint the guard pinned (0: none)
 	since    int     // applied steps since the last skill check
+	good     int     // good checks in a row since the last trip or recovery
 
 	rmu     sync.Mutex // the collect goroutine adds rewards
 	rewards []int      // ring of the last judged rewards
@@ -264,6 +273,7 @@ func (l *Loop) guardAfterStep(ctx context.Context, kl float64) {
 		l.mu.Unlock()
 		if done {
 			l.markGood(tr.Version())
+			l.guardGoodCheck()
 		}
 		return
 	}
@@ -284,6 +294,27 @@ func (l *Loop) guardAfterStep(ctx context.Context, kl float64) {
 		return
 	}
 	l.markGood(tr.Version())
+	l.guardGoodCheck()
+}
+
+// guardGoodCheck counts a good check and, after RecoverAfter of them in a
+// row, raises a lowered learning rate by one trip's factor.
+func (l *Loop) guardGoodCheck() {
+	g, tr := l.guard, l.opts.Trainer
+	if g.opts.RecoverAfter <= 0 || tr.LRScale() >= 1 {
+		g.good = 0
+		return
+	}
+	if g.good++; g.good < g.opts.RecoverAfter {
+		return
+	}
+	g.good = 0
+	scale := tr.ScaleLR(min(1/g.opts.LRFactor, 1/tr.LRScale()))
+	g.lrScale.Set(scale)
+	if err := l.opts.DB.SetMeta(metaGuardLRScale, strconv.FormatFloat(scale, 'g', -1, 64)); err != nil {
+		l.warn.Warn("guard_lr", err, "guard: recording the learning rate failed")
+	}
+	l.opts.Log.Info().Float64("lr_scale", scale).Int("good_checks", g.opts.RecoverAfter).Msg("guard: the learning rate recovers")
 }
 
 // guardTrip reverts serving to the last good version and lowers the
@@ -291,6 +322,7 @@ func (l *Loop) guardAfterStep(ctx context.Context, kl float64) {
 func (l *Loop) guardTrip(why, reason string) {
 	g, tr := l.guard, l.opts.Trainer
 	g.events.WithLabelValues(reason).Inc()
+	g.good = 0
 	scale := tr.ScaleLR(g.opts.LRFactor)
 	g.lrScale.Set(scale)
 	if err := l.opts.DB.SetMeta(metaGuardLRScale, strconv.FormatFloat(scale, 'g', -1, 64)); err != nil {

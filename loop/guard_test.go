@@ -259,3 +259,46 @@ func TestGuardLRScaleKeptAcrossRestarts(t *testing.T) {
 		t.Errorf("guard status lr scale %v", got)
 	}
 }
+
+// A lowered learning rate recovers by one trip's factor after
+// RecoverAfter good checks in a row, up to the configured rate; a trip
+// restarts the count; the recovered scale is what a restart reads; with
+// RecoverAfter 0 it stays lowered.
+func TestGuardLRRecovers(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	l, tr, _ := guardLoop(t, r, db, GuardOptions{LRFactor: 0.5, RecoverAfter: 2}, false)
+	l.guardStart(context.Background())
+	l.guardTrip("test", "kl")
+	l.guardTrip("test", "kl")
+	steps := []struct {
+		trip bool
+		want float64
+	}{
+		{false, 0.25}, {false, 0.5}, // two good checks: one factor back
+		{false, 0.5}, {true, 0.25}, {false, 0.25}, // a trip restarts the count
+		{false, 0.5}, {false, 0.5}, {false, 1}, {false, 1}, {false, 1}, // never above the configured rate
+	}
+	for i, s := range steps {
+		if s.trip {
+			l.guardTrip("test", "skill")
+		} else {
+			l.guardGoodCheck()
+		}
+		if got := tr.LRScale(); got != s.want {
+			t.Fatalf("step %d: lr scale %v; want %v", i, got, s.want)
+		}
+	}
+	l.guardTrip("test", "kl")
+	l2, tr2, _ := guardLoop(t, r, db, GuardOptions{LRFactor: 0.5}, false)
+	l2.guardStart(context.Background())
+	if got := tr2.LRScale(); got != 0.5 {
+		t.Errorf("lr scale %v after a restart; want the stored 0.5", got)
+	}
+	for range 5 {
+		l2.guardGoodCheck()
+	}
+	if got := tr2.LRScale(); got != 0.5 {
+		t.Errorf("lr scale %v with recover_after 0; want it kept at 0.5", got)
+	}
+}
