@@ -119,6 +119,37 @@ func startDaemon(t *testing.T, bin, cfg string, port int) *daemon {
 	}
 }
 
+// metricsUntil reads the daemon's /metrics until done says the text is
+// what the test waits for or the timeout passes, and returns the last text.
+func (d *daemon) metricsUntil(t *testing.T, timeout time.Duration, done func(text string) bool) string {
+	t.Helper()
+	var text string
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(d.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if text = string(b); done(text) {
+			break
+		}
+	}
+	return text
+}
+
+// metricValue is the value of the sample name (labels included, as
+// written) in a /metrics text; 0 when absent.
+func metricValue(text, name string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, _ := strconv.ParseFloat(rest, 64)
+			return v
+		}
+	}
+	return 0
+}
+
 func (d *daemon) kill() {
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.done
@@ -579,28 +610,10 @@ func TestDeviceGroups(t *testing.T) {
 		history = append(history, map[string]string{"role": "assistant", "content": reply},
 			map[string]string{"role": "user", "content": "No, that's wrong. Try again."})
 	}
-	metric := func(text, name string) float64 {
-		for _, line := range strings.Split(text, "\n") {
-			if rest, ok := strings.CutPrefix(line, name+" "); ok {
-				v, _ := strconv.ParseFloat(rest, 64)
-				return v
-			}
-		}
-		return 0
-	}
-	var text string
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(d.url + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		text = string(b)
-		if metric(text, `clawrl_reward_judge_seconds_count{stage="vote"}`) >= 1 && metric(text, "clawrl_weight_version") >= 2 {
-			break
-		}
-	}
+	metric := metricValue
+	text := d.metricsUntil(t, 90*time.Second, func(text string) bool {
+		return metric(text, `clawrl_reward_judge_seconds_count{stage="vote"}`) >= 1 && metric(text, "clawrl_weight_version") >= 2
+	})
 	if v := metric(text, `clawrl_reward_judge_seconds_count{stage="vote"}`); v < 1 {
 		t.Errorf("the judge never voted\n%s", d.log)
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,27 +44,8 @@ func TestReplayServe(t *testing.T) {
 		history = append(history, map[string]string{"role": "assistant", "content": reply},
 			map[string]string{"role": "user", "content": fmt.Sprintf("Another one, please (%d).", i)})
 	}
-	metric := func(text, name string) float64 {
-		for _, line := range strings.Split(text, "\n") {
-			if rest, ok := strings.CutPrefix(line, name+" "); ok {
-				v, _ := strconv.ParseFloat(rest, 64)
-				return v
-			}
-		}
-		return 0
-	}
-	var text string
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(d.url + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if text = string(b); metric(text, "clawrl_weight_version") >= 2 {
-			break
-		}
-	}
+	metric := metricValue
+	text := d.metricsUntil(t, 60*time.Second, func(text string) bool { return metric(text, "clawrl_weight_version") >= 2 })
 	if v := metric(text, "clawrl_weight_version"); v < 2 {
 		t.Fatalf("serving version %v: nothing trained\n%s", v, d.log)
 	}

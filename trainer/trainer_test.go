@@ -362,48 +362,36 @@ func TestSupervisedHasNoKL(t *testing.T) {
 	batch := mixedBatch(7, 4)
 	o := testOptions(false)
 	o.KLCoef = 1
-	tr := newTrainer(t, m, o)
-	for range 8 { // move the policy away from the base
-		if _, err := tr.Step(batch); err != nil {
+	// stepAfter moves a fresh trainer away from the base (8 steps on the
+	// batch), then steps on b and returns that step's metrics.
+	stepAfter := func(b []Sample) Metrics {
+		t.Helper()
+		tr := newTrainer(t, m, o)
+		for range 8 {
+			if _, err := tr.Step(batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		met, err := tr.Step(b)
+		if err != nil {
 			t.Fatal(err)
 		}
+		return met
 	}
-	alone, err := tr.Step(batch[:2])
-	if err != nil {
-		t.Fatal(err)
-	}
+	alone := stepAfter(batch[:2])
 	// The same two samples beside a supervised example whose tokens the
 	// policy now finds unlikely: the KL metric reads the same.
 	sup := Sample{Prompt: batch[2].Prompt, Response: batch[2].Response, Supervised: true, Advantages: make([]float32, len(batch[2].Response))}
 	for i := range sup.Advantages {
 		sup.Advantages[i] = 0.5
 	}
-	tr2 := newTrainer(t, m, o)
-	for range 8 {
-		if _, err := tr2.Step(batch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	with, err := tr2.Step(append(slices.Clone(batch[:2]), sup))
-	if err != nil {
-		t.Fatal(err)
-	}
+	with := stepAfter(append(slices.Clone(batch[:2]), sup))
 	if !(alone.KL > 0) || math.Abs(with.KL-alone.KL) > 1e-9*math.Max(1, alone.KL) || with.Samples != 3 {
 		t.Errorf("KL %g beside a supervised sample, %g without; %d samples", with.KL, alone.KL, with.Samples)
 	}
 	// Without the flag the same example enters the metric.
 	sup.Supervised = false
-	tr3 := newTrainer(t, m, o)
-	for range 8 {
-		if _, err := tr3.Step(batch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	plain, err := tr3.Step(append(slices.Clone(batch[:2]), sup))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if plain.KL == alone.KL {
+	if plain := stepAfter(append(slices.Clone(batch[:2]), sup)); plain.KL == alone.KL {
 		t.Errorf("an unflagged sample left the KL at %g", plain.KL)
 	}
 }
