@@ -27,7 +27,8 @@ import (
 //
 // and when one trips, serving reverts to the last good version (the last
 // that passed a skill check, or the one the daemon started with), the
-// learning rate is multiplied by LRFactor, and the event is counted
+// learning rate is multiplied by LRFactor (and raised again by as much
+// after RecoverAfter good checks in a row), and the event is counted
 // (clawrl_loop_guard_events_total{reason}) and logged. The last good
 // version's checkpoint is pinned so that pruning keeps it; the guard
 // unpins the one it pinned before. The judge's moving-average reward is
@@ -57,7 +58,7 @@ type GuardOptions struct {
 	// RecoverAfter raises a lowered learning rate again, by 1/LRFactor up
 	// to the configured rate, after this many good checks in a row since
 	// the last trip (skill checks passed; without a skill check, good
-	// steps); 0 keeps it lowered until the operator acts. Without it every
+	// steps); 0 keeps it lowered, across restarts too. Without it every
 	// trip lowers the rate for good, and a few trips on a hard stretch (a
 	// user who changes their mind) leave a rate too small to learn anything
 	// after it.
