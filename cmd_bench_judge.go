@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/clawrl/clawrl/reward"
-	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/tokenizer"
 )
 
@@ -33,14 +32,9 @@ func (a *app) startJudgeLoad(e *engine) (*judgeLoad, error) {
 	rc := a.cfg.Reward
 	// As in the daemon: the serving scheduler, or the judge group's own
 	// with devices.judge.threads.
-	var gen rollout.Generator = e.sched
-	stopGen := func() {}
-	if t := a.cfg.Devices.Judge.Threads; t > 0 {
-		js, stop, err := e.judgeScheduler(a, t, e.groupKVBudget(rc.Workers*max(1, rc.Votes)))
-		if err != nil {
-			return nil, err
-		}
-		gen, stopGen = js, stop
+	gen, stopGen, err := e.judgeScheduler(a, rc.Workers*max(1, rc.Votes))
+	if err != nil {
+		return nil, err
 	}
 	judge, err := reward.NewLocalBackend(gen, e.tok, reward.LocalOptions{StopTokens: e.stopTokens()})
 	if err != nil {

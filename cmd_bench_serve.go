@@ -525,13 +525,9 @@ func (a *app) startTrainLoad(e *engine) (*trainLoad, error) {
 	opts.MicroBatchTokens, opts.Checkpointing = tc.MicroBatchTokens, tc.ActivationCheckpointing
 	// The trainer runs where the daemon's would: on the actor group's
 	// pool when devices.actor.threads is set.
-	actor, closeView := e.model, func() {}
-	if t := a.cfg.Devices.Actor.Threads; t > 0 {
-		v, cv, err := e.groupView("actor", t)
-		if err != nil {
-			return nil, err
-		}
-		actor, closeView = v, cv
+	actor, closeView, err := e.actorModel(a)
+	if err != nil {
+		return nil, err
 	}
 	tr, err := trainer.New(actor, e.model.Weights(), opts)
 	if err != nil {

@@ -36,15 +36,32 @@ func (e *engine) groupView(group string, threads int) (*model.Model, func(), err
 	}, nil
 }
 
-// judgeScheduler starts the judge group's scheduler: a view of the model
-// on threads of its own, running only the checkpoint's frozen weights (no
-// versions store). The returned func stops it and frees what it holds.
-func (e *engine) judgeScheduler(a *app, threads int, kvBudget int64) (*rollout.Scheduler, func(), error) {
+// actorModel is the model the actor group computes on: a view on a pool
+// of devices.actor.threads threads, or with 0 the served model itself. The
+// returned func frees the view (after everything using it has stopped).
+func (e *engine) actorModel(a *app) (*model.Model, func(), error) {
+	if t := a.cfg.Devices.Actor.Threads; t > 0 {
+		return e.groupView("actor", t)
+	}
+	return e.model, func() {}, nil
+}
+
+// judgeScheduler is the scheduler the local judge generates on: with
+// devices.judge.threads, a scheduler of the judge group's own, on a view of
+// the model over threads of its own, running only the checkpoint's frozen
+// weights (no versions store), with a KV cache for seqs sequences; with 0,
+// the serving scheduler (the judge's work is background work there). The
+// returned func stops the group's scheduler and frees what it holds.
+func (e *engine) judgeScheduler(a *app, seqs int) (*rollout.Scheduler, func(), error) {
+	threads := a.cfg.Devices.Judge.Threads
+	if threads <= 0 {
+		return e.sched, func() {}, nil
+	}
 	v, closeView, err := e.groupView("judge", threads)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, stop, err := e.groupScheduler(a, "judge", v, nil, kvBudget)
+	s, stop, err := e.groupScheduler(a, "judge", v, nil, e.groupKVBudget(seqs))
 	if err != nil {
 		closeView()
 		return nil, nil, err

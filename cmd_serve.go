@@ -302,28 +302,27 @@ func (a *admin) Rollback(ctx context.Context, n uint64) (uint64, error) {
 // the bundled one), or nil (no replay: samples 0, or "" with another
 // model).
 func (e *engine) replaySource(rc config.Replay, microBatchTokens int) (*replay.Source, error) {
-	if rc.Samples <= 0 {
+	if rc.Samples <= 0 || rc.Data == "" && !isBundled(e.dir) {
 		return nil, nil
 	}
 	opts := replay.Options{Weight: rc.Weight, MaxTokens: min(e.model.Config.MaxPositions, microBatchTokens), Seed: 1}
-	switch rc.Data {
-	case "":
-		if d, err := bundled.Dir(); err != nil || filepath.Clean(d) != filepath.Clean(e.dir) {
-			return nil, nil
-		}
-		fallthrough
-	case "corpus":
-		src, err := replay.Corpus(e.tok, nil, opts)
-		if err != nil {
-			return nil, fmt.Errorf("trainer.replay.data: %w", err)
-		}
-		return src, nil
+	var src *replay.Source
+	var err error
+	if rc.Data == "" || rc.Data == "corpus" {
+		src, err = replay.Corpus(e.tok, nil, opts)
+	} else {
+		src, err = replay.File(rc.Data, e.tok, opts)
 	}
-	src, err := replay.File(rc.Data, e.tok, opts)
 	if err != nil {
 		return nil, fmt.Errorf("trainer.replay.data: %w", err)
 	}
 	return src, nil
+}
+
+// isBundled reports whether dir is the bundled model's directory.
+func isBundled(dir string) bool {
+	d, err := bundled.Dir()
+	return err == nil && filepath.Clean(d) == filepath.Clean(dir)
 }
 
 // forgetter adapts the store to the server's DataStore.
@@ -339,7 +338,7 @@ func (f forgetter) ForgetSession(id string) (server.Forgotten, error) {
 // sizes of its weight files, their headers and their first and last MiB
 // (reading a multi-GB checkpoint whole at every start would cost seconds).
 func baseFingerprint(dir string) (string, error) {
-	if d, err := bundled.Dir(); err == nil && filepath.Clean(d) == filepath.Clean(dir) {
+	if isBundled(dir) {
 		return bundled.Name + "-" + bundled.Hash()[:16], nil
 	}
 	h := sha256.New()
@@ -475,35 +474,27 @@ func (a *app) newLoop(e *engine, db *store.DB, vars map[string]any, reg *prometh
 	// The actor group: the trainer and the teacher's scoring passes run on
 	// actor, a view of the model on threads of their own when
 	// devices.actor.threads is set, else the served model itself.
-	dev := a.cfg.Devices
-	actor := e.model
-	if dev.Actor.Threads > 0 {
-		v, closeView, err := e.groupView("actor", dev.Actor.Threads)
-		if err != nil {
-			return fail(err)
-		}
-		closers = append(closers, closeView)
-		actor = v
+	actor, closeActor, err := e.actorModel(a)
+	if err != nil {
+		return fail(err)
 	}
+	closers = append(closers, closeActor)
 	var judge reward.Backend
-	var err error
 	if rc.Judge == reward.BackendOpenAI {
 		judge, err = reward.NewOpenAIBackend(reward.OpenAIOptions{BaseURL: rc.JudgeBaseURL, APIKey: rc.JudgeAPIKey, Model: rc.JudgeModel})
 	} else {
 		// The local judge generates on the checkpoint's frozen weights:
 		// through a scheduler of its own on devices.judge.threads, or
 		// through the serving scheduler as background work below users.
-		var gen rollout.Generator = e.sched
-		if dev.Judge.Threads > 0 {
-			js, stop, jerr := e.judgeScheduler(a, dev.Judge.Threads, e.groupKVBudget(rc.Workers*max(1, rc.Votes)))
-			if jerr != nil {
-				return fail(jerr)
-			}
-			closers = append(closers, stop)
-			reg.MustRegister(js.GroupCollector("judge"))
-			gen = js
+		js, stop, jerr := e.judgeScheduler(a, rc.Workers*max(1, rc.Votes))
+		if jerr != nil {
+			return fail(jerr)
 		}
-		judge, err = reward.NewLocalBackend(gen, e.tok, reward.LocalOptions{StopTokens: e.stopTokens(), TemplateVars: vars})
+		closers = append(closers, stop)
+		if js != e.sched {
+			reg.MustRegister(js.GroupCollector("judge"))
+		}
+		judge, err = reward.NewLocalBackend(js, e.tok, reward.LocalOptions{StopTokens: e.stopTokens(), TemplateVars: vars})
 	}
 	if err != nil {
 		return fail(err)

@@ -62,23 +62,25 @@ func (o Options) validate() error {
 
 // Source draws replay samples. It is safe for concurrent use.
 type Source struct {
-	tok  *tokenizer.Tokenizer
 	opts Options
 	desc string
 
-	mu   sync.Mutex
-	draw func(r *rand.Rand) pretrain.Example
+	mu sync.Mutex
+	// draw returns the next example as a sample (its Prompt and Response
+	// may be shared between draws: the trainer only reads them), or an
+	// error for one that does not fit.
+	draw func(r *rand.Rand) (trainer.Sample, error)
 }
 
-// CorpusCategories are the pretraining categories a corpus Source draws
-// from by default: everything the served policy does. The judge's own
-// categories are left out, since the local judge runs the base's frozen
-// weights, not the trained ones.
-var CorpusCategories = map[string]float64{pretrain.CatJudge: 0, pretrain.CatJudgeSession: 0}
+// CorpusMix is the category mix a corpus Source draws with by default:
+// the corpus's own weights for everything the served policy does. The
+// judge's own categories are left out, since the local judge runs the
+// base's frozen weights, not the trained ones.
+var CorpusMix = map[string]float64{pretrain.CatJudge: 0, pretrain.CatJudgeSession: 0}
 
 // Corpus returns a Source over the pretraining corpus of the bundled
 // model, drawn with the corpus's own category weights as changed by mix
-// (see pretrain.Generator.SetMix; nil: CorpusCategories), never a held-out
+// (see pretrain.Generator.SetMix; nil: CorpusMix), never a held-out
 // question. It fits the bundled model and checkpoints trained from it (the
 // chat template and the corpus's format must be theirs).
 func Corpus(tok *tokenizer.Tokenizer, mix map[string]float64, opts Options) (*Source, error) {
@@ -86,13 +88,14 @@ func Corpus(tok *tokenizer.Tokenizer, mix map[string]float64, opts Options) (*So
 		return nil, err
 	}
 	if mix == nil {
-		mix = CorpusCategories
+		mix = CorpusMix
 	}
 	g := pretrain.NewGenerator(nil)
 	if err := g.SetMix(mix); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
-	s := &Source{tok: tok, opts: opts, desc: "the bundled pretraining corpus", draw: g.Next}
+	s := &Source{opts: opts, desc: "the bundled pretraining corpus",
+		draw: func(r *rand.Rand) (trainer.Sample, error) { return encode(tok, g.Next(r), opts.MaxTokens) }}
 	if _, err := s.Samples(1, 0); err != nil {
 		return nil, err
 	}
@@ -112,7 +115,7 @@ const maxFileBytes = 256 << 20
 // File returns a Source over the conversations of a JSONL file, one
 // {"messages": [...], "tools": [...]} object per line (blank lines
 // skipped), each ending with an assistant message. Every line is parsed
-// and encoded through the chat template up front: a bad line is refused
+// and encoded through the chat template once, up front: a bad line is refused
 // with the path, its line number and the reason, not found in the middle
 // of training. Lines are replayed in a shuffled order, reshuffled after
 // each pass.
@@ -125,7 +128,7 @@ func File(path string, tok *tokenizer.Tokenizer, opts Options) (*Source, error) 
 		return nil, fmt.Errorf("replay: %w", err)
 	}
 	defer f.Close()
-	var exs []pretrain.Example
+	var encoded []trainer.Sample
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	n, size := 0, 0
@@ -140,31 +143,30 @@ func File(path string, tok *tokenizer.Tokenizer, opts Options) (*Source, error) 
 			continue
 		}
 		ex, err := parseLine(line)
+		var smp trainer.Sample
 		if err == nil {
-			_, err = encode(tok, ex, opts.MaxTokens)
+			smp, err = encode(tok, ex, opts.MaxTokens)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("replay: %s:%d: %w", path, n, err)
 		}
-		exs = append(exs, ex)
+		encoded = append(encoded, smp)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("replay: %s: %w", path, err)
 	}
-	if len(exs) == 0 {
+	if len(encoded) == 0 {
 		return nil, fmt.Errorf("replay: %s: no conversations", path)
 	}
-	s := &Source{tok: tok, opts: opts, desc: path}
 	var order []int
-	s.draw = func(r *rand.Rand) pretrain.Example {
+	return &Source{opts: opts, desc: path, draw: func(r *rand.Rand) (trainer.Sample, error) {
 		if len(order) == 0 {
-			order = r.Perm(len(exs))
+			order = r.Perm(len(encoded))
 		}
 		i := order[0]
 		order = order[1:]
-		return exs[i]
-	}
-	return s, nil
+		return encoded[i], nil
+	}}, nil
 }
 
 func parseLine(line []byte) (pretrain.Example, error) {
@@ -193,9 +195,6 @@ func parseLine(line []byte) (pretrain.Example, error) {
 // String says where the samples come from.
 func (s *Source) String() string { return s.desc }
 
-// Weight is the advantage of every replayed token.
-func (s *Source) Weight() float64 { return s.opts.Weight }
-
 // Samples draws n samples, stamped with version (the trainer's current
 // one: replayed examples are never stale).
 func (s *Source) Samples(n int, version uint64) ([]trainer.Sample, error) {
@@ -207,7 +206,7 @@ func (s *Source) Samples(n int, version uint64) ([]trainer.Sample, error) {
 		if tries >= 20*n+20 {
 			return nil, fmt.Errorf("replay: %s: only %d of %d draws fit in %d tokens with a reply to learn", s.desc, len(out), n, s.opts.MaxTokens)
 		}
-		smp, err := encode(s.tok, s.draw(r), s.opts.MaxTokens)
+		smp, err := s.draw(r)
 		if err != nil {
 			continue
 		}

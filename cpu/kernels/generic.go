@@ -28,7 +28,7 @@ func SetThreads(n int) { defaultPool.SetThreads(n) }
 // Threads reports the default pool's thread count.
 func Threads() int { return defaultPool.Threads() }
 
-func (p *Pool) sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (pl *Pool) sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	at := func(i, p int) float32 {
 		if transA {
 			return a[p*lda+i]
@@ -41,7 +41,7 @@ func (p *Pool) sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a [
 		}
 		return b[p*ldb+j]
 	}
-	p.For(m, 1, func(lo, hi int) {
+	pl.For(m, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			for j := 0; j < n; j++ {
 				var s float32
@@ -58,8 +58,8 @@ func (p *Pool) sgemmGeneric(transA, transB bool, m, n, k int, alpha float32, a [
 	})
 }
 
-func (p *Pool) linearBF16Generic(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
-	p.For(n, 16, func(lo, hi int) {
+func (pl *Pool) linearBF16Generic(c, a []float32, w []uint16, m, n, k int, accumulate bool) {
+	pl.For(n, 16, func(lo, hi int) {
 		row := make([]float32, k)
 		for j := lo; j < hi; j++ {
 			bf16ToF32Generic(row, w[j*k:(j+1)*k])

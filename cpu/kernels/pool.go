@@ -10,10 +10,11 @@ import (
 // The fork-join pool behind ParallelFor.
 //
 // Workers are goroutines owned by a Pool, started lazily (Threads()−1 of
-// them) and stopped by Close (the default pool's never are). A call to ParallelFor publishes one job, offers it
-// to idle workers through a buffered channel without ever blocking, and then
-// claims chunks of it itself, one at a time, from an atomic counter; a worker
-// that picks the job up claims chunks from the same counter. The caller
+// them) and stopped by Close (the default pool's never are). A call to
+// ParallelFor publishes one job, offers it to idle workers through a
+// buffered channel without ever blocking, and then claims chunks of it
+// itself, one at a time, from an atomic counter; a worker that picks the
+// job up claims chunks from the same counter. The caller
 // therefore never waits for a worker to start: if every worker is busy (other
 // goroutines are calling kernels at the same time, or this call is nested
 // inside another ParallelFor body) it simply runs all the chunks itself, and
