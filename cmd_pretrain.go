@@ -72,14 +72,20 @@ tables a finished run writes.`,
 			}
 			o.Shape = overrideShape(cmd.Flags(), base, shape)
 			if o.Init != "" {
-				for _, name := range []string{"preset", "hidden", "intermediate", "layers", "heads", "kv-heads", "vocab", "context"} {
+				for _, name := range []string{"preset", "hidden", "intermediate", "heads", "kv-heads", "vocab", "context"} {
 					if cmd.Flags().Changed(name) {
-						return fmt.Errorf("--%s cannot be used with --init: the shape is the checkpoint's", name)
+						return fmt.Errorf("--%s cannot be used with --init: the shape is the checkpoint's (only --layers may grow it)", name)
 					}
 				}
 				s, err := pretrain.ShapeOf(o.Init)
 				if err != nil {
 					return fmt.Errorf("--init %s: %w", o.Init, err)
+				}
+				if cmd.Flags().Changed("layers") && shape.Layers != s.Layers {
+					if shape.Layers < s.Layers || shape.Layers > 2*s.Layers {
+						return fmt.Errorf("--layers %d with --init %s: the checkpoint has %d layers; it can grow to %d–%d", shape.Layers, o.Init, s.Layers, s.Layers+1, 2*s.Layers)
+					}
+					s.Layers = shape.Layers
 				}
 				o.Shape = s
 			}

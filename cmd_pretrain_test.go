@@ -10,6 +10,7 @@ import (
 
 	"github.com/clawrl/clawrl/bundled"
 	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/pretrain"
 )
 
 func TestPretrainCorpusOnly(t *testing.T) {
@@ -48,6 +49,31 @@ func TestPretrainCommand(t *testing.T) {
 	}
 	if _, _, err := run(t, "", "pretrain", "--preset", "huge"); err == nil {
 		t.Error("unknown preset accepted")
+	}
+
+	// --init with --layers continues the checkpoint grown in depth (the
+	// tiny preset has one layer); other shape flags and depths it cannot
+	// grow to are refused.
+	grown := filepath.Join(dir, "grown")
+	cont := []string{"pretrain", "--init", filepath.Join(dir, "out"), "--out", grown, "--work", filepath.Join(dir, "work2"),
+		"--steps", "2", "--warmup", "1", "--seq-len", "384", "--batch", "2", "--no-text",
+		"--eval-arithmetic", "1", "--eval-tools", "1", "--eval-judge", "1", "--eval-follow", "1"}
+	if _, errOut, err := run(t, "", append(cont, "--layers", "2")...); err != nil {
+		t.Fatalf("grown continuation: %v\n%s", err, errOut)
+	}
+	if s, err := pretrain.ShapeOf(grown); err != nil || s.Layers != 2 {
+		t.Errorf("grown checkpoint: %+v %v", s, err)
+	}
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--layers", "3"}, "--layers 3 with --init"},
+		{[]string{"--hidden", "64"}, "--hidden cannot be used with --init"},
+	} {
+		if _, _, err := run(t, "", append(cont, tc.flags...)...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.flags, err, tc.want)
+		}
 	}
 }
 

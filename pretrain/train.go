@@ -97,7 +97,8 @@ type Options struct {
 	// Hugging Face layout) the run starts from instead of a new vocabulary
 	// and random weights: a continued pretraining on a changed corpus, as
 	// the bundled model's later versions were made. Its shape replaces
-	// Shape.
+	// Shape, except that Shape.Layers may be larger (up to twice as many):
+	// the checkpoint is then grown to that depth by GrowDepth.
 	Init string
 	// Mix overrides the corpus mix: category → relative weight (0 leaves
 	// a category out); categories not named keep their default weight.
@@ -393,6 +394,16 @@ func (r *run) initialise() error {
 		return fmt.Errorf("pretrain: %w", err)
 	}
 	if o.Init != "" {
+		from, err := ShapeOf(o.Init)
+		if err != nil {
+			return fmt.Errorf("pretrain: --init: %w", err)
+		}
+		if o.Shape.Layers != from.Layers {
+			if err := GrowDepth(o.Init, dir, o.Shape.Layers); err != nil {
+				return err
+			}
+			return atomicfile.WriteBytes(filepath.Join(dir, initMark), 0o644, []byte(o.Init+"\n"))
+		}
 		for _, name := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
 			if err := copyFile(filepath.Join(o.Init, name), filepath.Join(dir, name)); err != nil {
 				return fmt.Errorf("pretrain: --init: %w", err)
