@@ -52,6 +52,12 @@ The bundled model was made with:
 
   clawrl pretrain --out bundled/model --seed 1
 
+--init DIR continues a checkpoint (its vocabulary and shape) on the current
+corpus; with --layers N (up to twice the checkpoint's depth) it first grows
+the checkpoint in depth: each added layer copies the one before it with its
+output projections zeroed, so training starts from exactly the model DIR
+holds.
+
 --corpus-only N prints N generated conversations and exits; --eval-only DIR
 evaluates a checkpoint (the bundled one: bundled/model) and prints the same
 tables a finished run writes.`,
@@ -131,7 +137,7 @@ tables a finished run writes.`,
 	f.StringVar(&preset, "preset", "small", "model shape: "+strings.Join(presetList(), ", "))
 	f.IntVar(&shape.Hidden, "hidden", 0, "hidden size (overrides the preset)")
 	f.IntVar(&shape.Intermediate, "intermediate", 0, "MLP size (overrides the preset)")
-	f.IntVar(&shape.Layers, "layers", 0, "layers (overrides the preset)")
+	f.IntVar(&shape.Layers, "layers", 0, "layers (overrides the preset; with --init, grows the checkpoint to this depth)")
 	f.IntVar(&shape.Heads, "heads", 0, "query heads (overrides the preset)")
 	f.IntVar(&shape.KVHeads, "kv-heads", 0, "key/value heads (overrides the preset)")
 	f.IntVar(&shape.Vocab, "vocab", 0, "vocabulary size (overrides the preset)")
