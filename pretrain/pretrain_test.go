@@ -306,6 +306,12 @@ func TestPretrainLowersLoss(t *testing.T) {
 	if !bytes.Equal(a, b2) {
 		t.Error("the continued run changed the vocabulary")
 	}
+	// Only the depth of an --init checkpoint may change.
+	bad := c
+	bad.Restart, bad.Shape.Hidden = true, c.Shape.Hidden*2
+	if _, err := Run(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "only the depth may grow") {
+		t.Errorf("--init with another hidden size: %v", err)
+	}
 	c.Mix = map[string]float64{"nope": 1}
 	if _, err := Run(context.Background(), c); err == nil || !strings.Contains(err.Error(), "unknown category") {
 		t.Errorf("bad --mix: %v", err)

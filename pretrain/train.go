@@ -398,6 +398,11 @@ func (r *run) initialise() error {
 		if err != nil {
 			return fmt.Errorf("pretrain: --init: %w", err)
 		}
+		want := from
+		want.Layers = o.Shape.Layers
+		if want != o.Shape {
+			return fmt.Errorf("pretrain: --init %s has shape %+v; the run asks for %+v (only the depth may grow)", o.Init, from, o.Shape)
+		}
 		if o.Shape.Layers != from.Layers {
 			if err := GrowDepth(o.Init, dir, o.Shape.Layers); err != nil {
 				return err
