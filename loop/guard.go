@@ -192,6 +192,9 @@ func (l *Loop) guardStart(ctx context.Context) {
 		return
 	}
 	s, err := g.opts.Skill(ctx)
+	if err != nil && ctx.Err() != nil {
+		return // stopping before the check finished: nothing to report
+	}
 	if err != nil {
 		l.warn.Warn("guard_skill", err, "guard: the starting skill check failed; the skill check is off")
 		g.opts.Skill = nil
