@@ -313,12 +313,20 @@ func (l *Loop) guardGoodCheck() {
 		return
 	}
 	g.good = 0
-	scale := tr.ScaleLR(min(1/g.opts.LRFactor, 1/tr.LRScale()))
-	g.lrScale.Set(scale)
+	scale := l.guardScaleLR(min(1/g.opts.LRFactor, 1/tr.LRScale()))
+	l.opts.Log.Info().Float64("lr_scale", scale).Int("good_checks", g.opts.RecoverAfter).Msg("guard: the learning rate recovers")
+}
+
+// guardScaleLR multiplies the learning rate by f and records the new
+// scale in the gauge and the store (a restart keeps it); it returns the
+// scale.
+func (l *Loop) guardScaleLR(f float64) float64 {
+	scale := l.opts.Trainer.ScaleLR(f)
+	l.guard.lrScale.Set(scale)
 	if err := l.opts.DB.SetMeta(metaGuardLRScale, strconv.FormatFloat(scale, 'g', -1, 64)); err != nil {
 		l.warn.Warn("guard_lr", err, "guard: recording the learning rate failed")
 	}
-	l.opts.Log.Info().Float64("lr_scale", scale).Int("good_checks", g.opts.RecoverAfter).Msg("guard: the learning rate recovers")
+	return scale
 }
 
 // guardTrip reverts serving to the last good version and lowers the
@@ -327,11 +335,7 @@ func (l *Loop) guardTrip(why, reason string) {
 	g, tr := l.guard, l.opts.Trainer
 	g.events.WithLabelValues(reason).Inc()
 	g.good = 0
-	scale := tr.ScaleLR(g.opts.LRFactor)
-	g.lrScale.Set(scale)
-	if err := l.opts.DB.SetMeta(metaGuardLRScale, strconv.FormatFloat(scale, 'g', -1, 64)); err != nil {
-		l.warn.Warn("guard_lr", err, "guard: recording the lowered learning rate failed")
-	}
+	scale := l.guardScaleLR(g.opts.LRFactor)
 	cur, good := tr.Version(), l.guardGood.Load()
 	ev := l.opts.Log.Warn().Str("reason", reason).Str("why", why).Uint64("version", cur).Uint64("last_good", good).
 		Float64("lr_scale", scale)

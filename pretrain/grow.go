@@ -152,7 +152,8 @@ func splitLayerName(name string) (int, string, bool) {
 	return i, tail, true
 }
 
-// readTensor reads a tensor of ck, bytes and all, for writing.
+// readTensor reads a tensor of ck, bytes and all, for writing (the bytes
+// are ck's: valid until it is closed).
 func readTensor(ck *safetensors.Checkpoint, name string) (safetensors.WriteTensor, error) {
 	f, info, err := ck.Find(name)
 	if err != nil {
@@ -162,5 +163,5 @@ func readTensor(ck *safetensors.Checkpoint, name string) (safetensors.WriteTenso
 	if err != nil {
 		return safetensors.WriteTensor{}, err
 	}
-	return safetensors.WriteTensor{Name: name, DType: info.DType, Shape: info.Shape, Data: bytes.Clone(b)}, nil
+	return safetensors.WriteTensor{Name: name, DType: info.DType, Shape: info.Shape, Data: b}, nil
 }
