@@ -8,7 +8,6 @@ package main
 
 import (
 	_ "embed"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -80,7 +79,7 @@ it with a judge, and trains the served model in the background.`,
 		a.pretrainCmd(),
 		a.dataCmd(),
 		a.weightsCmd(),
-		notYet("export", "Export a trained weight version as a Hugging Face checkpoint", "issue #3 (training engine)"),
+		a.exportCmd(),
 	)
 	return root
 }
@@ -117,20 +116,6 @@ func newLogger(w io.Writer, c config.Log) zerolog.Logger {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
-}
-
-// errNotImplemented marks commands that exist in the CLI but are not built.
-var errNotImplemented = errors.New("not implemented yet")
-
-func notYet(name, short, where string) *cobra.Command {
-	return &cobra.Command{
-		Use:                name,
-		Short:              short + " (not implemented yet)",
-		DisableFlagParsing: true,
-		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("%s: %w; it is planned in %s", name, errNotImplemented, where)
-		},
-	}
 }
 
 func (a *app) versionCmd() *cobra.Command {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -35,15 +34,6 @@ func TestVersion(t *testing.T) {
 	out, _, err := run(t, "", "version")
 	if err != nil || !strings.HasPrefix(out, "clawrl ") || !strings.Contains(out, "kernels: ") {
 		t.Fatalf("version: %q, %v", out, err)
-	}
-}
-
-func TestNotImplemented(t *testing.T) {
-	for _, c := range []string{"export"} {
-		_, _, err := run(t, "", c, "--anything")
-		if !errors.Is(err, errNotImplemented) || !strings.Contains(err.Error(), "issue #") {
-			t.Errorf("%s: err = %v, want a not-implemented error naming its issue", c, err)
-		}
 	}
 }
 

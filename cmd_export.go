@@ -1,0 +1,123 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clawrl/clawrl/export"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// exportCmd is `clawrl export`: one checkpointed weight version as a
+// standalone Hugging Face model directory or PEFT adapter.
+func (a *app) exportCmd() *cobra.Command {
+	var (
+		out, dtype, ckpt, baseName string
+		adapter, force             bool
+	)
+	cmd := &cobra.Command{
+		Use:   "export [VERSION] --out DIR",
+		Short: "Export a trained weight version as a Hugging Face checkpoint or a PEFT adapter",
+		Long: `export writes one checkpointed weight version (default: the newest
+checkpoint that verifies, under trainer.checkpoint_dir) to DIR as a directory
+that transformers, vLLM, llama.cpp's converter or clawrl itself loads:
+config.json, model.safetensors (LoRA merged), the tokenizer's files and a
+model card. With --adapter it writes the LoRA adapters alone in PEFT layout
+(adapter_model.safetensors, adapter_config.json) for the configured base
+model, refusing a lineage trained without LoRA or on another base.
+
+Every file is checked against the checkpoint's manifest (size and SHA-256) as
+it is copied, and DIR appears whole or not at all. A non-empty DIR is refused
+unless --force replaces it.
+
+--dtype auto writes the weights as the checkpoint holds them (LoRA-merged
+matrices in F32) and sets config.json's torch_dtype to the widest dtype, so a
+loader that honours it keeps every update; f32 widens everything (exact);
+bf16 halves the size but rounds away updates below half a BF16 step.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return errors.New("export: --out DIR is required")
+			}
+			dt, err := export.ParseDType(dtype)
+			if err != nil {
+				return err
+			}
+			c, err := a.exportSource(args, ckpt)
+			if err != nil {
+				return err
+			}
+			opts := export.Options{DType: dt, Force: force, BaseName: baseName}
+			if base, err := a.modelDir(""); err == nil {
+				opts.BaseDir = base
+				if fp, err := baseFingerprint(base); err == nil {
+					opts.BaseFingerprint = fp
+				}
+			}
+			write, what := export.Model, "model"
+			if adapter {
+				write, what = export.Adapter, "PEFT adapter"
+			}
+			res, err := write(c, out, opts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "exported weight version %d as a %s (%s, %d files, %.1f MB) to %s\n",
+				res.Version, what, res.DType, len(res.Files), float64(res.Bytes)/1e6, res.Dir)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&out, "out", "o", "", "directory to write (created; must be empty unless --force)")
+	f.StringVar(&dtype, "dtype", "auto", "dtype of the written weights: auto, f32 or bf16")
+	f.BoolVar(&adapter, "adapter", false, "write the LoRA adapters alone, in PEFT layout")
+	f.BoolVar(&force, "force", false, "replace a non-empty --out directory")
+	f.StringVar(&ckpt, "checkpoint", "", "export this checkpoint directory (a vNNNNNNNN under any checkpoint root) instead of a version of the configured lineage")
+	f.StringVar(&baseName, "base-name", "", "name of the base model in the model card and adapter_config.json (default: the configured model's directory)")
+	return cmd
+}
+
+// exportSource opens the checkpoint to export: --checkpoint DIR, the
+// version named by args, or the newest that verifies.
+func (a *app) exportSource(args []string, dir string) (*weights.Checkpoint, error) {
+	if dir != "" {
+		if len(args) > 0 {
+			return nil, errors.New("export: give a VERSION or --checkpoint, not both")
+		}
+		return weights.Open(dir)
+	}
+	root, err := a.cfg.CheckpointDir()
+	if err != nil {
+		return nil, err
+	}
+	ns, err := weights.List(root)
+	if err != nil {
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	if len(ns) == 0 {
+		return nil, fmt.Errorf("export: no checkpoints under %s (has the daemon trained with this config?)", root)
+	}
+	if len(args) == 0 {
+		c, refused, err := weights.OpenLatest(root)
+		for _, r := range refused {
+			a.log.Warn().Err(r).Msg("export: skipping a checkpoint that does not verify")
+		}
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	n, err := strconv.ParseUint(args[0], 10, 64)
+	if err != nil || n == 0 {
+		return nil, fmt.Errorf("export: %q is not a version number", args[0])
+	}
+	for _, have := range ns {
+		if have == n {
+			return weights.Open(weights.DirOf(root, n))
+		}
+	}
+	return nil, fmt.Errorf("export: no checkpoint of version %d under %s; the checkpoints are %v (see clawrl weights list)", n, root, ns)
+}

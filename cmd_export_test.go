@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clawrl/clawrl/weights"
+)
+
+// TestExportServes is `clawrl export` as a user runs it: the daemon
+// learns from two thumbs up and stops; the newest version is exported as
+// a model and as a PEFT adapter; a second daemon serving the exported
+// directory as its base answers a greedy probe exactly as the lineage's
+// daemon does after a restart (same text, log-probs within 1e-4, the engines' thread splits
+// differing; both keep the KV
+// cache in F32, since its auto dtype follows torch_dtype, which the export
+// sets to float32 for LoRA-merged matrices). Bad requests
+// get clear errors and leave nothing behind.
+func TestExportServes(t *testing.T) {
+	bin := realBinary(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  kv_cache_dtype: f32\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", data)), 0o600)
+	d := startDaemon(t, bin, cfg, freePort(t))
+	history := []map[string]string{{"role": "user", "content": "Name a fruit."}}
+	for i := range 2 {
+		code, m, _ := d.post(t, "/v1/chat/completions", "e", nil, map[string]any{"model": servedModel(d.url), "messages": history, "max_tokens": 8})
+		if code != 200 {
+			t.Fatalf("chat %d: %d %v", i, code, m)
+		}
+		reply := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+		history = append(history, map[string]string{"role": "assistant", "content": reply}, map[string]string{"role": "user", "content": "Another."})
+		if code, m, _ := d.post(t, "/v1/feedback", "", nil, map[string]any{"response_id": m["id"], "thumb": 1}); code != 200 {
+			t.Fatalf("feedback: %d %v", code, m)
+		}
+	}
+	root := filepath.Join(data, "checkpoints")
+	var ns []uint64
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if ns, _ = weights.List(root); len(ns) > 0 && ns[0] >= 2 { // version 1 is the base's
+			break
+		}
+	}
+	if len(ns) == 0 || ns[0] < 2 {
+		t.Fatalf("no trained checkpoint after two thumbs up\n%s", d.log)
+	}
+	if err := d.stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, d.log)
+	}
+	ns, _ = weights.List(root)
+	newest := ns[0]
+
+	clawrl := func(args ...string) (string, error) {
+		out, err := exec.Command(bin, append(args, "--config", cfg)...).CombinedOutput()
+		return string(out), err
+	}
+	model := filepath.Join(dir, "exported")
+	out, err := clawrl("export", "--out", model)
+	if err != nil || !strings.Contains(out, fmt.Sprintf("exported weight version %d as a model (float32", newest)) {
+		t.Fatalf("export: %v\n%s", err, out)
+	}
+	adapter := filepath.Join(dir, "adapter")
+	out, err = clawrl("export", strconv.FormatUint(newest, 10), "--adapter", "--out", adapter)
+	if err != nil || !strings.Contains(out, "as a PEFT adapter") {
+		t.Fatalf("export --adapter: %v\n%s", err, out)
+	}
+	for _, f := range []string{"adapter_model.safetensors", "adapter_config.json", "README.md"} {
+		if _, err := os.Stat(filepath.Join(adapter, f)); err != nil {
+			t.Errorf("adapter export: %v", err)
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"export", "--out", model}, "pass --force"},
+		{[]string{"export", "999", "--out", filepath.Join(dir, "x1")}, "no checkpoint of version 999"},
+		{[]string{"export", "abc", "--out", filepath.Join(dir, "x2")}, `"abc" is not a version number`},
+		{[]string{"export", "--dtype", "fp8", "--out", filepath.Join(dir, "x3")}, `dtype "fp8"`},
+		{[]string{"export"}, "--out DIR is required"},
+		{[]string{"export", "--checkpoint", filepath.Join(dir, "nothing"), "--out", filepath.Join(dir, "x4")}, "no readable manifest"},
+	} {
+		out, err := clawrl(tt.args...)
+		if err == nil || !strings.Contains(out, tt.want) {
+			t.Errorf("clawrl %v: %v, want an error containing %q\n%s", tt.args, err, tt.want, out)
+		}
+	}
+	for _, x := range []string{"x1", "x2", "x3", "x4"} {
+		if _, err := os.Stat(filepath.Join(dir, x)); err == nil {
+			t.Errorf("a refused export made %s", x)
+		}
+	}
+
+	probe := func(d *daemon) (string, any) {
+		t.Helper()
+		code, m, h := d.post(t, "/v1/chat/completions", "", map[string]string{"X-No-Train": "1"}, map[string]any{
+			"model": servedModel(d.url), "messages": []map[string]string{{"role": "user", "content": "Name an animal."}},
+			"max_tokens": 12, "temperature": 0, "logprobs": true,
+		})
+		if code != 200 {
+			t.Fatalf("probe: %d %v", code, m)
+		}
+		ch := m["choices"].([]any)[0].(map[string]any)
+		return h.Get("X-Weight-Version") + " " + ch["message"].(map[string]any)["content"].(string), ch["logprobs"]
+	}
+	d = startDaemon(t, bin, cfg, freePort(t))
+	wantText, wantLP := probe(d)
+	d.kill()
+	if !strings.HasPrefix(wantText, strconv.FormatUint(newest, 10)+" ") {
+		t.Fatalf("the restarted daemon served %q, want version %d", wantText, newest)
+	}
+	other := filepath.Join(dir, "other.yaml")
+	os.WriteFile(other, []byte(fmt.Sprintf("model:\n  path: %s\n  kv_cache_dtype: f32\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n", model, filepath.Join(dir, "data2"))), 0o600)
+	d2 := startDaemon(t, bin, other, freePort(t))
+	gotText, gotLP := probe(d2)
+	d2.kill()
+	_, wantReply, _ := strings.Cut(wantText, " ")
+	_, gotReply, _ := strings.Cut(gotText, " ")
+	if gotReply != wantReply || !closeLogprobs(gotLP, wantLP, 1e-4) {
+		t.Errorf("the exported model answers %q with log-probs %v;\nthe lineage's version %d answers %q with %v", gotReply, gotLP, newest, wantReply, wantLP)
+	}
+}
+
+// closeLogprobs reports whether two OpenAI logprobs objects hold the same
+// tokens with log-probs within tol.
+func closeLogprobs(a, b any, tol float64) bool {
+	content := func(x any) []any {
+		m, _ := x.(map[string]any)
+		c, _ := m["content"].([]any)
+		return c
+	}
+	ca, cb := content(a), content(b)
+	if len(ca) == 0 || len(ca) != len(cb) {
+		return false
+	}
+	for i := range ca {
+		ta, tb := ca[i].(map[string]any), cb[i].(map[string]any)
+		la, _ := ta["logprob"].(float64)
+		lb, _ := tb["logprob"].(float64)
+		if ta["token"] != tb["token"] || math.Abs(la-lb) > tol {
+			return false
+		}
+	}
+	return true
+}

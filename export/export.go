@@ -1,0 +1,503 @@
+// Package export writes one checkpointed weight version as a directory
+// that other tools load without clawrl: a Hugging Face model (the merged
+// weights, config.json, the tokenizer's files and a model card) or a PEFT
+// LoRA adapter (adapter_model.safetensors and adapter_config.json, for a
+// lineage trained with LoRA).
+//
+// A checkpoint under trainer.checkpoint_dir is already a Hugging Face
+// directory, but it is the lineage's: pruning deletes it, it carries the
+// optimizer's state, and its config.json names the base checkpoint's dtype
+// even where the trainer merged LoRA into F32 matrices (a loader that
+// honours torch_dtype would round the learning away). An export is a
+// standalone copy that fixes that:
+//
+//   - every file copied is hashed as it is copied and compared with the
+//     checkpoint's manifest, so a file pruned, truncated or corrupted after
+//     weights.Open verified it fails the export instead of shipping;
+//   - config.json's torch_dtype (and dtype, where present) names the widest
+//     dtype the weights are written in;
+//   - the directory is built under a temporary name beside the destination
+//     and renamed into place (atomicfile.ReplaceDir), so the destination
+//     holds either nothing, the old export (with Force) or the whole new
+//     one.
+//
+// The weights are written as the checkpoint holds them (DTypeAuto), all in
+// F32 (exact), or all in BF16 (half the size; rounding to nearest even
+// loses updates smaller than half a BF16 step of a weight).
+package export
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/clawrl/clawrl/atomicfile"
+	"github.com/clawrl/clawrl/safetensors"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// DType is the dtype an export writes its weights in.
+type DType string
+
+// The dtypes an export can write.
+const (
+	// DTypeAuto keeps each tensor's dtype as the checkpoint holds it.
+	DTypeAuto DType = "auto"
+	// DTypeF32 widens every tensor to F32 (exact).
+	DTypeF32 DType = "f32"
+	// DTypeBF16 rounds every tensor to BF16 (to nearest even).
+	DTypeBF16 DType = "bf16"
+)
+
+// ParseDType reads a dtype as the CLI spells it ("" is auto).
+func ParseDType(s string) (DType, error) {
+	switch strings.ToLower(s) {
+	case "", "auto":
+		return DTypeAuto, nil
+	case "f32", "float32", "fp32":
+		return DTypeF32, nil
+	case "bf16", "bfloat16":
+		return DTypeBF16, nil
+	}
+	return "", fmt.Errorf("export: dtype %q: want auto, f32 or bf16", s)
+}
+
+// Files of an export besides the checkpoint's own.
+const (
+	CardFile          = "README.md"
+	AdapterModelFile  = "adapter_model.safetensors"
+	AdapterConfigFile = "adapter_config.json"
+)
+
+// tokenizerFiles are the files a loader needs beside the weights; they are
+// copied from the checkpoint, or from Options.BaseDir where the checkpoint
+// lacks them.
+var tokenizerFiles = []string{
+	"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+	"vocab.json", "merges.txt", "chat_template.jinja",
+}
+
+// Options configure an export.
+type Options struct {
+	// DType is the dtype of the written weights; "" means DTypeAuto.
+	DType DType
+	// Force replaces an existing non-empty destination (whole: the old
+	// directory is removed once the new one is in place).
+	Force bool
+	// BaseDir is the base checkpoint's directory: the tokenizer's files
+	// come from it where the checkpoint lacks them, and an adapter names
+	// it as base_model_name_or_path.
+	BaseDir string
+	// BaseName names the base model in the model card and, when set, in
+	// adapter_config.json instead of BaseDir (a hub id, say).
+	BaseName string
+	// BaseFingerprint, when set, must equal the checkpoint's recorded base
+	// (manifest meta base_model) for an adapter export: an adapter applied
+	// to another base is a different model.
+	BaseFingerprint string
+	// Now stamps the model card (zero: time.Now).
+	Now time.Time
+}
+
+// Result describes a finished export.
+type Result struct {
+	Dir     string   // the destination
+	Version uint64   // the version exported
+	Files   []string // the files written, sorted
+	Bytes   int64    // their total size
+	DType   string   // config.json's torch_dtype (adapter: the tensors' dtype)
+}
+
+// Model exports checkpoint c as a Hugging Face model directory at out.
+func Model(c *weights.Checkpoint, out string, opts Options) (Result, error) {
+	return run(c, out, opts, func(x *exporter) error {
+		torchDType, err := x.writeWeights(weights.ModelFile, opts.DType)
+		if err != nil {
+			return err
+		}
+		x.torchDType = torchDType
+		if err := x.writeConfig(torchDType); err != nil {
+			return err
+		}
+		return x.writeCard("model")
+	})
+}
+
+// Adapter exports checkpoint c's LoRA adapters as a PEFT adapter directory
+// at out. It refuses a checkpoint trained without LoRA.
+func Adapter(c *weights.Checkpoint, out string, opts Options) (Result, error) {
+	return run(c, out, opts, func(x *exporter) error {
+		st, err := readState(c)
+		if err != nil {
+			return err
+		}
+		if st.LoRA == nil || st.LoRA.Rank <= 0 {
+			return fmt.Errorf("export: %s: version %d was trained without LoRA (trainer.lora_rank 0), so it has no adapter; export the merged model instead",
+				c.Dir(), c.Manifest.Version)
+		}
+		if base := c.Manifest.Meta.Base; opts.BaseFingerprint != "" && base != "" && base != opts.BaseFingerprint {
+			return fmt.Errorf("export: %s: the adapter was trained on base %s, the configured model is %s; an adapter applies only to its own base",
+				c.Dir(), base, opts.BaseFingerprint)
+		}
+		dt, err := x.writeAdapter(st)
+		if err != nil {
+			return err
+		}
+		x.torchDType = dt
+		if err := x.writeAdapterConfig(st); err != nil {
+			return err
+		}
+		return x.writeCard("adapter")
+	})
+}
+
+// exporter builds one export in its temporary directory.
+type exporter struct {
+	c          *weights.Checkpoint
+	opts       Options
+	tmp        string
+	written    []string
+	bytes      int64
+	torchDType string
+	tokFrom    map[string]string // tokenizer file → where it came from
+}
+
+// run prepares the destination, has fill write the export into a temporary
+// directory beside it, copies the tokenizer's files and renames the
+// directory into place.
+func run(c *weights.Checkpoint, out string, opts Options, fill func(*exporter) error) (Result, error) {
+	if opts.DType == "" {
+		opts.DType = DTypeAuto
+	}
+	if _, err := ParseDType(string(opts.DType)); err != nil {
+		return Result{}, err
+	}
+	if opts.Now.IsZero() {
+		opts.Now = time.Now()
+	}
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return Result{}, fmt.Errorf("export: %s: %w", out, err)
+	}
+	ckpt, _ := filepath.Abs(c.Dir())
+	if rel, err := filepath.Rel(ckpt, abs); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+		return Result{}, fmt.Errorf("export: %s is inside the checkpoint %s; export to a directory of its own", out, c.Dir())
+	}
+	if err := checkDest(abs, opts.Force); err != nil {
+		return Result{}, err
+	}
+	parent := filepath.Dir(abs)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return Result{}, fmt.Errorf("export: %w", err)
+	}
+	tmp := filepath.Join(parent, "."+filepath.Base(abs)+".export-"+randomSuffix())
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return Result{}, fmt.Errorf("export: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	x := &exporter{c: c, opts: opts, tmp: tmp, tokFrom: map[string]string{}}
+	if err := x.copyTokenizer(); err != nil {
+		return Result{}, err
+	}
+	if err := fill(x); err != nil {
+		return Result{}, err
+	}
+	aside := ""
+	if opts.Force {
+		aside = filepath.Join(parent, "."+filepath.Base(abs)+".export-old-"+randomSuffix())
+	}
+	if err := atomicfile.ReplaceDir(tmp, abs, aside); err != nil {
+		return Result{}, fmt.Errorf("export: putting the export at %s: %w", out, err)
+	}
+	done = true
+	slices.Sort(x.written)
+	return Result{Dir: abs, Version: c.Manifest.Version, Files: x.written, Bytes: x.bytes, DType: x.torchDType}, nil
+}
+
+// checkDest refuses a destination that is a file, or a non-empty directory
+// unless force.
+func checkDest(out string, force bool) error {
+	st, err := os.Stat(out)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("export: %s exists and is not a directory", out)
+	}
+	ents, err := os.ReadDir(out)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if len(ents) > 0 && !force {
+		return fmt.Errorf("export: %s exists and is not empty; pass --force to replace it", out)
+	}
+	return nil
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// copyTokenizer copies the tokenizer's files: each from the checkpoint
+// (verified against its manifest) or else from the base directory. A
+// model without tokenizer.json cannot be served, so its absence from both
+// is an error.
+func (x *exporter) copyTokenizer() error {
+	for _, name := range tokenizerFiles {
+		if x.c.Has(name) {
+			if err := x.copyVerified(name); err != nil {
+				return err
+			}
+			x.tokFrom[name] = "checkpoint"
+			continue
+		}
+		if x.opts.BaseDir == "" {
+			continue
+		}
+		src := filepath.Join(x.opts.BaseDir, name)
+		if _, err := os.Stat(src); err != nil {
+			continue
+		}
+		if err := x.copyFile(src, name, nil); err != nil {
+			return err
+		}
+		x.tokFrom[name] = "base"
+	}
+	if x.tokFrom["tokenizer.json"] == "" {
+		where := x.c.Dir()
+		if x.opts.BaseDir != "" {
+			where += " or " + x.opts.BaseDir
+		}
+		return fmt.Errorf("export: no tokenizer.json in %s; a model without its tokenizer cannot be loaded", where)
+	}
+	return nil
+}
+
+// copyVerified copies the checkpoint's file name into the export, hashing
+// it on the way and comparing size and SHA-256 with the manifest.
+func (x *exporter) copyVerified(name string) error {
+	var entry weights.FileEntry
+	for _, f := range x.c.Manifest.Files {
+		if f.Name == name {
+			entry = f
+		}
+	}
+	return x.copyFile(x.c.Path(name), name, &entry)
+}
+
+// copyFile copies src to name in the export; with want set, the copy must
+// have its size and SHA-256.
+func (x *exporter) copyFile(src, name string, want *weights.FileEntry) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	defer in.Close()
+	h := sha256.New()
+	var n int64
+	err = atomicfile.WriteFile(filepath.Join(x.tmp, name), 0o644, func(w io.Writer) error {
+		var err error
+		n, err = io.Copy(io.MultiWriter(w, h), in)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", src, err)
+		}
+		if want == nil {
+			return nil
+		}
+		if n != want.Size {
+			return fmt.Errorf("%s: %d bytes, the manifest says %d (changed since it was verified)", src, n, want.Size)
+		}
+		if got := hex.EncodeToString(h.Sum(nil)); got != want.SHA256 {
+			return fmt.Errorf("%s: SHA-256 %s, the manifest says %s (changed since it was verified)", src, got, want.SHA256)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	x.note(name, n)
+	return nil
+}
+
+func (x *exporter) note(name string, n int64) {
+	x.written = append(x.written, name)
+	x.bytes += n
+}
+
+// writeWeights writes the checkpoint's safetensors file name into the
+// export in dtype and returns the torch dtype that names the widest dtype
+// written. DTypeAuto copies the file byte for byte (verified).
+func (x *exporter) writeWeights(name string, dtype DType) (string, error) {
+	src := x.c.Path(name)
+	f, err := safetensors.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("export: %w", err)
+	}
+	defer f.Close()
+	names := f.Names()
+	if dtype == DTypeAuto {
+		widest := safetensors.DType("")
+		for _, n := range names {
+			info, _ := f.Info(n)
+			if widest == "" || info.DType.Size() > widest.Size() || (info.DType == safetensors.BF16 && widest == safetensors.F16) {
+				widest = info.DType
+			}
+		}
+		if err := x.copyVerified(name); err != nil {
+			return "", err
+		}
+		return torchName(widest)
+	}
+	tensors, err := convertTensors(f, names, names, dtype)
+	if err != nil {
+		return "", err
+	}
+	if err := x.writeSafetensors(name, tensors, f.Metadata()); err != nil {
+		return "", err
+	}
+	return torchName(target(dtype))
+}
+
+// target is the safetensors dtype of an export dtype other than auto.
+func target(d DType) safetensors.DType {
+	if d == DTypeBF16 {
+		return safetensors.BF16
+	}
+	return safetensors.F32
+}
+
+// convertTensors describes the tensors names of f, written under outNames,
+// converted to dtype (DTypeAuto: as they are).
+func convertTensors(f *safetensors.File, names, outNames []string, dtype DType) ([]safetensors.WriteTensor, error) {
+	out := make([]safetensors.WriteTensor, 0, len(names))
+	for i, n := range names {
+		info, _ := f.Info(n)
+		if !info.DType.Supported() {
+			return nil, fmt.Errorf("export: %s: tensor %q is %s; only F32, BF16 and F16 convert", f.Path(), n, info.DType)
+		}
+		to := info.DType
+		if dtype != DTypeAuto {
+			to = target(dtype)
+		}
+		out = append(out, safetensors.WriteTensor{
+			Name: outNames[i], DType: to, Shape: slices.Clone(info.Shape),
+			Stream: func(w io.Writer) error { return writeAs(w, f, n, info.DType, to) },
+		})
+	}
+	return out, nil
+}
+
+// writeAs writes tensor name of f, held in from, as to.
+func writeAs(w io.Writer, f *safetensors.File, name string, from, to safetensors.DType) error {
+	if from == to {
+		b, err := f.Bytes(name)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	vals, err := f.Float32(name)
+	if err != nil {
+		return err
+	}
+	switch to {
+	case safetensors.F32:
+		_, err = w.Write(safetensors.EncodeFloat32(vals))
+	case safetensors.BF16:
+		bits := make([]uint16, len(vals))
+		for i, v := range vals {
+			bits[i] = safetensors.Float32ToBF16(v)
+		}
+		_, err = w.Write(safetensors.EncodeUint16(bits))
+	default:
+		err = fmt.Errorf("cannot write %s", to)
+	}
+	return err
+}
+
+func (x *exporter) writeSafetensors(name string, tensors []safetensors.WriteTensor, meta map[string]string) error {
+	path := filepath.Join(x.tmp, name)
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	if meta["format"] == "" {
+		meta["format"] = "pt"
+	}
+	if err := safetensors.WriteFile(path, tensors, meta); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	x.note(name, st.Size())
+	return nil
+}
+
+// torchName is the torch dtype name of a safetensors dtype.
+func torchName(d safetensors.DType) (string, error) {
+	switch d {
+	case safetensors.F32:
+		return "float32", nil
+	case safetensors.BF16:
+		return "bfloat16", nil
+	case safetensors.F16:
+		return "float16", nil
+	}
+	return "", fmt.Errorf("export: weights in dtype %q", d)
+}
+
+// writeConfig writes the checkpoint's config.json with torch_dtype (and
+// transformers' newer dtype key, where present) set to torchDType. The
+// checkpoint's bytes are verified first.
+func (x *exporter) writeConfig(torchDType string) error {
+	raw, err := x.c.ReadFile(weights.ConfigFile)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return fmt.Errorf("export: %s: %w", x.c.Path(weights.ConfigFile), err)
+	}
+	cfg["torch_dtype"] = torchDType
+	if _, ok := cfg["dtype"]; ok {
+		cfg["dtype"] = torchDType
+	}
+	return x.writeJSON(weights.ConfigFile, cfg)
+}
+
+func (x *exporter) writeJSON(name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("export: %s: %w", name, err)
+	}
+	return x.writeBytes(name, append(b, '\n'))
+}
+
+func (x *exporter) writeBytes(name string, b []byte) error {
+	if err := atomicfile.WriteBytes(filepath.Join(x.tmp, name), 0o644, b); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	x.note(name, int64(len(b)))
+	return nil
+}

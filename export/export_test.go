@@ -1,0 +1,433 @@
+package export
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/safetensors"
+	"github.com/clawrl/clawrl/trainer"
+	"github.com/clawrl/clawrl/weights"
+)
+
+const testBase = "tiny-base-0123"
+
+// trained writes a random BF16 base model, trains it two steps (LoRA rank 4
+// or full fine-tuning) and checkpoints the result; it returns the base
+// directory and the verified checkpoint.
+func trained(t *testing.T, lora bool) (string, *weights.Checkpoint) {
+	t.Helper()
+	base := t.TempDir()
+	spec := model.RandomSpec{
+		Arch: model.ArchQwen3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 16,
+		Vocab: 64, MaxPositions: 128, DType: "bfloat16", Seed: 7, InitStd: 0.2,
+		ExtraFiles: map[string][]byte{"tokenizer.json": []byte(`{"model":{}}`), "tokenizer_config.json": []byte(`{}`)},
+	}
+	if err := model.WriteRandomCheckpoint(base, spec); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(cpu.New(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	o := trainer.DefaultOptions()
+	o.LR, o.WarmupSteps, o.WeightDecay = 1e-2, 0, 0
+	if lora {
+		o.LoRARank, o.LoRAAlpha = 4, 8
+	}
+	tr, err := trainer.New(m, m.Weights(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	r := rand.New(rand.NewPCG(3, 4))
+	toks := func(n int) []int32 {
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = r.Int32N(64)
+		}
+		return out
+	}
+	for step := range 2 {
+		var batch []trainer.Sample
+		for i := range 4 {
+			batch = append(batch, trainer.Sample{Prompt: toks(5), Response: toks(4), Reward: float32(1 - 2*((i+step)%2))})
+		}
+		if met, err := tr.Step(batch); err != nil || !met.Applied {
+			t.Fatalf("step: %+v %v", met, err)
+		}
+	}
+	store := weights.NewStore(weights.StoreOptions{})
+	t.Cleanup(store.Close)
+	if _, err := tr.Publish(store); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(base, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tr.Save(store, trainer.CheckpointOptions{
+		Root: filepath.Join(t.TempDir(), "checkpoints"), ConfigJSON: cfg, Base: testBase,
+		ExtraFiles: map[string][]byte{"tokenizer.json": spec.ExtraFiles["tokenizer.json"], "generation_config.json": []byte(`{"do_sample":true}`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base, c
+}
+
+// scores loads the model in dir and scores fixed requests.
+func scores(t *testing.T, dir string) [][]float32 {
+	t.Helper()
+	m, err := model.Load(cpu.New(), dir)
+	if err != nil {
+		t.Fatalf("loading %s: %v", dir, err)
+	}
+	defer m.Close()
+	kv, err := m.NewKVCache(model.KVCacheOptions{Budget: m.Config.KVBytesPerToken(compute.F32) * 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	reqs := []model.ScoreRequest{{Prompt: []int32{1, 5, 9, 12}, Response: []int32{3, 40, 7}}, {Prompt: []int32{60, 2}, Response: []int32{8, 8, 30, 31}}}
+	out, err := m.LogProbsBatch(kv, reqs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lps [][]float32
+	for _, s := range out {
+		lps = append(lps, s.LogProbs)
+	}
+	return lps
+}
+
+func maxDiff(a, b [][]float32) float64 {
+	var d float64
+	for i := range a {
+		for j := range a[i] {
+			d = math.Max(d, math.Abs(float64(a[i][j]-b[i][j])))
+		}
+	}
+	return d
+}
+
+// dtypes returns the dtypes of the tensors of a safetensors file.
+func dtypes(t *testing.T, path string) map[safetensors.DType]int {
+	t.Helper()
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[safetensors.DType]int{}
+	for _, n := range f.Names() {
+		info, _ := f.Info(n)
+		out[info.DType]++
+	}
+	return out
+}
+
+func readJSON(t *testing.T, path string) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return m
+}
+
+// TestModelExport exports a LoRA-trained BF16 model in each dtype and
+// checks that it loads as the checkpoint's function: exactly (auto), to
+// float32 rounding (f32) or to BF16 rounding (bf16), with config.json's
+// torch_dtype naming what was written and nothing of the trainer's state.
+func TestModelExport(t *testing.T) {
+	base, c := trained(t, true)
+	want := scores(t, c.Dir())
+	for _, tt := range []struct {
+		dtype     DType
+		torch     string
+		tensors   []safetensors.DType
+		tolerance float64
+	}{
+		{DTypeAuto, "float32", []safetensors.DType{safetensors.BF16, safetensors.F32}, 0},
+		{DTypeF32, "float32", []safetensors.DType{safetensors.F32}, 1e-4},
+		{DTypeBF16, "bfloat16", []safetensors.DType{safetensors.BF16}, 0.05},
+	} {
+		t.Run(string(tt.dtype), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "exported")
+			res, err := Model(c, out, Options{DType: tt.dtype, BaseDir: base})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Version != c.Manifest.Version || res.DType != tt.torch || res.Dir != out {
+				t.Errorf("result %+v", res)
+			}
+			wantFiles := []string{CardFile, "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+			if !slices.Equal(res.Files, wantFiles) {
+				t.Errorf("files %v, want %v", res.Files, wantFiles)
+			}
+			ents, _ := os.ReadDir(out)
+			if len(ents) != len(wantFiles) {
+				t.Errorf("%d entries in %s, want %d", len(ents), out, len(wantFiles))
+			}
+			if got := readJSON(t, filepath.Join(out, "config.json"))["torch_dtype"]; got != tt.torch {
+				t.Errorf("torch_dtype %v, want %s", got, tt.torch)
+			}
+			var got []safetensors.DType
+			for d := range dtypes(t, filepath.Join(out, "model.safetensors")) {
+				got = append(got, d)
+			}
+			slices.Sort(got)
+			slices.Sort(tt.tensors)
+			if !slices.Equal(got, tt.tensors) {
+				t.Errorf("tensor dtypes %v, want %v", got, tt.tensors)
+			}
+			// The tokenizer comes from the checkpoint; what it lacks, from the base.
+			if b, _ := os.ReadFile(filepath.Join(out, "tokenizer_config.json")); string(b) != "{}" {
+				t.Errorf("tokenizer_config.json %q, want the base's", b)
+			}
+			if d := maxDiff(scores(t, out), want); d > tt.tolerance || math.IsNaN(d) {
+				t.Errorf("log-probs differ from the checkpoint's by %g, want ≤ %g", d, tt.tolerance)
+			}
+			card, _ := os.ReadFile(filepath.Join(out, CardFile))
+			for _, s := range []string{"library_name: transformers", "| weight version | 1 |", "| optimizer steps since the base | 2 |", testBase, tt.torch} {
+				if !strings.Contains(string(card), s) {
+					t.Errorf("model card lacks %q:\n%s", s, card)
+				}
+			}
+		})
+	}
+}
+
+// TestAdapterExport checks the PEFT adapter against the merged weights:
+// W + (lora_alpha/r)·B·A, computed in float64 from the base and the
+// exported adapter, is the checkpoint's model.safetensors.
+func TestAdapterExport(t *testing.T) {
+	base, c := trained(t, true)
+	out := filepath.Join(t.TempDir(), "adapter")
+	res, err := Adapter(c, out, Options{BaseDir: base, BaseFingerprint: testBase})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DType != "float32" {
+		t.Errorf("adapter dtype %s", res.DType)
+	}
+	ac := readJSON(t, filepath.Join(out, AdapterConfigFile))
+	r, alpha := ac["r"].(float64), ac["lora_alpha"].(float64)
+	if r != 4 || alpha != 8 || ac["peft_type"] != "LORA" || ac["task_type"] != "CAUSAL_LM" || ac["base_model_name_or_path"] != base {
+		t.Errorf("adapter_config %v", ac)
+	}
+	targets := ac["target_modules"].([]any)
+	if len(targets) != 7 || targets[0] != "q_proj" || targets[6] != "down_proj" {
+		t.Errorf("target_modules %v", targets)
+	}
+	if _, err := os.Stat(filepath.Join(out, "model.safetensors")); err == nil {
+		t.Error("an adapter export holds model.safetensors")
+	}
+
+	ad, err := safetensors.Open(filepath.Join(out, AdapterModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ad.Close()
+	bw, err := safetensors.OpenDir(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bw.Close()
+	merged, err := safetensors.Open(c.Path(weights.ModelFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer merged.Close()
+	if n := len(ad.Names()); n != 2*7*2 {
+		t.Fatalf("%d adapter tensors, want 28", n)
+	}
+	checked, moved := 0, 0
+	for _, name := range ad.Names() {
+		if !strings.HasSuffix(name, ".lora_A.weight") {
+			continue
+		}
+		if !strings.HasPrefix(name, "base_model.model.model.layers.") {
+			t.Fatalf("adapter tensor %q: not a PEFT name", name)
+		}
+		module := strings.TrimPrefix(strings.TrimSuffix(name, ".lora_A.weight"), "base_model.model.")
+		bName := strings.TrimSuffix(name, "lora_A.weight") + "lora_B.weight"
+		ai, _ := ad.Info(name)
+		a, _ := ad.Float32(name)
+		b, err := ad.Float32(bName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := bw.Float32(module + ".weight")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := merged.Float32(module + ".weight")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rank, in := ai.Shape[0], ai.Shape[1]
+		outDim := len(w) / in
+		for o := range outDim {
+			for i := range in {
+				var d float64
+				for k := range rank {
+					d += float64(b[o*rank+k]) * float64(a[k*in+i])
+				}
+				ref := float64(w[o*in+i]) + alpha/r*d
+				if math.Abs(ref-float64(got[o*in+i])) > 1e-5*math.Max(1, math.Abs(ref)) {
+					t.Fatalf("%s[%d,%d]: base + adapter = %g, the merged weight is %g", module, o, i, ref, got[o*in+i])
+				}
+				if got[o*in+i] != w[o*in+i] {
+					moved++
+				}
+			}
+		}
+		checked++
+	}
+	if checked != 14 || moved == 0 {
+		t.Errorf("checked %d matrices, %d weights moved by training (want 14, > 0)", checked, moved)
+	}
+}
+
+// TestExportRefuses covers what an export refuses, and that a refused
+// export leaves nothing behind.
+func TestExportRefuses(t *testing.T) {
+	base, c := trained(t, true)
+	_, full := trained(t, false)
+	parent := t.TempDir()
+	full1 := filepath.Join(parent, "full")
+	if err := os.Mkdir(full1, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(full1, "keep.txt"), []byte("x"), 0o644)
+	file := filepath.Join(parent, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	for _, tt := range []struct {
+		name string
+		do   func() error
+		want string
+	}{
+		{"non-empty destination", func() error { _, err := Model(c, full1, Options{}); return err }, "pass --force"},
+		{"destination is a file", func() error { _, err := Model(c, file, Options{}); return err }, "not a directory"},
+		{"inside the checkpoint", func() error { _, err := Model(c, filepath.Join(c.Dir(), "x"), Options{}); return err }, "inside the checkpoint"},
+		{"bad dtype", func() error { _, err := Model(c, filepath.Join(parent, "d"), Options{DType: "fp8"}); return err }, `dtype "fp8"`},
+		{"adapter of full fine-tuning", func() error { _, err := Adapter(full, filepath.Join(parent, "a"), Options{}); return err }, "without LoRA"},
+		{"adapter of another base", func() error {
+			_, err := Adapter(c, filepath.Join(parent, "b"), Options{BaseDir: base, BaseFingerprint: "other-base"})
+			return err
+		}, "an adapter applies only to its own base"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.do()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+	if b, _ := os.ReadFile(filepath.Join(full1, "keep.txt")); string(b) != "x" {
+		t.Error("a refused export touched the destination")
+	}
+
+	// --force replaces the old contents whole.
+	if _, err := Model(c, full1, Options{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(full1, "keep.txt")); err == nil {
+		t.Error("--force kept the old contents")
+	}
+	if _, err := os.Stat(filepath.Join(full1, "model.safetensors")); err != nil {
+		t.Error(err)
+	}
+
+	// A file changed after the checkpoint was verified fails the export,
+	// naming it, and leaves no destination and no temporary directory.
+	path := c.Path("tokenizer.json")
+	b, _ := os.ReadFile(path)
+	b[0] ^= 1
+	os.WriteFile(path, b, 0o644)
+	dest := filepath.Join(parent, "late")
+	_, err := Model(c, dest, Options{})
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "changed since it was verified") {
+		t.Errorf("export of a file changed after verification: %v", err)
+	}
+	if _, err := os.Stat(dest); err == nil {
+		t.Error("a failed export left its destination")
+	}
+	ents, _ := os.ReadDir(parent)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			t.Errorf("a failed export left %s", e.Name())
+		}
+	}
+	// And weights.Open now refuses the checkpoint, naming the file.
+	if _, err := weights.Open(c.Dir()); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("reopening the corrupted checkpoint: %v", err)
+	}
+}
+
+// TestExportTokenizer: a checkpoint without tokenizer.json takes the base's,
+// and with neither the export is refused.
+func TestExportTokenizer(t *testing.T) {
+	base, c := trained(t, true)
+	// Drop tokenizer.json from the checkpoint (manifest and file) by
+	// republishing it without.
+	var files []weights.File
+	for _, f := range c.Manifest.Files {
+		if f.Name == "tokenizer.json" {
+			continue
+		}
+		src := c.Path(f.Name)
+		files = append(files, weights.File{Name: f.Name, Create: func(path string) error {
+			b, err := os.ReadFile(src)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(path, b, 0o644)
+		}})
+	}
+	info := c.Info()
+	info.Version++
+	bare, err := weights.Save(filepath.Dir(c.Dir()), info, files, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "e")
+	if _, err := Model(bare, out, Options{BaseDir: base}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "tokenizer.json")); string(b) != `{"model":{}}` {
+		t.Errorf("tokenizer.json %q, want the base's", b)
+	}
+	_, err = Model(bare, filepath.Join(t.TempDir(), "f"), Options{})
+	if err == nil || !strings.Contains(err.Error(), "no tokenizer.json") {
+		t.Errorf("export without any tokenizer: %v", err)
+	}
+}
+
+func TestParseDType(t *testing.T) {
+	for in, want := range map[string]DType{"": DTypeAuto, "auto": DTypeAuto, "F32": DTypeF32, "float32": DTypeF32, "bf16": DTypeBF16, "bfloat16": DTypeBF16} {
+		if got, err := ParseDType(in); err != nil || got != want {
+			t.Errorf("ParseDType(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"fp16", "int8", "f64"} {
+		if _, err := ParseDType(in); err == nil {
+			t.Errorf("ParseDType(%q) accepted", in)
+		}
+	}
+}
