@@ -24,6 +24,7 @@ import (
 
 	"github.com/clawrl/clawrl/bundled"
 	"github.com/clawrl/clawrl/config"
+	"github.com/clawrl/clawrl/dashboard"
 	"github.com/clawrl/clawrl/loop"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/replay"
@@ -387,10 +388,17 @@ func (a *app) newServer(e *engine, db *store.DB, reg *prometheus.Registry, adm s
 	if sc.EnableThinking != "auto" {
 		vars["enable_thinking"] = sc.EnableThinking == "true"
 	}
+	modelID := filepath.Base(filepath.Clean(e.dir))
+	var dash server.Dashboard
+	if sc.Dashboard {
+		dash = dashboard.New(dashboard.Options{
+			ModelID: modelID, Version: e.store.Current, Training: a.cfg.Trainer.Enabled, Store: db, Gatherer: reg,
+		})
+	}
 	srv, err := server.New(server.Options{
 		Generator:        e.sched,
 		Tokenizer:        e.tok,
-		ModelID:          filepath.Base(filepath.Clean(e.dir)),
+		ModelID:          modelID,
 		ContextLength:    e.model.Config.MaxPositions,
 		Version:          e.store.Current,
 		APIKeys:          sc.APIKeys,
@@ -405,6 +413,7 @@ func (a *app) newServer(e *engine, db *store.DB, reg *prometheus.Registry, adm s
 		ShutdownTimeout:  sc.ShutdownTimeout,
 		Sink:             db,
 		Data:             forgetter{db},
+		Dashboard:        dash,
 		Sessions: session.Options{
 			MaxSessions:        a.cfg.Sessions.MaxSessions,
 			IdleTimeout:        a.cfg.Sessions.IdleTimeout,

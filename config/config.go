@@ -272,6 +272,8 @@ type Server struct {
 	DefaultMaxTokens int           `mapstructure:"default_max_tokens"`
 	EnableThinking   string        `mapstructure:"enable_thinking"`
 	ShutdownTimeout  time.Duration `mapstructure:"shutdown_timeout"`
+	// Dashboard serves the web dashboard at /dashboard.
+	Dashboard bool `mapstructure:"dashboard"`
 }
 
 // Rollout configures the generation scheduler.

@@ -115,6 +115,10 @@ type Options struct {
 	// Data, if set, deletes a user's records: DELETE /v1/sessions/{id}.
 	// Without it the route answers 501.
 	Data DataStore
+	// Dashboard, if set, serves the web dashboard: its page at GET
+	// /dashboard (static, no data: no key needed) and its data at GET
+	// /dashboard/state (behind the API keys). Without it /dashboard is 404.
+	Dashboard Dashboard
 
 	// Logger receives request and startup logs.
 	Logger zerolog.Logger
@@ -128,6 +132,13 @@ type Options struct {
 // as a new version; it returns the new version's number.
 type Admin interface {
 	Rollback(ctx context.Context, version uint64) (uint64, error)
+}
+
+// Dashboard serves the web dashboard's page, script and state.
+type Dashboard interface {
+	ServePage(w http.ResponseWriter, r *http.Request)
+	ServeScript(w http.ResponseWriter, r *http.Request)
+	ServeState(w http.ResponseWriter, r *http.Request)
 }
 
 // DataStore deletes the stored records of a session (its turns, feedback
@@ -304,8 +315,16 @@ func (s *Server) routes() http.Handler {
 		_, _ = w.Write([]byte("ready\n"))
 	})
 	r.Post("/admin/rollback", s.handleRollback)
+	if d := s.opts.Dashboard; d != nil {
+		r.Get("/dashboard", d.ServePage)
+		r.Get("/dashboard/", d.ServePage)
+		r.Get("/dashboard/app.js", d.ServeScript)
+	}
 	r.Group(func(r chi.Router) {
 		r.Use(s.auth)
+		if d := s.opts.Dashboard; d != nil {
+			r.Get("/dashboard/state", d.ServeState)
+		}
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 		r.Get("/v1/models", s.handleModels)
 		r.Get("/v1/models/*", s.handleModel) // model ids may hold slashes

@@ -1,0 +1,237 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clawrl/clawrl/store"
+)
+
+// fakeStore returns fixed stats and history, or errors.
+type fakeStore struct {
+	stats   store.Stats
+	history store.History
+	err     error
+}
+
+func (f *fakeStore) Stats() (store.Stats, error)        { return f.stats, f.err }
+func (f *fakeStore) History(int) (store.History, error) { return f.history, f.err }
+func ptr[T any](v T) *T                                 { return &v }
+func at(s int) time.Time                                { return time.Unix(1_800_000_000+int64(s), 0).UTC() }
+func newClock(t time.Time) func() time.Time             { return func() time.Time { return t } }
+func (f *fakeStore) withErr(err error) *fakeStore       { g := *f; g.err = err; return &g }
+func metricsOf(t *testing.T, st State, keys ...string) []float64 {
+	t.Helper()
+	var out []float64
+	for _, k := range keys {
+		v, ok := st.Metrics[k]
+		if !ok {
+			t.Errorf("metric %s missing from %v", k, st.Metrics)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// sampleState is a dashboard over a store with two steps, three versions
+// (one a rollback) and three scored turns, and a registry with a labelled
+// counter, a gauge, a histogram, a NaN gauge and a foreign metric.
+func sampleDashboard(t *testing.T) (*Dashboard, *fakeStore) {
+	t.Helper()
+	fs := &fakeStore{
+		stats: store.Stats{Path: "/secret/path/clawrl.db", Bytes: 123456, Sessions: 2, Turns: map[string]int{"scored": 3, "open": 1},
+			Samples: map[string]int{"trained": 4, "queued": 1}, Dropped: map[string]int{"rolled_back": 2}, Feedback: 3,
+			Steps: map[string]int{"applied": 2}, LastVersion: 4},
+		history: store.History{
+			Steps: []store.StepPoint{{Step: 1, Version: 2, Time: at(10), Loss: 0.5, Status: "applied", Samples: 2, Reward: ptr(-1.0)},
+				{Step: 2, Version: 3, Time: at(20), Loss: 0.25, Status: "applied", Samples: 3, Rollouts: 1, Reward: ptr(1.0)}},
+			Versions: []store.VersionPoint{{Number: 1, Time: at(0), Note: "base: m"}, {Number: 2, Parent: 1, Step: 1, Time: at(10)},
+				{Number: 3, Parent: 2, Step: 2, Time: at(20)}, {Number: 4, Parent: 2, Step: 1, Time: at(30), Note: "rollback to 2"}},
+			Rewards: []store.RewardPoint{{Time: at(5), Reward: -1, Source: "judge", Version: 1}, {Time: at(6), Reward: 1, Source: "feedback", Version: 1},
+				{Time: at(15), Reward: 0, Source: "judge", Version: 2}},
+		},
+	}
+	reg := prometheus.NewRegistry()
+	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "clawrl_loop_guard_events_total", Help: "h"}, []string{"event"})
+	events.WithLabelValues("kl").Add(2)
+	events.WithLabelValues("rollback").Add(1)
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "clawrl_loop_skill", Help: "h"})
+	gauge.Set(0.75)
+	nan := prometheus.NewGauge(prometheus.GaugeOpts{Name: "clawrl_loop_loss", Help: "h"})
+	nan.Set(math.NaN())
+	hist := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "clawrl_time_to_first_token_seconds", Help: "h"})
+	hist.Observe(0.5)
+	hist.Observe(1.5)
+	other := prometheus.NewGauge(prometheus.GaugeOpts{Name: "go_threads_fake", Help: "h"})
+	reg.MustRegister(events, gauge, nan, hist, other)
+	d := New(Options{ModelID: "clawrl-small", Version: func() uint64 { return 4 }, Training: true, Store: fs, Gatherer: reg, Now: newClock(at(100))})
+	d.opts.Now = newClock(at(160))
+	return d, fs
+}
+
+func TestSnapshot(t *testing.T) {
+	d, fs := sampleDashboard(t)
+	st := d.Snapshot(t.Context())
+	if st.Model != "clawrl-small" || st.Version != 4 || !st.Training || st.Uptime != 60 || len(st.Errors) != 0 {
+		t.Errorf("state %+v", st)
+	}
+	if st.Stats == nil || st.Stats.Path != "" || st.Stats.Sessions != 2 {
+		t.Errorf("stats %+v (the file path must not reach a browser)", st.Stats)
+	}
+	if st.History == nil || len(st.History.Steps) != 2 || len(st.History.Versions) != 4 {
+		t.Errorf("history %+v", st.History)
+	}
+	got := metricsOf(t, st, "clawrl_loop_guard_events_total", `clawrl_loop_guard_events_total{event="kl"}`,
+		`clawrl_loop_guard_events_total{event="rollback"}`, "clawrl_loop_skill", "clawrl_time_to_first_token_seconds_count", "clawrl_time_to_first_token_seconds_sum")
+	want := []float64{3, 2, 1, 0.75, 2, 2}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("metric %d = %g, want %g", i, got[i], want[i])
+		}
+	}
+	for _, k := range []string{"clawrl_loop_loss", "go_threads_fake"} {
+		if _, ok := st.Metrics[k]; ok {
+			t.Errorf("metric %s listed (NaN or not clawrl's)", k)
+		}
+	}
+	// The JSON encodes (no NaN) and carries the fields the page reads.
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"weight_version":4`, `"uptime_s":60`, `"steps":[`, `"rewards":[`, `"note":"rollback to 2"`, `"last_version":4`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("state JSON lacks %s: %s", k, b)
+		}
+	}
+
+	// A store that fails: the rest is still shown, and the error named.
+	d.opts.Store = fs.withErr(errors.New("disk on fire"))
+	st = d.Snapshot(t.Context())
+	if st.Stats != nil || st.History != nil || len(st.Errors) != 2 || !strings.Contains(st.Errors[0], "disk on fire") || st.Version != 4 {
+		t.Errorf("with a failing store: %+v", st)
+	}
+	// No store, no registry: an empty but valid state.
+	st = New(Options{}).Snapshot(t.Context())
+	if st.Metrics == nil || st.Stats != nil || len(st.Errors) != 0 {
+		t.Errorf("bare state %+v", st)
+	}
+}
+
+func TestHandlers(t *testing.T) {
+	d, _ := sampleDashboard(t)
+	for _, tt := range []struct {
+		name  string
+		serve http.HandlerFunc
+		ctype string
+		has   string
+	}{
+		{"page", d.ServePage, "text/html; charset=utf-8", `<script src="/dashboard/app.js">`},
+		{"script", d.ServeScript, "text/javascript; charset=utf-8", "/dashboard/state"},
+		{"state", d.ServeState, "application/json", `"model":"clawrl-small"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			tt.serve(rec, httptest.NewRequest("GET", "/dashboard", nil))
+			if rec.Code != 200 || rec.Header().Get("Content-Type") != tt.ctype || !strings.Contains(rec.Body.String(), tt.has) {
+				t.Errorf("%d %q: %.200s", rec.Code, rec.Header().Get("Content-Type"), rec.Body.String())
+			}
+			if tt.name != "state" && !strings.Contains(rec.Header().Get("Content-Security-Policy"), "script-src 'self'") {
+				t.Errorf("no CSP: %v", rec.Header())
+			}
+		})
+	}
+	// The page and script hold no data: nothing of the store's.
+	for _, serve := range []http.HandlerFunc{d.ServePage, d.ServeScript} {
+		rec := httptest.NewRecorder()
+		serve(rec, httptest.NewRequest("GET", "/dashboard", nil))
+		if strings.Contains(rec.Body.String(), "rollback to 2") {
+			t.Error("static asset holds state")
+		}
+	}
+}
+
+// TestPageRenders runs the page's script under Node with a minimal DOM
+// (testdata/harness.js) on a real state, and checks what a person would
+// see: the version, the cards, one dot per scored turn, one bar per step,
+// the versions newest first with the rollback marked; and the key form
+// when the state answers 401. Skipped where Node is not installed.
+func TestPageRenders(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed")
+	}
+	d, _ := sampleDashboard(t)
+	path := filepath.Join(t.TempDir(), "state.json")
+	b, _ := json.Marshal(d.Snapshot(t.Context()))
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type shown struct {
+		Polls        int      `json:"polls"`
+		Model        string   `json:"model"`
+		Version      string   `json:"version"`
+		Training     string   `json:"training"`
+		Errors       string   `json:"errors"`
+		KeyShown     bool     `json:"keyShown"`
+		Cards        []string `json:"cards"`
+		RewardDots   int      `json:"rewardDots"`
+		RewardLines  int      `json:"rewardLines"`
+		LossDots     int      `json:"lossDots"`
+		StepBars     int      `json:"stepBars"`
+		VersionRows  int      `json:"versionRows"`
+		RollbackRows int      `json:"rollbackRows"`
+		FirstRow     string   `json:"firstRow"`
+	}
+	run := func(args ...string) shown {
+		t.Helper()
+		out, err := exec.Command(node, append([]string{filepath.Join("testdata", "harness.js")}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("node: %v\n%s", err, out)
+		}
+		var s shown
+		if err := json.Unmarshal(out, &s); err != nil {
+			t.Fatalf("harness output %q: %v", out, err)
+		}
+		return s
+	}
+	s := run(path)
+	cards := strings.Join(s.Cards, " | ")
+	if s.Polls != 1 || s.Model != "clawrl-small" || s.Version != "v4" || s.Training != "training" || s.Errors != "" || s.KeyShown {
+		t.Errorf("header %+v", s)
+	}
+	for _, want := range []string{"weight versionv4", "training steps2", "samples4 trained1 queued, 2 dropped", "held-out skill75.0%",
+		`guard events: kl 2, rollback 1`, "sessions24 turns, 3 feedback", "store0.1 MB"} {
+		if !strings.Contains(cards, want) {
+			t.Errorf("cards lack %q: %s", want, cards)
+		}
+	}
+	if s.RewardDots != 3 || s.RewardLines != 1 || s.LossDots != 2 || s.StepBars != 2 {
+		t.Errorf("charts: %d reward dots, %d lines, %d loss dots, %d step bars; want 3, 1, 2, 2", s.RewardDots, s.RewardLines, s.LossDots, s.StepBars)
+	}
+	if s.VersionRows != 4 || s.RollbackRows != 1 || !strings.HasPrefix(s.FirstRow, "v4v2") || !strings.HasSuffix(s.FirstRow, "rollback to 2") {
+		t.Errorf("versions: %d rows, %d rollbacks, first %q", s.VersionRows, s.RollbackRows, s.FirstRow)
+	}
+	// An empty store draws "nothing yet", not an error.
+	empty := filepath.Join(t.TempDir(), "empty.json")
+	b, _ = json.Marshal(New(Options{ModelID: "m"}).Snapshot(t.Context()))
+	os.WriteFile(empty, b, 0o644)
+	if s := run(empty); s.Errors != "" || s.VersionRows != 1 || s.RewardDots != 0 || s.Version != "v0" {
+		t.Errorf("empty state: %+v", s)
+	}
+	// A daemon with API keys: the page asks for one.
+	if s := run(path, "401"); !s.KeyShown || s.Model != "needs an API key" || len(s.Cards) != 0 {
+		t.Errorf("401: %+v", s)
+	}
+}

@@ -1,0 +1,129 @@
+package store
+
+import (
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// History is what the dashboard plots: the newest training steps, weight
+// versions and scored turns, oldest first. It holds no conversation text.
+type History struct {
+	Steps    []StepPoint    `json:"steps"`
+	Versions []VersionPoint `json:"versions"`
+	Rewards  []RewardPoint  `json:"rewards"`
+}
+
+// StepPoint is one optimizer step.
+type StepPoint struct {
+	Step    int64     `json:"step"`
+	Version uint64    `json:"version"`
+	Time    time.Time `json:"time"`
+	Loss    float64   `json:"loss"`
+	Status  string    `json:"status"` // applied | lost
+	Samples int       `json:"samples"`
+	// Rollouts counts the hinted-rollout samples among them.
+	Rollouts int `json:"rollouts"`
+	// Reward is the mean reward of its samples of users' turns (not the
+	// hinted rollouts); nil when it trained none.
+	Reward *float64 `json:"reward,omitempty"`
+}
+
+// VersionPoint is one weight version.
+type VersionPoint struct {
+	Number uint64    `json:"number"`
+	Parent uint64    `json:"parent"`
+	Step   int64     `json:"step"`
+	Time   time.Time `json:"time"`
+	Note   string    `json:"note,omitempty"`
+}
+
+// RewardPoint is the reward of one scored user turn (its latest scoring).
+type RewardPoint struct {
+	Time    time.Time `json:"time"`
+	Reward  int       `json:"reward"`
+	Source  string    `json:"source,omitempty"`
+	Version uint64    `json:"version"`
+}
+
+// History returns the newest limit steps, versions and scored turns
+// (limit ≤ 0: 200 each).
+func (d *DB) History(limit int) (History, error) {
+	if limit <= 0 {
+		limit = 200
+	}
+	h := History{Steps: []StepPoint{}, Versions: []VersionPoint{}, Rewards: []RewardPoint{}}
+	query := func(what, q string, scan func(*sql.Rows) error) error {
+		rows, err := d.db.Query(q, limit)
+		if err != nil {
+			return fmt.Errorf("store: history: %s: %w", what, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return fmt.Errorf("store: history: %s: %w", what, err)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: history: %s: %w", what, err)
+		}
+		return nil
+	}
+	err := query("steps", `SELECT st.step, st.version, st.created, st.loss, st.status,
+			COUNT(s.id), COALESCE(SUM(s.kind = 'rollout'), 0), AVG(CASE WHEN s.kind != 'rollout' THEN s.reward END)
+		FROM steps st LEFT JOIN samples s ON s.step_id = st.id
+		GROUP BY st.id ORDER BY st.id DESC LIMIT ?`, func(rows *sql.Rows) error {
+		var p StepPoint
+		var created int64
+		var reward sql.NullFloat64
+		if err := rows.Scan(&p.Step, &p.Version, &created, &p.Loss, &p.Status, &p.Samples, &p.Rollouts, &reward); err != nil {
+			return err
+		}
+		p.Time = time.UnixMilli(created).UTC()
+		if reward.Valid {
+			p.Reward = &reward.Float64
+		}
+		h.Steps = append(h.Steps, p)
+		return nil
+	})
+	if err != nil {
+		return h, err
+	}
+	err = query("versions", "SELECT number, parent, step, created, note FROM versions ORDER BY number DESC LIMIT ?", func(rows *sql.Rows) error {
+		var p VersionPoint
+		var created int64
+		if err := rows.Scan(&p.Number, &p.Parent, &p.Step, &created, &p.Note); err != nil {
+			return err
+		}
+		p.Time = time.UnixMilli(created).UTC()
+		h.Versions = append(h.Versions, p)
+		return nil
+	})
+	if err != nil {
+		return h, err
+	}
+	err = query("rewards", `SELECT s.created, s.reward, s.source, s.version FROM samples s JOIN turns t ON t.id = s.turn_id
+		WHERE s.kind != 'rollout' AND s.gen = t.gen ORDER BY s.created DESC, s.id DESC LIMIT ?`, func(rows *sql.Rows) error {
+		var p RewardPoint
+		var created int64
+		if err := rows.Scan(&created, &p.Reward, &p.Source, &p.Version); err != nil {
+			return err
+		}
+		p.Time = time.UnixMilli(created).UTC()
+		h.Rewards = append(h.Rewards, p)
+		return nil
+	})
+	if err != nil {
+		return h, err
+	}
+	reverse(h.Steps)
+	reverse(h.Versions)
+	reverse(h.Rewards)
+	return h, nil
+}
+
+func reverse[T any](s []T) {
+	for i, j := 0, len(s)-1; i < j; i, j = i+1, j-1 {
+		s[i], s[j] = s[j], s[i]
+	}
+}
