@@ -41,11 +41,11 @@
 
   // chart draws series of points {x, y, color?} into svg, scaled to
   // [ymin, ymax]: kind "line", "dots" or "bars".
-  function chart(svg, layers, ymin, ymax) {
+  function chart(svg, layers, ymin, ymax, slots) {
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     const W = 400, H = 180, P = 6;
-    let n = 0;
-    for (const l of layers) n = Math.max(n, l.points.length);
+    let n = slots || 0;
+    for (const l of layers) for (const p of l.points) n = Math.max(n, p.x + 1);
     if (n === 0) {
       const t = svgEl("text", { x: W / 2, y: H / 2, "text-anchor": "middle", fill: "#6b7385", "font-size": 12 });
       t.textContent = "nothing yet";
@@ -95,12 +95,14 @@
     errs.textContent = (st.errors || []).join("; ");
 
     const samples = s.samples || {}, steps = s.steps || {}, turns = s.turns || {};
+    const recent = h.rewards.slice(-16);
     const guard = Object.keys(m).filter((k) => k.startsWith("clawrl_loop_guard_events_total{")).map((k) => k.replace(/^.*event="([^"]*)".*$/, "$1") + " " + m[k]).join(", ");
     const cards = [
       card("weight version", "v" + st.weight_version, fmt(m.clawrl_loop_versions_published_total || 0) + " published since start"),
       card("training steps", fmt(steps.applied || 0), (steps.lost || 0) + " lost, " + fmt(m.clawrl_loop_train_steps_total || 0) + " since start"),
       card("samples", fmt(samples.trained || 0) + " trained", (samples.queued || 0) + " queued, " + sum(s.dropped) + " dropped"),
-      card("reward (moving avg)", m.clawrl_loop_reward_moving_average === undefined ? "–" : fmt(m.clawrl_loop_reward_moving_average, 2), "the judge's votes on recent turns"),
+      card("reward, last 16 turns", recent.length ? fmt(recent.reduce((a, r) => a + r.reward, 0) / recent.length, 2) : "–",
+        "judge and thumbs; the judge's own moving average " + (m.clawrl_loop_reward_moving_average === undefined ? "–" : fmt(m.clawrl_loop_reward_moving_average, 2))),
       card("held-out skill", m.clawrl_loop_skill === undefined ? "–" : fmt(m.clawrl_loop_skill * 100, 1) + "%", "guard events: " + (guard || "none")),
       card("learning-rate scale", m.clawrl_loop_lr_scale === undefined ? "–" : fmt(m.clawrl_loop_lr_scale), "halved at each guard trip"),
       card("sessions", fmt(s.sessions || 0), fmt(sum(turns)) + " turns, " + fmt(s.feedback || 0) + " feedback"),
@@ -122,8 +124,9 @@
     chart($("rewardchart"), [{ kind: "dots", points: rewards }, { kind: "line", color: "#2f6fec", points: avg }], -1.05, 1.05);
     const loss = h.steps.map((p, i) => ({ x: i, y: p.loss, color: p.status === "applied" ? "#2f6fec" : "#d64545" }));
     chart($("losschart"), [{ kind: "line", color: "#c5d3f5", points: loss }, { kind: "dots", color: "#2f6fec", points: loss }]);
-    const sr = h.steps.filter((p) => p.reward !== undefined && p.reward !== null).map((p, i) => ({ x: i, y: p.reward }));
-    chart($("steprewardchart"), [{ kind: "bars", points: sr }], -1, 1);
+    // x is the step's place among all steps, so the bars line up with the loss chart.
+    const sr = h.steps.map((p, i) => ({ x: i, y: p.reward })).filter((p) => p.y !== undefined && p.y !== null);
+    chart($("steprewardchart"), [{ kind: "bars", points: sr }], -1, 1, h.steps.length);
 
     const rows = h.versions.slice().reverse().slice(0, 30).map((v) => {
       const tr = el("tr");

@@ -55,7 +55,8 @@ func sampleDashboard(t *testing.T) (*Dashboard, *fakeStore) {
 			Steps: map[string]int{"applied": 2}, LastVersion: 4},
 		history: store.History{
 			Steps: []store.StepPoint{{Step: 1, Version: 2, Time: at(10), Loss: 0.5, Status: "applied", Samples: 2, Reward: ptr(-1.0)},
-				{Step: 2, Version: 3, Time: at(20), Loss: 0.25, Status: "applied", Samples: 3, Rollouts: 1, Reward: ptr(1.0)}},
+				{Step: 2, Version: 3, Time: at(20), Loss: 0.25, Status: "applied", Samples: 3, Rollouts: 1, Reward: ptr(1.0)},
+				{Step: 3, Version: 5, Time: at(25), Loss: 0.75, Status: "lost", Samples: 1, Rollouts: 1}}, // rollouts only: no reward
 			Versions: []store.VersionPoint{{Number: 1, Time: at(0), Note: "base: m"}, {Number: 2, Parent: 1, Step: 1, Time: at(10)},
 				{Number: 3, Parent: 2, Step: 2, Time: at(20)}, {Number: 4, Parent: 2, Step: 1, Time: at(30), Note: "rollback to 2"}},
 			Rewards: []store.RewardPoint{{Time: at(5), Reward: -1, Source: "judge", Version: 1}, {Time: at(6), Reward: 1, Source: "feedback", Version: 1},
@@ -89,7 +90,7 @@ func TestSnapshot(t *testing.T) {
 	if st.Stats == nil || st.Stats.Path != "" || st.Stats.Sessions != 2 {
 		t.Errorf("stats %+v (the file path must not reach a browser)", st.Stats)
 	}
-	if st.History == nil || len(st.History.Steps) != 2 || len(st.History.Versions) != 4 {
+	if st.History == nil || len(st.History.Steps) != 3 || len(st.History.Versions) != 4 {
 		t.Errorf("history %+v", st.History)
 	}
 	got := metricsOf(t, st, "clawrl_loop_guard_events_total", `clawrl_loop_guard_events_total{event="kl"}`,
@@ -217,8 +218,8 @@ func TestPageRenders(t *testing.T) {
 			t.Errorf("cards lack %q: %s", want, cards)
 		}
 	}
-	if s.RewardDots != 3 || s.RewardLines != 1 || s.LossDots != 2 || s.StepBars != 2 {
-		t.Errorf("charts: %d reward dots, %d lines, %d loss dots, %d step bars; want 3, 1, 2, 2", s.RewardDots, s.RewardLines, s.LossDots, s.StepBars)
+	if s.RewardDots != 3 || s.RewardLines != 1 || s.LossDots != 3 || s.StepBars != 2 {
+		t.Errorf("charts: %d reward dots, %d lines, %d loss dots, %d step bars; want 3, 1, 3, 2", s.RewardDots, s.RewardLines, s.LossDots, s.StepBars)
 	}
 	if s.VersionRows != 4 || s.RollbackRows != 1 || !strings.HasPrefix(s.FirstRow, "v4v2") || !strings.HasSuffix(s.FirstRow, "rollback to 2") {
 		t.Errorf("versions: %d rows, %d rollbacks, first %q", s.VersionRows, s.RollbackRows, s.FirstRow)
