@@ -52,19 +52,7 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("GET /dashboard/state with a wrong key: %d", code)
 	}
 
-	auth := map[string]string{"Authorization": "Bearer k3y"}
-	history := []map[string]string{{"role": "user", "content": "Name a fruit, secret-word-x."}}
-	for i := range 2 {
-		code, m, _ := d.post(t, "/v1/chat/completions", "dash", auth, map[string]any{"model": "clawrl-small", "messages": history, "max_tokens": 8})
-		if code != 200 {
-			t.Fatalf("chat %d: %d %v", i, code, m)
-		}
-		reply := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
-		history = append(history, map[string]string{"role": "assistant", "content": reply}, map[string]string{"role": "user", "content": "Another."})
-		if code, m, _ := d.post(t, "/v1/feedback", "", auth, map[string]any{"response_id": m["id"], "thumb": 1, "text": "great, secret-word-y"}); code != 200 {
-			t.Fatalf("feedback: %d %v", code, m)
-		}
-	}
+	chatWithThumbs(t, d, "dash", "Name a fruit, secret-word-x.", 2, 1, "great, secret-word-y", map[string]string{"Authorization": "Bearer k3y"})
 	type state struct {
 		Model   string  `json:"model"`
 		Version uint64  `json:"weight_version"`

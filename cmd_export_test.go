@@ -30,18 +30,7 @@ func TestExportServes(t *testing.T) {
 	cfg := filepath.Join(dir, "config.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  kv_cache_dtype: f32\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", data)), 0o600)
 	d := startDaemon(t, bin, cfg, freePort(t))
-	history := []map[string]string{{"role": "user", "content": "Name a fruit."}}
-	for i := range 2 {
-		code, m, _ := d.post(t, "/v1/chat/completions", "e", nil, map[string]any{"model": servedModel(d.url), "messages": history, "max_tokens": 8})
-		if code != 200 {
-			t.Fatalf("chat %d: %d %v", i, code, m)
-		}
-		reply := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
-		history = append(history, map[string]string{"role": "assistant", "content": reply}, map[string]string{"role": "user", "content": "Another."})
-		if code, m, _ := d.post(t, "/v1/feedback", "", nil, map[string]any{"response_id": m["id"], "thumb": 1}); code != 200 {
-			t.Fatalf("feedback: %d %v", code, m)
-		}
-	}
+	chatWithThumbs(t, d, "e", "Name a fruit.", 2, 1, "", nil)
 	root := filepath.Join(data, "checkpoints")
 	var ns []uint64
 	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -150,4 +139,23 @@ func closeLogprobs(a, b any, tol float64) bool {
 		}
 	}
 	return true
+}
+
+// chatWithThumbs holds a conversation of n turns in session, starting with
+// first and going on with "Another.", and gives each reply thumb with
+// text, sending headers with every request.
+func chatWithThumbs(t *testing.T, d *daemon, session, first string, n, thumb int, text string, headers map[string]string) {
+	t.Helper()
+	history := []map[string]string{{"role": "user", "content": first}}
+	for i := range n {
+		code, m, _ := d.post(t, "/v1/chat/completions", session, headers, map[string]any{"model": servedModel(d.url), "messages": history, "max_tokens": 8})
+		if code != 200 {
+			t.Fatalf("chat %d: %d %v", i, code, m)
+		}
+		reply := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+		history = append(history, map[string]string{"role": "assistant", "content": reply}, map[string]string{"role": "user", "content": "Another."})
+		if code, m, _ := d.post(t, "/v1/feedback", "", headers, map[string]any{"response_id": m["id"], "thumb": thumb, "text": text}); code != 200 {
+			t.Fatalf("feedback: %d %v", code, m)
+		}
+	}
 }
