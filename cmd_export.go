@@ -30,8 +30,9 @@ model card. With --adapter it writes the LoRA adapters alone in PEFT layout
 model, refusing a lineage trained without LoRA or on another base.
 
 Every file is checked against the checkpoint's manifest (size and SHA-256) as
-it is copied, and DIR appears whole or not at all. A non-empty DIR is refused
-unless --force replaces it.
+it is copied, and DIR appears whole or not at all. A non-empty DIR is refused;
+--force replaces it only if it holds an earlier export (never a directory of
+other files, nor one holding the checkpoints).
 
 --dtype auto writes the weights as the checkpoint holds them (LoRA-merged
 matrices in F32) and sets config.json's torch_dtype to the widest dtype, so a
@@ -74,7 +75,7 @@ bf16 halves the size but rounds away updates below half a BF16 step.`,
 	f.StringVarP(&out, "out", "o", "", "directory to write (created; must be empty unless --force)")
 	f.StringVar(&dtype, "dtype", "auto", "dtype of the written weights: auto, f32 or bf16")
 	f.BoolVar(&adapter, "adapter", false, "write the LoRA adapters alone, in PEFT layout")
-	f.BoolVar(&force, "force", false, "replace a non-empty --out directory")
+	f.BoolVar(&force, "force", false, "replace an earlier export at --out")
 	f.StringVar(&ckpt, "checkpoint", "", "export this checkpoint directory (a vNNNNNNNN under any checkpoint root) instead of a version of the configured lineage")
 	f.StringVar(&baseName, "base-name", "", "name of the base model in the model card and adapter_config.json (default: the configured model's directory)")
 	return cmd

@@ -149,7 +149,7 @@ func (x *exporter) writeCard(kind string) error {
 		b.WriteString("transformers\n")
 	}
 	b.WriteString("tags:\n- clawrl\n---\n\n")
-	fmt.Fprintf(&b, "# Weight version %d, exported by clawrl\n\n", m.Version)
+	fmt.Fprintf(&b, "%s%d, exported by clawrl\n\n", cardTitle, m.Version)
 	if kind == "adapter" {
 		b.WriteString("A LoRA adapter (PEFT layout) trained online by clawrl from users' feedback.\n\n")
 	} else {

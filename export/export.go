@@ -189,8 +189,11 @@ func run(c *weights.Checkpoint, out string, opts Options, fill func(*exporter) e
 		return Result{}, fmt.Errorf("export: %s: %w", out, err)
 	}
 	ckpt, _ := filepath.Abs(c.Dir())
-	if rel, err := filepath.Rel(ckpt, abs); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+	if within(abs, ckpt) {
 		return Result{}, fmt.Errorf("export: %s is inside the checkpoint %s; export to a directory of its own", out, c.Dir())
+	}
+	if within(ckpt, abs) {
+		return Result{}, fmt.Errorf("export: %s holds the checkpoint %s; export to a directory of its own", out, c.Dir())
 	}
 	if err := checkDest(abs, opts.Force); err != nil {
 		return Result{}, err
@@ -228,8 +231,19 @@ func run(c *weights.Checkpoint, out string, opts Options, fill func(*exporter) e
 	return Result{Dir: abs, Version: c.Manifest.Version, Files: x.written, Bytes: x.bytes, DType: x.torchDType}, nil
 }
 
+// within reports whether path is dir or below it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// cardTitle starts the first heading of an export's model card; Force
+// replaces only a directory whose README.md has it.
+const cardTitle = "# Weight version "
+
 // checkDest refuses a destination that is a file, or a non-empty directory
-// unless force.
+// unless force and it holds an earlier export (its model card says so):
+// --force never deletes a directory of other files.
 func checkDest(out string, force bool) error {
 	st, err := os.Stat(out)
 	if errors.Is(err, os.ErrNotExist) {
@@ -245,8 +259,15 @@ func checkDest(out string, force bool) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	if len(ents) > 0 && !force {
+	if len(ents) == 0 {
+		return nil
+	}
+	if !force {
 		return fmt.Errorf("export: %s exists and is not empty; pass --force to replace it", out)
+	}
+	card, err := os.ReadFile(filepath.Join(out, CardFile))
+	if err != nil || !strings.Contains(string(card), "\n"+cardTitle) || !strings.Contains(string(card), ", exported by clawrl") {
+		return fmt.Errorf("export: %s holds files that are not a clawrl export; --force replaces only an earlier export (remove them yourself, or pick another --out)", out)
 	}
 	return nil
 }

@@ -315,6 +315,9 @@ func TestExportRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(full1, "keep.txt"), []byte("x"), 0o644)
+	mine := filepath.Join(parent, "mine")
+	os.Mkdir(mine, 0o755)
+	os.WriteFile(filepath.Join(mine, "thesis.txt"), []byte("years of work"), 0o644)
 	file := filepath.Join(parent, "file")
 	os.WriteFile(file, []byte("x"), 0o644)
 	for _, tt := range []struct {
@@ -325,6 +328,9 @@ func TestExportRefuses(t *testing.T) {
 		{"non-empty destination", func() error { _, err := Model(c, full1, Options{}); return err }, "pass --force"},
 		{"destination is a file", func() error { _, err := Model(c, file, Options{}); return err }, "not a directory"},
 		{"inside the checkpoint", func() error { _, err := Model(c, filepath.Join(c.Dir(), "x"), Options{}); return err }, "inside the checkpoint"},
+		{"the checkpoint itself", func() error { _, err := Model(c, c.Dir(), Options{Force: true}); return err }, "inside the checkpoint"},
+		{"the checkpoint root, forced", func() error { _, err := Model(c, filepath.Dir(c.Dir()), Options{Force: true}); return err }, "holds the checkpoint"},
+		{"a directory of other files, forced", func() error { _, err := Model(c, mine, Options{Force: true}); return err }, "not a clawrl export"},
 		{"bad dtype", func() error { _, err := Model(c, filepath.Join(parent, "d"), Options{DType: "fp8"}); return err }, `dtype "fp8"`},
 		{"adapter of full fine-tuning", func() error { _, err := Adapter(full, filepath.Join(parent, "a"), Options{}); return err }, "without LoRA"},
 		{"adapter of another base", func() error {
@@ -342,16 +348,27 @@ func TestExportRefuses(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(full1, "keep.txt")); string(b) != "x" {
 		t.Error("a refused export touched the destination")
 	}
+	if b, _ := os.ReadFile(filepath.Join(mine, "thesis.txt")); string(b) != "years of work" {
+		t.Error("--force deleted a directory that was not an export")
+	}
+	if _, err := weights.Open(c.Dir()); err != nil {
+		t.Errorf("the checkpoint after the refused exports: %v", err)
+	}
 
-	// --force replaces the old contents whole.
-	if _, err := Model(c, full1, Options{Force: true}); err != nil {
+	// --force replaces an earlier export whole (a full export with an
+	// adapter export, here).
+	exp := filepath.Join(parent, "exp")
+	if _, err := Model(c, exp, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(full1, "keep.txt")); err == nil {
-		t.Error("--force kept the old contents")
+	os.WriteFile(filepath.Join(exp, "stale.txt"), []byte("x"), 0o644)
+	if _, err := Adapter(c, exp, Options{Force: true}); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(full1, "model.safetensors")); err != nil {
-		t.Error(err)
+	for name, want := range map[string]bool{"stale.txt": false, "model.safetensors": false, AdapterModelFile: true} {
+		if _, err := os.Stat(filepath.Join(exp, name)); (err == nil) != want {
+			t.Errorf("after --force, %s present: %v, want %v", name, err == nil, want)
+		}
 	}
 
 	// A file changed after the checkpoint was verified fails the export,
