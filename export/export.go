@@ -27,6 +27,7 @@
 package export
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -497,7 +498,9 @@ func (x *exporter) writeConfig(torchDType string) error {
 		return fmt.Errorf("export: %w", err)
 	}
 	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // numbers keep their text (1e-06 stays 1e-06, 1000000.0 stays 1000000.0)
+	if err := dec.Decode(&cfg); err != nil {
 		return fmt.Errorf("export: %s: %w", x.c.Path(weights.ConfigFile), err)
 	}
 	cfg["torch_dtype"] = torchDType
