@@ -349,7 +349,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.log.Warn().Str("addr", ln.Addr().String()).
 			Msg("no API keys configured: the API is unauthenticated (allowed on loopback only)")
 	}
-	s.log.Info().Str("addr", ln.Addr().String()).Str("model", s.opts.ModelID).Msg("serving the OpenAI-compatible API")
+	ev := s.log.Info().Str("addr", ln.Addr().String()).Str("model", s.opts.ModelID)
+	if s.opts.Dashboard != nil {
+		ev = ev.Str("dashboard", "http://"+ln.Addr().String()+"/dashboard")
+	}
+	ev.Msg("serving the OpenAI-compatible API")
 	hs := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
