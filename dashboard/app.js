@@ -99,7 +99,7 @@
     const guard = Object.keys(m).filter((k) => k.startsWith("clawrl_loop_guard_events_total{")).map((k) => k.replace(/^.*event="([^"]*)".*$/, "$1") + " " + m[k]).join(", ");
     const cards = [
       card("weight version", "v" + st.weight_version, fmt(m.clawrl_loop_versions_published_total || 0) + " published since start"),
-      card("training steps", fmt(steps.applied || 0), (steps.lost || 0) + " lost, " + fmt(m.clawrl_loop_train_steps_total || 0) + " since start"),
+      card("training steps", fmt(steps.applied || 0), (steps.rolled_back || 0) + " rolled back, " + (steps.lost || 0) + " lost in a crash, " + fmt(m.clawrl_loop_train_steps_total || 0) + " since start"),
       card("samples", fmt(samples.trained || 0) + " trained", (samples.queued || 0) + " queued, " + sum(s.dropped) + " dropped"),
       card("reward, last 16 turns", recent.length ? fmt(recent.reduce((a, r) => a + r.reward, 0) / recent.length, 2) : "–",
         "judge and thumbs; the judge's own moving average " + (m.clawrl_loop_reward_moving_average === undefined ? "–" : fmt(m.clawrl_loop_reward_moving_average, 2))),

@@ -52,7 +52,7 @@ func sampleDashboard(t *testing.T) (*Dashboard, *fakeStore) {
 	fs := &fakeStore{
 		stats: store.Stats{Path: "/secret/path/clawrl.db", Bytes: 123456, Sessions: 2, Turns: map[string]int{"scored": 3, "open": 1},
 			Samples: map[string]int{"trained": 4, "queued": 1}, Dropped: map[string]int{"rolled_back": 2}, Feedback: 3,
-			Steps: map[string]int{"applied": 2}, LastVersion: 4},
+			Steps: map[string]int{"applied": 2, "rolled_back": 1}, LastVersion: 4},
 		history: store.History{
 			Steps: []store.StepPoint{{Step: 1, Version: 2, Time: at(10), Loss: 0.5, Status: "applied", Samples: 2, Reward: ptr(-1.0)},
 				{Step: 2, Version: 3, Time: at(20), Loss: 0.25, Status: "applied", Samples: 3, Rollouts: 1, Reward: ptr(1.0)},
@@ -212,7 +212,7 @@ func TestPageRenders(t *testing.T) {
 	if s.Polls != 1 || s.Model != "clawrl-small" || s.Version != "v4" || s.Training != "training" || s.Errors != "" || s.KeyShown {
 		t.Errorf("header %+v", s)
 	}
-	for _, want := range []string{"weight versionv4", "training steps2", "samples4 trained1 queued, 2 dropped", "held-out skill75.0%",
+	for _, want := range []string{"weight versionv4", "training steps21 rolled back, 0 lost in a crash", "samples4 trained1 queued, 2 dropped", "held-out skill75.0%",
 		`guard events: kl 2, rollback 1`, "sessions24 turns, 3 feedback", "store0.1 MB"} {
 		if !strings.Contains(cards, want) {
 			t.Errorf("cards lack %q: %s", want, cards)

@@ -20,7 +20,7 @@ type StepPoint struct {
 	Version uint64    `json:"version"`
 	Time    time.Time `json:"time"`
 	Loss    float64   `json:"loss"`
-	Status  string    `json:"status"` // applied | lost
+	Status  string    `json:"status"` // applied, lost (a crash) or rolled_back
 	Samples int       `json:"samples"`
 	// Rollouts counts the hinted-rollout samples among them.
 	Rollouts int `json:"rollouts"`
