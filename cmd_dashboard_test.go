@@ -82,7 +82,8 @@ func TestDashboard(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			t.Fatalf("state %q: %v", body, err)
 		}
-		if len(st.History.Steps) > 0 && len(st.History.Rewards) >= 1 {
+		// The store records a step before its version is published.
+		if len(st.History.Steps) > 0 && len(st.History.Rewards) >= 1 && st.Version >= 2 && st.Metrics["clawrl_weight_version"] >= 2 {
 			break
 		}
 	}
