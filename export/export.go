@@ -190,10 +190,11 @@ func run(c *weights.Checkpoint, out string, opts Options, fill func(*exporter) e
 		return Result{}, fmt.Errorf("export: %s: %w", out, err)
 	}
 	ckpt, _ := filepath.Abs(c.Dir())
-	if within(abs, ckpt) {
+	ckpt, real := resolve(ckpt), resolve(abs)
+	if within(real, ckpt) {
 		return Result{}, fmt.Errorf("export: %s is inside the checkpoint %s; export to a directory of its own", out, c.Dir())
 	}
-	if within(ckpt, abs) {
+	if within(ckpt, real) {
 		return Result{}, fmt.Errorf("export: %s holds the checkpoint %s; export to a directory of its own", out, c.Dir())
 	}
 	if err := checkDest(abs, opts.Force); err != nil {
@@ -230,6 +231,18 @@ func run(c *weights.Checkpoint, out string, opts Options, fill func(*exporter) e
 	done = true
 	slices.Sort(x.written)
 	return Result{Dir: abs, Version: c.Manifest.Version, Files: x.written, Bytes: x.bytes, DType: x.torchDType}, nil
+}
+
+// resolve returns path with its symbolic links resolved, as far as it
+// exists (a destination not made yet resolves through its parent).
+func resolve(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	if dir := filepath.Dir(path); dir != path {
+		return filepath.Join(resolve(dir), filepath.Base(path))
+	}
+	return path
 }
 
 // within reports whether path is dir or below it.

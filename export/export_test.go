@@ -330,6 +330,22 @@ func TestExportRefuses(t *testing.T) {
 		{"inside the checkpoint", func() error { _, err := Model(c, filepath.Join(c.Dir(), "x"), Options{}); return err }, "inside the checkpoint"},
 		{"the checkpoint itself", func() error { _, err := Model(c, c.Dir(), Options{Force: true}); return err }, "inside the checkpoint"},
 		{"the checkpoint root, forced", func() error { _, err := Model(c, filepath.Dir(c.Dir()), Options{Force: true}); return err }, "holds the checkpoint"},
+		{"a link to the checkpoint root, forced", func() error {
+			link := filepath.Join(parent, "link")
+			if err := os.Symlink(filepath.Dir(c.Dir()), link); err != nil {
+				t.Skip(err)
+			}
+			_, err := Model(c, link, Options{Force: true})
+			return err
+		}, "holds the checkpoint"},
+		{"inside a link to the checkpoint", func() error {
+			link := filepath.Join(parent, "link2")
+			if err := os.Symlink(c.Dir(), link); err != nil {
+				t.Skip(err)
+			}
+			_, err := Model(c, filepath.Join(link, "sub"), Options{})
+			return err
+		}, "inside the checkpoint"},
 		{"a directory of other files, forced", func() error { _, err := Model(c, mine, Options{Force: true}); return err }, "not a clawrl export"},
 		{"bad dtype", func() error { _, err := Model(c, filepath.Join(parent, "d"), Options{DType: "fp8"}); return err }, `dtype "fp8"`},
 		{"adapter of full fine-tuning", func() error { _, err := Adapter(full, filepath.Join(parent, "a"), Options{}); return err }, "without LoRA"},
