@@ -46,6 +46,17 @@ type RewardPoint struct {
 	Version uint64    `json:"version"`
 }
 
+// The History queries: each takes the limit; the indexes samples_step and
+// samples_created keep them from reading every sample.
+const (
+	historySteps = `SELECT st.step, st.version, st.created, st.loss, st.status,
+			COUNT(s.id), COALESCE(SUM(s.kind = 'rollout'), 0), AVG(CASE WHEN s.kind != 'rollout' THEN s.reward END)
+		FROM (SELECT * FROM steps ORDER BY id DESC LIMIT ?) st LEFT JOIN samples s ON s.step_id = st.id
+		GROUP BY st.id ORDER BY st.id DESC`
+	historyRewards = `SELECT s.created, s.reward, s.source, s.version FROM samples s JOIN turns t ON t.id = s.turn_id
+		WHERE s.kind != 'rollout' AND s.gen = t.gen ORDER BY s.created DESC, s.id DESC LIMIT ?`
+)
+
 // History returns the newest limit steps, versions and scored turns
 // (limit ≤ 0: 200 each).
 func (d *DB) History(limit int) (History, error) {
@@ -69,10 +80,7 @@ func (d *DB) History(limit int) (History, error) {
 		}
 		return nil
 	}
-	err := query("steps", `SELECT st.step, st.version, st.created, st.loss, st.status,
-			COUNT(s.id), COALESCE(SUM(s.kind = 'rollout'), 0), AVG(CASE WHEN s.kind != 'rollout' THEN s.reward END)
-		FROM steps st LEFT JOIN samples s ON s.step_id = st.id
-		GROUP BY st.id ORDER BY st.id DESC LIMIT ?`, func(rows *sql.Rows) error {
+	err := query("steps", historySteps, func(rows *sql.Rows) error {
 		var p StepPoint
 		var created int64
 		var reward sql.NullFloat64
@@ -102,8 +110,7 @@ func (d *DB) History(limit int) (History, error) {
 	if err != nil {
 		return h, err
 	}
-	err = query("rewards", `SELECT s.created, s.reward, s.source, s.version FROM samples s JOIN turns t ON t.id = s.turn_id
-		WHERE s.kind != 'rollout' AND s.gen = t.gen ORDER BY s.created DESC, s.id DESC LIMIT ?`, func(rows *sql.Rows) error {
+	err = query("rewards", historyRewards, func(rows *sql.Rows) error {
 		var p RewardPoint
 		var created int64
 		if err := rows.Scan(&created, &p.Reward, &p.Source, &p.Version); err != nil {

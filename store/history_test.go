@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/clawrl/clawrl/tokenizer"
@@ -78,5 +79,69 @@ func TestHistory(t *testing.T) {
 	}
 	if h, _ := db.History(1); len(h.Steps) != 1 || h.Steps[0].Step != 2 || len(h.Versions) != 1 || h.Versions[0].Number != 6 || len(h.Rewards) != 1 {
 		t.Errorf("limit 1: %+v", h)
+	}
+}
+
+// fillHistory writes n scored turns with a sample each, trained four to a
+// step, in three statements.
+func fillHistory(t testing.TB, db *DB, n int) {
+	t.Helper()
+	if _, err := db.SQL().Exec(`WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i + 1 < ?)
+		INSERT INTO turns(id, session_id, idx, choice, response_id, version, status, received, completed, body, prompt, response, logprobs)
+		SELECT 'r' || i || '/0', 's' || (i / 8), i % 8, 0, 'r' || i, 1, 'scored', i, i, '{}', x'', x'', x'' FROM k`, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SQL().Exec(`WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i + 1 < ?)
+		INSERT INTO steps(id, step, version, created, samples, loss, status) SELECT i + 1, i + 1, i + 2, i * 4, '[]', 0.5, 'applied' FROM k`, n/4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SQL().Exec(`WITH RECURSIVE k(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM k WHERE i + 1 < ?)
+		INSERT INTO samples(id, turn_id, gen, created, version, kind, reward, source, votes, hint, status, step_id)
+		SELECT 'r' || i || '/0#0', 'r' || i || '/0', 0, i, 1, 'binary', (i % 3) - 1, 'judge', '[]', '', 'trained', i / 4 + 1 FROM k`, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHistoryUsesIndexes: on a large store the dashboard's queries walk
+// indexes, not every sample (the page asks every 2 s).
+func TestHistoryUsesIndexes(t *testing.T) {
+	db := open(t, t.TempDir(), Options{})
+	fillHistory(t, db, 4000)
+	h, err := db.History(100)
+	if err != nil || len(h.Steps) != 100 || h.Steps[99].Step != 1000 || h.Steps[99].Samples != 4 || len(h.Rewards) != 100 || h.Rewards[99].Time.UnixMilli() != 3999 {
+		t.Fatalf("history of a large store: %d steps, %d rewards, %v", len(h.Steps), len(h.Rewards), err)
+	}
+	plan := func(q string) string {
+		rows, err := db.SQL().Query("EXPLAIN QUERY PLAN "+q, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var b strings.Builder
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			rows.Scan(&id, &parent, &notused, &detail)
+			b.WriteString(detail + "; ")
+		}
+		return b.String()
+	}
+	for _, q := range []struct{ query, index string }{{historySteps, "samples_step"}, {historyRewards, "samples_created"}} {
+		if p := plan(q.query); !strings.Contains(p, q.index) {
+			t.Errorf("query plan does not use %s: %s", q.index, p)
+		}
+	}
+}
+
+// BenchmarkHistory is one dashboard poll on a store of 100,000 scored
+// turns and 25,000 steps.
+func BenchmarkHistory(b *testing.B) {
+	db := open(b, b.TempDir(), Options{})
+	fillHistory(b, db, 100000)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := db.History(200); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

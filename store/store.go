@@ -82,6 +82,14 @@ var migrations = map[int]string{
 	1: "ALTER TABLE samples ADD COLUMN response BLOB",
 }
 
+// indexes are made at every open if missing: they serve reads only (the
+// dashboard's History, Resume's lost steps), so a store of the same schema
+// version stays readable by a binary that does not know them.
+const indexes = `
+CREATE INDEX IF NOT EXISTS samples_step ON samples(step_id);
+CREATE INDEX IF NOT EXISTS samples_created ON samples(created);
+`
+
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
 	key   TEXT PRIMARY KEY,
@@ -262,6 +270,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	if err := d.migrate(); err != nil {
 		return fail(err)
+	}
+	if _, err := d.db.Exec(indexes); err != nil {
+		return fail(fmt.Errorf("store: %s: creating indexes: %w", d.path, err))
 	}
 	if err := d.checkBase(); err != nil {
 		return fail(err)
