@@ -35,8 +35,8 @@ it is copied, and DIR appears whole or not at all. A non-empty DIR is refused;
 other files, nor one holding the checkpoints).
 
 --dtype auto writes the weights as the checkpoint holds them (LoRA-merged
-matrices in F32) and sets config.json's torch_dtype to the widest dtype, so a
-loader that honours it keeps every update; f32 widens everything (exact);
+matrices in F32) and sets config.json's torch_dtype to the narrowest dtype
+that holds every value exactly, so a loader that honours it keeps every update; f32 widens everything (exact);
 bf16 halves the size but rounds away updates below half a BF16 step.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -14,8 +14,10 @@
 //   - every file copied is hashed as it is copied and compared with the
 //     checkpoint's manifest, so a file pruned, truncated or corrupted after
 //     weights.Open verified it fails the export instead of shipping;
-//   - config.json's torch_dtype (and dtype, where present) names the widest
-//     dtype the weights are written in;
+//   - config.json's torch_dtype (and dtype, where present) names the
+//     narrowest dtype that holds every written value exactly (float32 for
+//     LoRA-merged matrices; bfloat16 where every F32 tensor holds BF16
+//     numbers, such as norm weights the backend widened);
 //   - the directory is built under a temporary name beside the destination
 //     and renamed into place (atomicfile.ReplaceDir), so the destination
 //     holds either nothing, the old export (with Force) or the whole new
@@ -121,7 +123,7 @@ type Result struct {
 // Model exports checkpoint c as a Hugging Face model directory at out.
 func Model(c *weights.Checkpoint, out string, opts Options) (Result, error) {
 	return run(c, out, opts, func(x *exporter) error {
-		torchDType, err := x.writeWeights(weights.ModelFile, opts.DType)
+		torchDType, err := x.writeWeights(weights.ModelFile, x.opts.DType)
 		if err != nil {
 			return err
 		}
@@ -390,17 +392,14 @@ func (x *exporter) writeWeights(name string, dtype DType) (string, error) {
 	defer f.Close()
 	names := f.Names()
 	if dtype == DTypeAuto {
-		widest := safetensors.DType("")
-		for _, n := range names {
-			info, _ := f.Info(n)
-			if widest == "" || info.DType.Size() > widest.Size() || (info.DType == safetensors.BF16 && widest == safetensors.F16) {
-				widest = info.DType
-			}
+		torch, err := autoTorchDType(f, names)
+		if err != nil {
+			return "", err
 		}
 		if err := x.copyVerified(name); err != nil {
 			return "", err
 		}
-		return torchName(widest)
+		return torch, nil
 	}
 	tensors, err := convertTensors(f, names, names, dtype)
 	if err != nil {
@@ -410,6 +409,49 @@ func (x *exporter) writeWeights(name string, dtype DType) (string, error) {
 		return "", err
 	}
 	return torchName(target(dtype))
+}
+
+// autoTorchDType is the torch dtype that holds every value of f's tensors
+// exactly: the widest dtype among them, except that F32 tensors beside
+// BF16 ones whose values are all BF16 numbers (norm weights the backend
+// widened, a full fine-tuning rounded back to BF16) leave it bfloat16.
+// LoRA-merged F32 matrices are not BF16 numbers, so they make it float32.
+func autoTorchDType(f *safetensors.File, names []string) (string, error) {
+	widest := safetensors.DType("")
+	bf16, exact := false, true
+	for _, n := range names {
+		info, _ := f.Info(n)
+		if widest == "" || info.DType.Size() > widest.Size() || (info.DType == safetensors.BF16 && widest == safetensors.F16) {
+			widest = info.DType
+		}
+		switch info.DType {
+		case safetensors.BF16:
+			bf16 = true
+		case safetensors.F32:
+			if exact {
+				b, err := f.Bytes(n)
+				if err != nil {
+					return "", fmt.Errorf("export: %w", err)
+				}
+				exact = bf16Exact(b)
+			}
+		}
+	}
+	if widest == safetensors.F32 && bf16 && exact {
+		widest = safetensors.BF16
+	}
+	return torchName(widest)
+}
+
+// bf16Exact reports whether every little-endian float32 in b is a BF16
+// number (its low 16 bits are zero).
+func bf16Exact(b []byte) bool {
+	for i := 0; i+3 < len(b); i += 4 {
+		if b[i] != 0 || b[i+1] != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // target is the safetensors dtype of an export dtype other than auto.

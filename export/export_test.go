@@ -1,6 +1,7 @@
 package export
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
@@ -24,6 +25,11 @@ const testBase = "tiny-base-0123"
 // or full fine-tuning) and checkpoints the result; it returns the base
 // directory and the verified checkpoint.
 func trained(t *testing.T, lora bool) (string, *weights.Checkpoint) {
+	return trainedSteps(t, lora, 2)
+}
+
+// trainedSteps is trained with steps optimizer steps.
+func trainedSteps(t *testing.T, lora bool, steps int) (string, *weights.Checkpoint) {
 	t.Helper()
 	base := t.TempDir()
 	spec := model.RandomSpec{
@@ -57,7 +63,7 @@ func trained(t *testing.T, lora bool) (string, *weights.Checkpoint) {
 		}
 		return out
 	}
-	for step := range 2 {
+	for step := range steps {
 		var batch []trainer.Sample
 		for i := range 4 {
 			batch = append(batch, trainer.Sample{Prompt: toks(5), Response: toks(4), Reward: float32(1 - 2*((i+step)%2))})
@@ -461,6 +467,52 @@ func TestParseDType(t *testing.T) {
 	for _, in := range []string{"fp16", "int8", "f64"} {
 		if _, err := ParseDType(in); err == nil {
 			t.Errorf("ParseDType(%q) accepted", in)
+		}
+	}
+}
+
+// TestModelExportFull: the default export copies the checkpoint's weights
+// byte for byte, and its torch_dtype holds every value exactly. Full
+// fine-tuning trains the norm weights, which the backend holds in F32, so
+// it says float32; the untrained base (BF16 matrices, norms widened to
+// F32 from BF16) says bfloat16, which loses nothing and halves memory.
+func TestModelExportFull(t *testing.T) {
+	for _, tt := range []struct {
+		steps int
+		torch string
+	}{{2, "float32"}, {0, "bfloat16"}} {
+		_, c := trainedSteps(t, false, tt.steps)
+		out := filepath.Join(t.TempDir(), "full")
+		res, err := Model(c, out, Options{}) // DType "" is auto
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.DType != tt.torch || readJSON(t, filepath.Join(out, "config.json"))["torch_dtype"] != tt.torch {
+			t.Errorf("%d steps: dtype %s, want %s", tt.steps, res.DType, tt.torch)
+		}
+		a, _ := os.ReadFile(c.Path("model.safetensors"))
+		b, _ := os.ReadFile(filepath.Join(out, "model.safetensors"))
+		if !bytes.Equal(a, b) {
+			t.Errorf("%d steps: the default export rewrote model.safetensors", tt.steps)
+		}
+		if d := maxDiff(scores(t, out), scores(t, c.Dir())); d != 0 {
+			t.Errorf("%d steps: log-probs differ by %g", tt.steps, d)
+		}
+	}
+}
+
+func TestBF16Exact(t *testing.T) {
+	for _, tt := range []struct {
+		vals []float32
+		want bool
+	}{
+		{[]float32{0, 1, -2.5, 0.15625, float32(math.Inf(1))}, true},
+		{[]float32{1, 1.0000001}, false},
+		{[]float32{safetensors.BF16ToFloat32(0x3f81) + 1e-7}, false},
+		{nil, true},
+	} {
+		if got := bf16Exact(safetensors.EncodeFloat32(tt.vals)); got != tt.want {
+			t.Errorf("bf16Exact(%v) = %v", tt.vals, got)
 		}
 	}
 }
