@@ -22,10 +22,10 @@ func (a *app) exportCmd() *cobra.Command {
 		Use:   "export [VERSION] --out DIR",
 		Short: "Export a trained weight version as a Hugging Face checkpoint or a PEFT adapter",
 		Long: `export writes one checkpointed weight version (default: the newest
-checkpoint that verifies, under trainer.checkpoint_dir) to DIR as a directory
-that transformers, vLLM, llama.cpp's converter or clawrl itself loads:
-config.json, model.safetensors (LoRA merged), the tokenizer's files and a
-model card. With --adapter it writes the LoRA adapters alone in PEFT layout
+checkpoint that verifies, under trainer.checkpoint_dir) to DIR as a standard
+Hugging Face model directory, the layout transformers, vLLM and llama.cpp's
+converter read, and clawrl too (clawrl serve --model DIR): config.json,
+model.safetensors (LoRA merged), the tokenizer's files and a model card. With --adapter it writes the LoRA adapters alone in PEFT layout
 (adapter_model.safetensors, adapter_config.json) for the configured base
 model, refusing a lineage trained without LoRA or on another base.
 
