@@ -107,7 +107,8 @@
       card("learning-rate scale", m.clawrl_loop_lr_scale === undefined ? "–" : fmt(m.clawrl_loop_lr_scale), "halved at each guard trip"),
       card("sessions", fmt(s.sessions || 0), fmt(sum(turns)) + " turns, " + fmt(s.feedback || 0) + " feedback"),
       card("tokens generated", fmt(m.clawrl_generated_tokens_total || 0), fmt(m.clawrl_prompt_tokens_total || 0) + " prompt tokens"),
-      card("requests in flight", fmt(m.clawrl_http_requests_in_flight || 0), fmt(apiRequests(m)) + " API requests since start"),
+      // The gauge counts the poll that read it: leave that one out.
+      card("requests in flight", fmt(Math.max(0, (m.clawrl_http_requests_in_flight || 0) - 1)), fmt(apiRequests(m)) + " API requests since start"),
       card("KV cache", m.clawrl_kv_cache_usage_ratio === undefined ? "–" : fmt(m.clawrl_kv_cache_usage_ratio * 100, 1) + "%", "in use"),
       card("store", fmt((s.bytes || 0) / 1e6, 1) + " MB", "last version " + (s.last_version || 0)),
     ];
