@@ -103,7 +103,7 @@
       card("samples", fmt(samples.trained || 0) + " trained", (samples.queued || 0) + " queued, " + sum(s.dropped) + " dropped"),
       card("reward, last 16 turns", recent.length ? fmt(recent.reduce((a, r) => a + r.reward, 0) / recent.length, 2) : "–",
         "judge and thumbs; the judge's own moving average " + (m.clawrl_loop_reward_moving_average === undefined ? "–" : fmt(m.clawrl_loop_reward_moving_average, 2))),
-      card("held-out skill", m.clawrl_loop_skill === undefined ? "–" : fmt(m.clawrl_loop_skill * 100, 1) + "%", "guard events: " + (guard || "none")),
+      card("held-out skill", m.clawrl_loop_skill === undefined ? "–" : fmt(m.clawrl_loop_skill * 100, 1) + "%", "guard events since start: " + (guard || "none")),
       card("learning-rate scale", m.clawrl_loop_lr_scale === undefined ? "–" : fmt(m.clawrl_loop_lr_scale), "halved at each guard trip"),
       card("sessions", fmt(s.sessions || 0), fmt(sum(turns)) + " turns, " + fmt(s.feedback || 0) + " feedback"),
       card("tokens generated", fmt(m.clawrl_generated_tokens_total || 0), fmt(m.clawrl_prompt_tokens_total || 0) + " prompt tokens"),

@@ -213,7 +213,7 @@ func TestPageRenders(t *testing.T) {
 		t.Errorf("header %+v", s)
 	}
 	for _, want := range []string{"weight versionv4", "training steps21 rolled back, 0 lost in a crash", "samples4 trained1 queued, 2 dropped", "held-out skill75.0%",
-		`guard events: kl 2, rollback 1`, "sessions24 turns, 3 feedback", "store0.1 MB"} {
+		`guard events since start: kl 2, rollback 1`, "sessions24 turns, 3 feedback", "store0.1 MB"} {
 		if !strings.Contains(cards, want) {
 			t.Errorf("cards lack %q: %s", want, cards)
 		}
