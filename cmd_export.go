@@ -15,8 +15,8 @@ import (
 // standalone Hugging Face model directory or PEFT adapter.
 func (a *app) exportCmd() *cobra.Command {
 	var (
-		out, dtype, ckpt, baseName string
-		adapter, force             bool
+		out, dtype, ckpt, baseName, shard string
+		adapter, force                    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "export [VERSION] --out DIR",
@@ -37,7 +37,9 @@ other files, nor one holding the checkpoints).
 --dtype auto writes the weights as the checkpoint holds them (LoRA-merged
 matrices in F32) and sets config.json's torch_dtype to the narrowest dtype
 that holds every value exactly, so a loader that honours it keeps every update; f32 widens everything (exact);
-bf16 halves the size but rounds away updates below half a BF16 step.`,
+bf16 halves the size but rounds away updates below half a BF16 step.
+Weights over --max-shard-size (default 5GB, as transformers' save_pretrained)
+are split into shards with a model.safetensors.index.json.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
@@ -51,7 +53,11 @@ bf16 halves the size but rounds away updates below half a BF16 step.`,
 			if err != nil {
 				return err
 			}
-			opts := export.Options{DType: dt, Force: force, BaseName: baseName}
+			maxShard, err := export.ParseSize(shard)
+			if err != nil {
+				return err
+			}
+			opts := export.Options{DType: dt, Force: force, BaseName: baseName, MaxShardBytes: maxShard}
 			if base, err := a.modelDir(""); err == nil {
 				opts.BaseDir = base
 				if fp, err := baseFingerprint(base); err == nil {
@@ -77,6 +83,7 @@ bf16 halves the size but rounds away updates below half a BF16 step.`,
 	f.BoolVar(&adapter, "adapter", false, "write the LoRA adapters alone, in PEFT layout")
 	f.BoolVar(&force, "force", false, "replace an earlier export at --out")
 	f.StringVar(&ckpt, "checkpoint", "", "export this checkpoint directory (a vNNNNNNNN under any checkpoint root) instead of a version of the configured lineage")
+	f.StringVar(&shard, "max-shard-size", "5GB", "split weights larger than this into model-0000i-of-0000n.safetensors with an index, as transformers does (0: one file)")
 	f.StringVar(&baseName, "base-name", "", "name of the base model in the model card and adapter_config.json (default: the configured model's directory)")
 	return cmd
 }

@@ -37,9 +37,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +75,30 @@ func ParseDType(s string) (DType, error) {
 		return DTypeBF16, nil
 	}
 	return "", fmt.Errorf("export: dtype %q: want auto, f32 or bf16", s)
+}
+
+// ParseSize reads a size as transformers' max_shard_size spells it: a
+// number with an optional unit, B, KB, MB, GB (powers of 1000) or KiB,
+// MiB, GiB (powers of 1024), such as "5GB" or "500MiB"; "0" means no limit.
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	mult := 1.0
+	upper := strings.ToUpper(t)
+	for _, u := range units {
+		if strings.HasSuffix(upper, u.suffix) {
+			mult, t = u.mult, strings.TrimSpace(t[:len(t)-len(u.suffix)])
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || v*mult > math.MaxInt64/2 {
+		return 0, fmt.Errorf("export: size %q: want a number of bytes with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), such as 5GB", s)
+	}
+	return int64(v * mult), nil
 }
 
 // Files of an export besides the checkpoint's own.
@@ -107,6 +134,11 @@ type Options struct {
 	// (manifest meta base_model) for an adapter export: an adapter applied
 	// to another base is a different model.
 	BaseFingerprint string
+	// MaxShardBytes splits model weights larger than it into shards of at
+	// most this size with an index, as transformers' save_pretrained does
+	// (a tensor larger than it gets a shard of its own); 0 writes one
+	// model.safetensors whatever its size.
+	MaxShardBytes int64
 	// Now stamps the model card (zero: time.Now).
 	Now time.Time
 }
@@ -391,24 +423,66 @@ func (x *exporter) writeWeights(name string, dtype DType) (string, error) {
 	}
 	defer f.Close()
 	names := f.Names()
+	torch := ""
 	if dtype == DTypeAuto {
-		torch, err := autoTorchDType(f, names)
-		if err != nil {
+		if torch, err = autoTorchDType(f, names); err != nil {
 			return "", err
 		}
-		if err := x.copyVerified(name); err != nil {
-			return "", err
-		}
-		return torch, nil
+	} else if torch, err = torchName(target(dtype)); err != nil {
+		return "", err
 	}
 	tensors, err := convertTensors(f, names, names, dtype)
 	if err != nil {
 		return "", err
 	}
-	if err := x.writeSafetensors(name, tensors, f.Metadata()); err != nil {
-		return "", err
+	var total int64
+	for i := range tensors {
+		total += tensors[i].Size()
 	}
-	return torchName(target(dtype))
+	if max := x.opts.MaxShardBytes; max > 0 && total > max {
+		return torch, x.writeShards(tensors, f.Metadata(), total, max)
+	}
+	if dtype == DTypeAuto {
+		return torch, x.copyVerified(name)
+	}
+	return torch, x.writeSafetensors(name, tensors, f.Metadata())
+}
+
+// writeShards writes tensors as shards of at most max bytes each (a
+// tensor larger than max gets a shard of its own), in name order, named
+// model-0000i-of-0000n.safetensors as transformers names them, and the
+// index model.safetensors.index.json that maps each tensor to its shard.
+func (x *exporter) writeShards(tensors []safetensors.WriteTensor, meta map[string]string, total, max int64) error {
+	var shards [][]safetensors.WriteTensor
+	var size int64
+	for _, t := range tensors {
+		if len(shards) == 0 || (size > 0 && size+t.Size() > max) {
+			shards = append(shards, nil)
+			size = 0
+		}
+		shards[len(shards)-1] = append(shards[len(shards)-1], t)
+		size += t.Size()
+	}
+	weightMap := make(map[string]string, len(tensors))
+	for i, shard := range shards {
+		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
+		if err := x.writeSafetensors(name, shard, maps.Clone(meta)); err != nil {
+			return err
+		}
+		for _, t := range shard {
+			weightMap[t.Name] = name
+		}
+	}
+	path := filepath.Join(x.tmp, safetensors.IndexFile)
+	if err := safetensors.WriteIndex(path, weightMap, total); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	x.note(safetensors.IndexFile, st.Size())
+	return nil
 }
 
 // autoTorchDType is the torch dtype that holds every value of f's tensors

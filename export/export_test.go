@@ -3,6 +3,7 @@ package export
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -513,6 +514,80 @@ func TestBF16Exact(t *testing.T) {
 	} {
 		if got := bf16Exact(safetensors.EncodeFloat32(tt.vals)); got != tt.want {
 			t.Errorf("bf16Exact(%v) = %v", tt.vals, got)
+		}
+	}
+}
+
+// TestShardedExport: weights over MaxShardBytes are split into shards (a
+// tensor larger than the limit alone in its own) with an index that maps
+// every tensor, and load and score exactly as the checkpoint.
+func TestShardedExport(t *testing.T) {
+	_, c := trained(t, true)
+	want := scores(t, c.Dir())
+	for _, dtype := range []DType{DTypeAuto, DTypeBF16} {
+		out := filepath.Join(t.TempDir(), "sharded")
+		const limit = 6000
+		res, err := Model(c, out, Options{DType: dtype, MaxShardBytes: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(res.Files, "model.safetensors") || !slices.Contains(res.Files, safetensors.IndexFile) {
+			t.Fatalf("%s: files %v", dtype, res.Files)
+		}
+		idx := readJSON(t, filepath.Join(out, safetensors.IndexFile))
+		wm := idx["weight_map"].(map[string]any)
+		shards := map[string]int64{}
+		var sum int64
+		for name, shard := range wm {
+			f, err := safetensors.Open(filepath.Join(out, shard.(string)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, ok := f.Info(name)
+			f.Close()
+			if !ok {
+				t.Fatalf("%s is not in %s", name, shard)
+			}
+			shards[shard.(string)] += info.Len() * int64(info.DType.Size())
+			sum += info.Len() * int64(info.DType.Size())
+		}
+		n := len(shards)
+		if n < 3 {
+			t.Errorf("%s: %d shards, want several", dtype, n)
+		}
+		for shard, size := range shards {
+			if !strings.HasSuffix(shard, fmt.Sprintf("-of-%05d.safetensors", n)) {
+				t.Errorf("shard name %s", shard)
+			}
+			f, _ := safetensors.Open(filepath.Join(out, shard))
+			if size > limit && len(f.Names()) > 1 {
+				t.Errorf("%s: shard %s holds %d bytes in %d tensors, over the limit %d", dtype, shard, size, len(f.Names()), limit)
+			}
+			f.Close()
+		}
+		total, _ := idx["metadata"].(map[string]any)["total_size"].(float64)
+		if int64(total) != sum {
+			t.Errorf("%s: total_size %v, the tensors hold %d", dtype, total, sum)
+		}
+		tol := 0.0
+		if dtype == DTypeBF16 {
+			tol = 0.05
+		}
+		if d := maxDiff(scores(t, out), want); d > tol {
+			t.Errorf("%s: sharded log-probs differ by %g", dtype, d)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"0": 0, "5GB": 5e9, "500MB": 5e8, "1.5GiB": 3 << 29, "2048": 2048, "10 KiB": 10240, "7b": 7} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1GB", "five", "1TBB", "NaN", "1e30GB"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
 		}
 	}
 }

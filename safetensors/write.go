@@ -22,7 +22,9 @@ type WriteTensor struct {
 	Stream func(w io.Writer) error
 }
 
-func (t *WriteTensor) size() int64 {
+// Size is the tensor's size in bytes in the file (its dtype's size times its
+// elements).
+func (t *WriteTensor) Size() int64 {
 	n := int64(t.DType.Size())
 	for _, d := range t.Shape {
 		n *= int64(d)
@@ -48,8 +50,8 @@ func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) e
 			return fmt.Errorf("safetensors: %s: tensor %q: unknown dtype %q", path, t.Name, t.DType)
 		case t.Data == nil && t.Stream == nil:
 			return fmt.Errorf("safetensors: %s: tensor %q has neither Data nor Stream", path, t.Name)
-		case t.Data != nil && int64(len(t.Data)) != t.size():
-			return fmt.Errorf("safetensors: %s: tensor %q: %d bytes of data for shape %s of %s (%d bytes)", path, t.Name, len(t.Data), describe(t.Shape), t.DType, t.size())
+		case t.Data != nil && int64(len(t.Data)) != t.Size():
+			return fmt.Errorf("safetensors: %s: tensor %q: %d bytes of data for shape %s of %s (%d bytes)", path, t.Name, len(t.Data), describe(t.Shape), t.DType, t.Size())
 		}
 		for _, d := range t.Shape {
 			if d < 0 {
@@ -76,8 +78,8 @@ func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) e
 		if shape == nil {
 			shape = []int{}
 		}
-		header[t.Name] = map[string]any{"dtype": t.DType, "shape": shape, "data_offsets": []int64{off, off + t.size()}}
-		off += t.size()
+		header[t.Name] = map[string]any{"dtype": t.DType, "shape": shape, "data_offsets": []int64{off, off + t.Size()}}
+		off += t.Size()
 	}
 	hj, err := json.Marshal(header)
 	if err != nil {
@@ -107,8 +109,8 @@ func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) e
 			if err := t.Stream(cw); err != nil {
 				return fmt.Errorf("tensor %q: %w", t.Name, err)
 			}
-			if cw.n != t.size() {
-				return fmt.Errorf("tensor %q: wrote %d bytes, shape %s of %s needs %d", t.Name, cw.n, describe(t.Shape), t.DType, t.size())
+			if cw.n != t.Size() {
+				return fmt.Errorf("tensor %q: wrote %d bytes, shape %s of %s needs %d", t.Name, cw.n, describe(t.Shape), t.DType, t.Size())
 			}
 		}
 		return nil
