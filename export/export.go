@@ -94,9 +94,16 @@ func ParseSize(s string) (int64, error) {
 			break
 		}
 	}
+	bad := fmt.Errorf("export: size %q: want a number of bytes with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), such as 5GB", s)
+	if n, err := strconv.ParseInt(t, 10, 64); err == nil { // whole numbers exactly
+		if n < 0 || n > math.MaxInt64/int64(mult) {
+			return 0, bad
+		}
+		return n * int64(mult), nil
+	}
 	v, err := strconv.ParseFloat(t, 64)
 	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || v*mult > math.MaxInt64/2 {
-		return 0, fmt.Errorf("export: size %q: want a number of bytes with an optional unit (B, KB, MB, GB, KiB, MiB, GiB), such as 5GB", s)
+		return 0, bad
 	}
 	return int64(v * mult), nil
 }

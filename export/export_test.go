@@ -591,3 +591,23 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseSize: any string parses to a non-negative size or an error,
+// never a panic; a size it prints back parses to itself.
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"5GB", "0", "1.5GiB", "12 kb", "-3", "1e400", "GB", " 7B "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseSize(s)
+		if err != nil {
+			return
+		}
+		if n < 0 {
+			t.Fatalf("ParseSize(%q) = %d", s, n)
+		}
+		if m, err := ParseSize(fmt.Sprint(n)); err != nil || m != n {
+			t.Fatalf("ParseSize(%d) = %d, %v", n, m, err)
+		}
+	})
+}
