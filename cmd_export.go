@@ -49,19 +49,24 @@ are split into shards with a model.safetensors.index.json.`,
 			if err != nil {
 				return err
 			}
-			c, err := a.exportSource(args, ckpt)
+			maxShard, err := export.ParseSize(shard)
 			if err != nil {
 				return err
 			}
-			maxShard, err := export.ParseSize(shard)
+			// Opening verifies every file's SHA-256: flags are checked first.
+			c, err := a.exportSource(args, ckpt)
 			if err != nil {
 				return err
 			}
 			opts := export.Options{DType: dt, Force: force, BaseName: baseName, MaxShardBytes: maxShard}
 			if base, err := a.modelDir(""); err == nil {
 				opts.BaseDir = base
-				if fp, err := baseFingerprint(base); err == nil {
-					opts.BaseFingerprint = fp
+				// The fingerprint hashes the base's weights (gigabytes for a
+				// real checkpoint): only an adapter needs it.
+				if adapter {
+					if fp, err := baseFingerprint(base); err == nil {
+						opts.BaseFingerprint = fp
+					}
 				}
 			}
 			write, what := export.Model, "model"

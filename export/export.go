@@ -30,7 +30,6 @@ package export
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -210,7 +209,6 @@ type exporter struct {
 	written    []string
 	bytes      int64
 	torchDType string
-	tokFrom    map[string]string // tokenizer file → where it came from
 }
 
 // run prepares the destination, has fill write the export into a temporary
@@ -245,8 +243,8 @@ func run(c *weights.Checkpoint, out string, opts Options, fill func(*exporter) e
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return Result{}, fmt.Errorf("export: %w", err)
 	}
-	tmp := filepath.Join(parent, "."+filepath.Base(abs)+".export-"+randomSuffix())
-	if err := os.Mkdir(tmp, 0o755); err != nil {
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(abs)+".export-*")
+	if err != nil {
 		return Result{}, fmt.Errorf("export: %w", err)
 	}
 	done := false
@@ -255,7 +253,7 @@ func run(c *weights.Checkpoint, out string, opts Options, fill func(*exporter) e
 			os.RemoveAll(tmp)
 		}
 	}()
-	x := &exporter{c: c, opts: opts, tmp: tmp, tokFrom: map[string]string{}}
+	x := &exporter{c: c, opts: opts, tmp: tmp}
 	if err := x.copyTokenizer(); err != nil {
 		return Result{}, err
 	}
@@ -264,7 +262,7 @@ func run(c *weights.Checkpoint, out string, opts Options, fill func(*exporter) e
 	}
 	aside := ""
 	if opts.Force {
-		aside = filepath.Join(parent, "."+filepath.Base(abs)+".export-old-"+randomSuffix())
+		aside = tmp + ".old"
 	}
 	if err := atomicfile.ReplaceDir(tmp, abs, aside); err != nil {
 		return Result{}, fmt.Errorf("export: putting the export at %s: %w", out, err)
@@ -327,12 +325,6 @@ func checkDest(out string, force bool) error {
 	return nil
 }
 
-func randomSuffix() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // copyTokenizer copies the tokenizer's files: each from the checkpoint
 // (verified against its manifest) or else from the base directory. A
 // model without tokenizer.json cannot be served, so its absence from both
@@ -343,7 +335,6 @@ func (x *exporter) copyTokenizer() error {
 			if err := x.copyVerified(name); err != nil {
 				return err
 			}
-			x.tokFrom[name] = "checkpoint"
 			continue
 		}
 		if x.opts.BaseDir == "" {
@@ -356,9 +347,8 @@ func (x *exporter) copyTokenizer() error {
 		if err := x.copyFile(src, name, nil); err != nil {
 			return err
 		}
-		x.tokFrom[name] = "base"
 	}
-	if x.tokFrom["tokenizer.json"] == "" {
+	if !slices.Contains(x.written, "tokenizer.json") {
 		where := x.c.Dir()
 		if x.opts.BaseDir != "" {
 			where += " or " + x.opts.BaseDir
@@ -484,12 +474,7 @@ func (x *exporter) writeShards(tensors []safetensors.WriteTensor, meta map[strin
 	if err := safetensors.WriteIndex(path, weightMap, total); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	x.note(safetensors.IndexFile, st.Size())
-	return nil
+	return x.noteFile(safetensors.IndexFile)
 }
 
 // autoTorchDType is the torch dtype that holds every value of f's tensors
@@ -604,7 +589,12 @@ func (x *exporter) writeSafetensors(name string, tensors []safetensors.WriteTens
 	if err := safetensors.WriteFile(path, tensors, meta); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	st, err := os.Stat(path)
+	return x.noteFile(name)
+}
+
+// noteFile notes the export's file name, written by another package.
+func (x *exporter) noteFile(name string) error {
+	st, err := os.Stat(filepath.Join(x.tmp, name))
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
