@@ -22,10 +22,13 @@
 //	    x = x + (silu(h Wgate) * (h Wup)) Wdown
 //	logits = (rmsnorm(x) * norm) Wlm                  Wlm = embed when tied
 //
-// That is Model.layer, line for line. Every matrix product runs over all
-// rows of the batch at once, so a batch of 8 decode steps reads each weight
-// once, and a 512-token prefill is a matrix-matrix product. Only attention
-// looks at sequences separately, through each one's block table.
+// That is Model.block, line for line: the one forward pass of a layer,
+// which serving (over the paged KV cache) and training (over whole
+// samples, keeping what the backward pass reads) both run (layer.go).
+// Every matrix product runs over all rows of the batch at once, so a batch
+// of 8 decode steps reads each weight once, and a 512-token prefill is a
+// matrix-matrix product. Only attention looks at sequences separately,
+// through each one's block table.
 //
 // # Pieces
 //

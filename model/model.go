@@ -355,50 +355,16 @@ func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 
 	x := views.x
 	b.Embedding(x, w.Embed, views.ids)
+	sp := &servePass{b: b, kv: kv, v: &views, attn: attn, outs: &s.outs}
+	io := &blockIO{xin: x, xmid: x, xout: x, h1: views.h, h2: views.h, qpre: views.q, kpre: views.k, q: views.q, k: views.k,
+		v: views.v, att: views.att, out: views.out, gate: views.gate, up: views.up, act: views.gate, pos: views.pos}
 	for l := range w.Layers {
-		m.layer(&w.Layers[l], l, kv, &views, attn)
+		m.block(sp, l, &w.Layers[l], io, &s.projs)
 	}
 	for _, st := range steps {
 		st.Seq.n += len(st.Tokens)
 	}
 	return x, nil
-}
-
-// layer runs transformer block l with weights w over the batch, updating
-// views.x in place.
-func (m *Model) layer(w *layer, l int, kv *KVCache, v *views, attn *compute.Attention) {
-	b, c := m.b, m.Config
-	eps := float32(c.RMSNormEps)
-
-	// Attention: normalise, project to queries, keys and values, rotate by
-	// position, append keys and values to the cache, attend, project back
-	// and add to the residual stream.
-	// The q, k and v projections (and below, gate and up) go to the
-	// backend as one LinearMulti: at a decode step it reads their weights
-	// in one pass, where three Linear calls would synchronise threads and
-	// restart a memory stream after each matrix.
-	b.RMSNorm(v.h, v.x, w.AttnNorm, eps)
-	outs := &m.s.outs
-	*outs = [3]compute.LinearOut{{Dst: v.q, W: w.Q, Bias: w.QBias}, {Dst: v.k, W: w.K, Bias: w.KBias}, {Dst: v.v, W: w.V, Bias: w.VBias}}
-	b.LinearMulti(v.h, outs[:])
-	if c.QKNorm {
-		b.RMSNorm(v.q, v.q, w.QNorm, eps)
-		b.RMSNorm(v.k, v.k, w.KNorm, eps)
-	}
-	b.RoPE(v.q, v.pos, m.cos, m.sin, c.HeadDim)
-	b.RoPE(v.k, v.pos, m.cos, m.sin, c.HeadDim)
-	b.StoreKV(kv.k[l], kv.v[l], v.k, v.v, v.slots, attn)
-	b.Attention(v.att, v.q, kv.k[l], kv.v[l], attn)
-	b.Linear(v.out, v.att, w.O, w.OBias)
-	b.Add(v.x, v.x, v.out)
-
-	// MLP: normalise, gate·up with SiLU, project down, add to the residual.
-	b.RMSNorm(v.h, v.x, w.MLPNorm, eps)
-	*outs = [3]compute.LinearOut{{Dst: v.gate, W: w.Gate, Bias: w.GateBias}, {Dst: v.up, W: w.Up, Bias: w.UpBias}}
-	b.LinearMulti(v.h, outs[:2])
-	b.SiLUMul(v.gate, v.gate, v.up)
-	b.Linear(v.out, v.gate, w.Down, w.DownBias)
-	b.Add(v.x, v.x, v.out)
 }
 
 // logitChunk is how many rows of logits are computed at once; it bounds

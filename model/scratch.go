@@ -51,8 +51,9 @@ type scratch struct {
 	ids, pos, slots, qstart, ctx, tab buffer
 	final, rows, logits, logp, target buffer
 
-	attn compute.Attention
-	outs [3]compute.LinearOut // the products of one LinearMulti call
+	attn  compute.Attention
+	outs  [3]compute.LinearOut // the products of one LinearMulti call
+	projs [3]proj              // the products of one block step
 
 	hIDs, hPos, hSlots, hQStart, hCtx, hTable, hRows []int32
 	hReserved                                        []int

@@ -21,7 +21,7 @@ import (
 // The optimizer is the caller's (package trainer), through the backend's
 // compute.Trainer ops on Param.Value and Param.Grad.
 //
-// The backward pass, layer by layer, mirrors Model.layer in reverse:
+// The backward pass, layer by layer, mirrors Model.block in reverse:
 //
 //	dx = ∂L/∂(layer output)
 //	dact = dx·Wdown;  dgate, dup = silu_mul'(dact);  dh = dgate·Wgate + dup·Wup
@@ -400,6 +400,7 @@ type Pass struct {
 	// arena's logits buffer still holds them for Backward.
 	logitsKept bool
 
+	projs             [3]proj // block scratch
 	backwarded, freed bool
 	// release gives back the Slicer's hold while a forward or backward
 	// runs; yield replaces it at slice boundaries.
@@ -662,40 +663,16 @@ func (t *Trainable) adapters(l int) *[numTargets]*adapter {
 }
 
 // layerForward runs layer l from xin into xout (tmp is scratch [T,
-// hidden]), writing the activations into a. It is Model.layer with dense
-// attention over each sample instead of the paged cache.
+// hidden]), writing the activations into a: Model.block with each
+// product's adapter and dense attention over each sample.
 func (p *Pass) layerForward(l int, xin, xout, tmp compute.Tensor, a *layerActs) {
-	t := p.t
-	b, c, w, ad := t.tb, t.m.Config, &t.w.Layers[l], t.adapters(l)
-	eps := float32(c.RMSNormEps)
-
-	b.RMSNorm(a.h1, xin, w.AttnNorm, eps)
-	q, k := a.q, a.k
-	if c.QKNorm {
-		q, k = a.qpre, a.kpre
+	qpre, kpre := a.q, a.k
+	if p.t.m.Config.QKNorm {
+		qpre, kpre = a.qpre, a.kpre
 	}
-	t.linear(q, a.h1, w.Q, w.QBias, ad[targetQ], a.u[targetQ])
-	t.linear(k, a.h1, w.K, w.KBias, ad[targetK], a.u[targetK])
-	t.linear(a.v, a.h1, w.V, w.VBias, ad[targetV], a.u[targetV])
-	if c.QKNorm {
-		b.RMSNorm(a.q, a.qpre, w.QNorm, eps)
-		b.RMSNorm(a.k, a.kpre, w.KNorm, eps)
-	}
-	b.RoPE(a.q, p.pos, t.cos, t.sin, c.HeadDim)
-	b.RoPE(a.k, p.pos, t.cos, t.sin, c.HeadDim)
-	p.yield()
-	b.DenseAttention(a.att, a.lse, a.q, a.k, a.v, &p.attn)
-	t.linear(tmp, a.att, w.O, w.OBias, ad[targetO], a.u[targetO])
-	b.Add(a.xmid, xin, tmp)
-	p.yield()
-
-	b.RMSNorm(a.h2, a.xmid, w.MLPNorm, eps)
-	t.linear(a.gate, a.h2, w.Gate, w.GateBias, ad[targetGate], a.u[targetGate])
-	t.linear(a.up, a.h2, w.Up, w.UpBias, ad[targetUp], a.u[targetUp])
-	b.SiLUMul(a.act, a.gate, a.up)
-	p.yield()
-	t.linear(tmp, a.act, w.Down, w.DownBias, ad[targetDown], a.u[targetDown])
-	b.Add(xout, a.xmid, tmp)
+	io := &blockIO{xin: xin, xmid: a.xmid, xout: xout, h1: a.h1, h2: a.h2, qpre: qpre, kpre: kpre, q: a.q, k: a.k,
+		v: a.v, att: a.att, out: tmp, gate: a.gate, up: a.up, act: a.act, pos: p.pos}
+	p.t.m.block(trainPass{p: p, a: a}, l, &p.t.w.Layers[l], io, &p.projs)
 }
 
 // Backward accumulates into the parameters' gradients the gradient of a

@@ -1,0 +1,143 @@
+package model
+
+import "github.com/clawrl/clawrl/compute"
+
+// One transformer block, for serving and for training.
+//
+// block is the only forward pass of a layer in the package: Model.run
+// (serving, over the paged KV cache) and Pass.forward (training, over
+// whole samples, keeping what Backward needs) both call it, and differ
+// only in where the block's tensors live (blockIO) and in the three
+// things a blockPass decides: how the linear layers run (one LinearMulti
+// over the base weights, or each product plus its LoRA adapter), how
+// attention runs (StoreKV and paged Attention, or DenseAttention with the
+// log-normalisers), and where a training pass may give the machine to
+// serving. Pass.layerBackward is its backward, written once over the same
+// ops.
+
+// blockIO are the tensors one block reads and writes, [tokens, width].
+// Serving points the residual stream (xin, xmid, xout) at one tensor and
+// updates it in place, q and k at qpre and kpre, and act at gate; training
+// gives each its own tensor when Backward needs to read it.
+type blockIO struct {
+	xin, xmid, xout compute.Tensor // the residual stream: input, after attention, output
+	h1, h2          compute.Tensor // input_layernorm and post_attention_layernorm outputs
+	qpre, kpre      compute.Tensor // the q and k projections (before the q/k norms)
+	q, k, v         compute.Tensor // after the q/k norms and RoPE
+	att             compute.Tensor // attention output
+	out             compute.Tensor // o_proj and down_proj outputs
+	gate, up, act   compute.Tensor // MLP projections and silu(gate)·up
+	pos             compute.Tensor // I32 position of every row
+}
+
+// proj is one linear layer of a block: dst = x·Wᵀ + bias, for LoRA target
+// target of the layer.
+type proj struct {
+	dst, w, bias compute.Tensor
+	target       int
+}
+
+// blockPass is what differs between a serving and a training pass of a
+// block (see the comment at the top of the file).
+type blockPass interface {
+	// project runs the linear layers ps of layer l over the same input x.
+	project(l int, x compute.Tensor, ps []proj)
+	// attend writes layer l's attention of q over k and v (rotated) into
+	// dst.
+	attend(l int, dst, q, k, v compute.Tensor)
+	// yield marks a slice boundary, where a training pass may let serving
+	// run.
+	yield()
+}
+
+// block runs transformer block l with weights w (Model's package doc has
+// it in pseudo-code).
+// ps is scratch for the products of one call (the caller's, so that a
+// pass does not allocate per layer).
+func (m *Model) block(bp blockPass, l int, w *layer, io *blockIO, ps *[3]proj) {
+	b, c := m.b, m.Config
+	eps := float32(c.RMSNormEps)
+
+	// Attention: normalise, project to queries, keys and values, normalise
+	// q and k per head (Qwen3), rotate by position, attend, project back
+	// and add to the residual stream.
+	b.RMSNorm(io.h1, io.xin, w.AttnNorm, eps)
+	*ps = [3]proj{{io.qpre, w.Q, w.QBias, targetQ}, {io.kpre, w.K, w.KBias, targetK}, {io.v, w.V, w.VBias, targetV}}
+	bp.project(l, io.h1, ps[:])
+	if c.QKNorm {
+		b.RMSNorm(io.q, io.qpre, w.QNorm, eps)
+		b.RMSNorm(io.k, io.kpre, w.KNorm, eps)
+	}
+	b.RoPE(io.q, io.pos, m.cos, m.sin, c.HeadDim)
+	b.RoPE(io.k, io.pos, m.cos, m.sin, c.HeadDim)
+	bp.yield()
+	bp.attend(l, io.att, io.q, io.k, io.v)
+	*ps = [3]proj{{io.out, w.O, w.OBias, targetO}}
+	bp.project(l, io.att, ps[:1])
+	b.Add(io.xmid, io.xin, io.out)
+	bp.yield()
+
+	// MLP: normalise, gate·up with SiLU, project down, add to the residual.
+	b.RMSNorm(io.h2, io.xmid, w.MLPNorm, eps)
+	*ps = [3]proj{{io.gate, w.Gate, w.GateBias, targetGate}, {io.up, w.Up, w.UpBias, targetUp}}
+	bp.project(l, io.h2, ps[:2])
+	b.SiLUMul(io.act, io.gate, io.up)
+	bp.yield()
+	*ps = [3]proj{{io.out, w.Down, w.DownBias, targetDown}}
+	bp.project(l, io.act, ps[:1])
+	b.Add(io.xout, io.xmid, io.out)
+}
+
+// servePass is a serving pass's blockPass: the linear layers of one input
+// as one LinearMulti (a decode step reads all their weights in one pass,
+// where separate products would synchronise threads and restart a memory
+// stream after each matrix), attention over the paged KV cache, no
+// yields.
+type servePass struct {
+	b    compute.Backend
+	kv   *KVCache
+	v    *views
+	attn *compute.Attention
+	outs *[3]compute.LinearOut
+}
+
+func (s *servePass) project(_ int, x compute.Tensor, ps []proj) {
+	outs := s.outs[:len(ps)]
+	for i, p := range ps {
+		outs[i] = compute.LinearOut{Dst: p.dst, W: p.w, Bias: p.bias}
+	}
+	if len(outs) == 1 {
+		s.b.Linear(outs[0].Dst, x, outs[0].W, outs[0].Bias)
+		return
+	}
+	s.b.LinearMulti(x, outs)
+}
+
+func (s *servePass) attend(l int, dst, q, k, v compute.Tensor) {
+	s.b.StoreKV(s.kv.k[l], s.kv.v[l], k, v, s.v.slots, s.attn)
+	s.b.Attention(dst, q, s.kv.k[l], s.kv.v[l], s.attn)
+}
+
+func (s *servePass) yield() {}
+
+// trainPass is a training pass's blockPass: each product with its LoRA
+// adapter (the adapter's x·Aᵀ kept for Backward), dense causal attention
+// over each sample (its log-normalisers kept), and slice boundaries.
+type trainPass struct {
+	p *Pass
+	a *layerActs
+}
+
+func (tp trainPass) project(l int, x compute.Tensor, ps []proj) {
+	t := tp.p.t
+	ad := t.adapters(l)
+	for _, p := range ps {
+		t.linear(p.dst, x, p.w, p.bias, ad[p.target], tp.a.u[p.target])
+	}
+}
+
+func (tp trainPass) attend(_ int, dst, q, k, v compute.Tensor) {
+	tp.p.t.tb.DenseAttention(dst, tp.a.lse, q, k, v, &tp.p.attn)
+}
+
+func (tp trainPass) yield() { tp.p.yield() }
