@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -278,10 +278,17 @@ func TestKVBudget(t *testing.T) {
 	}
 }
 
-// TestMain keeps the tests' data (the store, checkpoints) out of the
-// user's data directory: a test that does not set data.dir gets a
-// temporary XDG_DATA_HOME.
+// TestMain sets the built-in configuration and keeps the tests' data (the
+// store, checkpoints) out of the user's data directory: a test that does
+// not set data.dir gets a temporary XDG_DATA_HOME.
 func TestMain(m *testing.M) {
+	// The built-in configuration is the repository's config.yaml, which
+	// package main embeds.
+	def, err := os.ReadFile("../config.yaml")
+	if err != nil {
+		panic(err)
+	}
+	SetDefaults(def, "")
 	dir, err := os.MkdirTemp("", "clawrl-test-data-")
 	if err != nil {
 		panic(err)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -61,7 +61,7 @@ var buildBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "clawrl")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/clawrl/clawrl").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
