@@ -2,16 +2,11 @@ package bundled
 
 import (
 	"bytes"
-	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
-
-	"github.com/clawrl/clawrl/model"
-	"github.com/clawrl/clawrl/pretrain"
-	"github.com/clawrl/clawrl/tokenizer"
 )
 
 func TestDirExtractsOnce(t *testing.T) {
@@ -50,36 +45,5 @@ func TestDirExtractsOnce(t *testing.T) {
 	d, err := DirIn(root)
 	if err != nil || d != dirs[0] || !complete(d) {
 		t.Fatalf("after damage: %q, %v", d, err)
-	}
-}
-
-func TestBundledLoadsAndGenerates(t *testing.T) {
-	dir, err := DirIn(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := model.LoadConfig(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.VocabSize != tok.VocabSize() || c.Architecture != model.ArchLlama || !tok.HasChatTemplate() {
-		t.Errorf("config %+v, vocabulary %d", c, tok.VocabSize())
-	}
-	if eos, _ := tok.EOS(); !c.IsEOS(int(eos)) {
-		t.Error("the tokenizer's EOS does not end generation")
-	}
-	ev, err := pretrain.Evaluate(context.Background(), dir, pretrain.EvalOptions{Seed: 1, Arithmetic: 2, Tools: 1, Judge: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ev.Samples) == 0 {
-		t.Fatal("no samples")
-	}
-	for _, s := range ev.Samples[:3] {
-		t.Logf("%s → %q", s.Messages[len(s.Messages)-1].Content, s.Reply)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/clawrl/clawrl/compute"
-	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/model"
 )
 
@@ -74,18 +74,18 @@ a temporary directory first.`,
 	fl.BoolVar(&f.train, "train", false, "serve: also measure 8 and 32 clients while the trainer steps without pause on synthetic samples, against idle, in alternating rounds")
 	fl.Float64Var(&f.serveSeconds, "serve-seconds", 15, "serve: how long each client count keeps sending requests, over all rounds")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the engine sections (gemm, model, serve) to this file")
-	fl.IntVar(&f.bandwidthMB, "bandwidth-mb", kernels.DefaultBandwidthBytes>>20, "buffer for the bandwidth measurements (well above the L3 cache)")
+	fl.IntVar(&f.bandwidthMB, "bandwidth-mb", engine.DefaultBandwidthBytes>>20, "buffer for the bandwidth measurements (well above the L3 cache)")
 	cmd.AddCommand(a.benchSoakCmd(), a.benchLearnCmd())
 	return cmd
 }
 
-type ceilings struct {
-	peak, read, copy float64 // GFLOP/s, GB/s, GB/s
-	dot              float64 // GFLOP/s of VDPBF16PS; 0 where the products do not use it
-}
+// ceilings are the host's limits the ratios divide by.
+type ceilings engine.Ceilings
 
 func (a *app) runBench(out io.Writer, f benchFlags) error {
-	a.setServingThreads()
+	if t := max(a.cfg.Model.Threads, a.cfg.Devices.Rollout.Threads); t > 0 {
+		engine.SetThreads(t)
+	}
 	for _, w := range f.what {
 		switch w {
 		case "machine", "gemm", "model", "serve":
@@ -93,8 +93,7 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 			return fmt.Errorf("unknown --what section %q (machine, gemm, model, serve)", w)
 		}
 	}
-	th := kernels.Threads()
-	fmt.Fprintf(out, "clawrl bench: %s kernels, %d threads\n\n", kernels.Kernels(), th)
+	fmt.Fprintf(out, "clawrl bench: %s kernels, %d threads\n\n", engine.Kernels(), engine.Threads())
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	defer tw.Flush()
 	row := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
@@ -103,14 +102,7 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 	// after the engine runs; the larger of the two counts, since a neighbour
 	// on a shared machine can only lower a measurement.
 	d := time.Duration(f.seconds * float64(time.Second))
-	measure := func() ceilings {
-		return ceilings{
-			peak: kernels.PeakGFLOPS(th, d),
-			dot:  kernels.PeakBF16DotGFLOPS(th, d),
-			read: kernels.ReadBandwidthGBs(f.bandwidthMB<<20, th, d),
-			copy: kernels.CopyBandwidthGBs(f.bandwidthMB<<20, th, d),
-		}
-	}
+	measure := func() ceilings { return ceilings(engine.MeasureCeilings(f.bandwidthMB<<20, d)) }
 	c := measure()
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
@@ -126,7 +118,7 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 	add := func(cells ...string) { rows = append(rows, cells) }
 	var err error
 	if slices.Contains(f.what, "gemm") {
-		benchGEMM(add, a.precision())
+		engine.BenchGEMM(engine.BF16Precision(a.cfg), add)
 	}
 	if slices.Contains(f.what, "model") {
 		err = a.benchModel(add, f)
@@ -138,16 +130,16 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 		pprof.StopCPUProfile()
 	}
 	c2 := measure()
-	c.peak, c.read, c.copy, c.dot = max(c.peak, c2.peak), max(c.read, c2.read), max(c.copy, c2.copy), max(c.dot, c2.dot)
+	c.Peak, c.Read, c.Copy, c.Dot = max(c.Peak, c2.Peak), max(c.Read, c2.Read), max(c.Copy, c2.Copy), max(c.Dot, c2.Dot)
 
 	row("measurement", "value", "unit", "of ceiling")
 	if slices.Contains(f.what, "machine") {
-		row("FP32 FMA peak", fmt.Sprintf("%.1f", c.peak), "GFLOP/s", "")
-		if c.dot > 0 {
-			row("BF16 dot peak (VDPBF16PS)", fmt.Sprintf("%.1f", c.dot), "GFLOP/s", fmt.Sprintf("%.2f× FMA peak", c.dot/c.peak))
+		row("FP32 FMA peak", fmt.Sprintf("%.1f", c.Peak), "GFLOP/s", "")
+		if c.Dot > 0 {
+			row("BF16 dot peak (VDPBF16PS)", fmt.Sprintf("%.1f", c.Dot), "GFLOP/s", fmt.Sprintf("%.2f× FMA peak", c.Dot/c.Peak))
 		}
-		row("memory read", fmt.Sprintf("%.1f", c.read), "GB/s", "")
-		row("memory copy (read+write)", fmt.Sprintf("%.1f", c.copy), "GB/s", "")
+		row("memory read", fmt.Sprintf("%.1f", c.Read), "GB/s", "")
+		row("memory copy (read+write)", fmt.Sprintf("%.1f", c.Copy), "GB/s", "")
 	}
 	for _, r := range rows {
 		row(r[0], r[1], r[2], ratio(r, c))
@@ -159,10 +151,10 @@ func (a *app) runBench(out io.Writer, f benchFlags) error {
 // products run on the instruction (rows marked ":bf16" only come from such
 // runs); twice the FMA peak, its nominal rate, should it not be.
 func (c ceilings) dotPeak() float64 {
-	if c.dot > 0 {
-		return c.dot
+	if c.Dot > 0 {
+		return c.Dot
 	}
-	return 2 * c.peak
+	return 2 * c.Peak
 }
 
 // ratio fills a result row's last column: the row names its ceiling as
@@ -175,11 +167,11 @@ func ratio(r []string, c ceilings) string {
 	fmt.Sscan(r[1], &v)
 	switch {
 	case r[3] == "peak":
-		return pct(v, c.peak) + " of FMA peak"
+		return pct(v, c.Peak) + " of FMA peak"
 	case r[3] == "peak:bf16":
 		return pct(v, c.dotPeak()) + " of BF16 dot peak"
 	case r[3] == "read":
-		return pct(v, c.read) + " of read bandwidth"
+		return pct(v, c.Read) + " of read bandwidth"
 	case strings.HasPrefix(r[3], "flops:"):
 		var flops float64
 		spec, bf16 := strings.CutSuffix(strings.TrimPrefix(r[3], "flops:"), ":bf16")
@@ -187,7 +179,7 @@ func ratio(r []string, c ceilings) string {
 		if bf16 {
 			return pct(v*flops/1e9, c.dotPeak()) + " of BF16 dot peak"
 		}
-		return pct(v*flops/1e9, c.peak) + " of FMA peak"
+		return pct(v*flops/1e9, c.Peak) + " of FMA peak"
 	}
 	return r[3]
 }
@@ -204,67 +196,6 @@ func median(v []float64) float64 {
 		return v[n/2]
 	}
 	return (v[n/2-1] + v[n/2]) / 2
-}
-
-func randVec(n int, r *rand.Rand) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = float32(r.NormFloat64())
-	}
-	return v
-}
-
-// timeIt runs fn at least twice and for about 300 ms, and returns the mean
-// duration of the runs after the first.
-func timeIt(fn func()) time.Duration {
-	fn() // warm-up: packing buffers, page faults
-	var total time.Duration
-	n := 0
-	for total < 300*time.Millisecond || n < 2 {
-		t := time.Now()
-		fn()
-		total += time.Since(t)
-		n++
-	}
-	return total / time.Duration(n)
-}
-
-func benchGEMM(row func(...string), prec kernels.Precision) {
-	r := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{512, 1024, 2048} {
-		a, b, out := randVec(n*n, r), randVec(n*n, r), make([]float32, n*n)
-		t := timeIt(func() { kernels.Sgemm(false, true, n, n, n, 1, a, n, b, n, 0, out, n) })
-		gf := 2 * float64(n) * float64(n) * float64(n) / t.Seconds() / 1e9
-		row(fmt.Sprintf("sgemm %d³", n), fmt.Sprintf("%.1f", gf), "GFLOP/s", "peak")
-	}
-	// Prefill-shaped products: 512 tokens through a 1024→3072 layer.
-	{
-		m, k, n := 512, 1024, 3072
-		a, w, out := randVec(m*k, r), randVec(n*k, r), make([]float32, m*n)
-		wb := make([]uint16, n*k)
-		kernels.F32ToBF16(wb, w)
-		t := timeIt(func() { kernels.LinearBF16(out, a, wb, m, n, k, false) })
-		gf := 2 * float64(m*n*k) / t.Seconds() / 1e9
-		row("linear bf16 512×1024→3072", fmt.Sprintf("%.1f", gf), "GFLOP/s", "peak")
-		if kernels.HasBF16Dot() {
-			t := timeIt(func() { kernels.LinearBF16Prec(out, a, wb, m, n, k, false, kernels.PrecisionBF16) })
-			gf := 2 * float64(m*n*k) / t.Seconds() / 1e9
-			row("  same, BF16 products (VDPBF16PS)", fmt.Sprintf("%.1f", gf), "GFLOP/s", "peak:bf16")
-		}
-	}
-	// Decode-shaped: one token through the Qwen3-0.6B LM head (311 MB BF16),
-	// at the daemon's precision, from huge-page memory as loaded weights are.
-	{
-		n, k := 151936, 1024
-		a, out := randVec(k, r), make([]float32, n)
-		wb := kernels.AllocBF16(n * k)
-		for i := range wb {
-			wb[i] = kernels.F32ToBF16One(float32(r.NormFloat64()) * 0.02)
-		}
-		t := timeIt(func() { kernels.LinearBF16Prec(out, a, wb, 1, n, k, false, prec) })
-		gbs := float64(2*n*k) / t.Seconds() / 1e9
-		row("gemv bf16 1024→151936", fmt.Sprintf("%.1f", gbs), "GB/s", "read")
-	}
 }
 
 func pct(x, of float64) string {
@@ -319,7 +250,7 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 		}
 		dir = tmp
 	}
-	m, err := model.Load(a.backend(), dir)
+	m, err := engine.LoadModel(a.cfg, dir)
 	if err != nil {
 		return err
 	}
@@ -329,14 +260,14 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	decodeN := min(f.decodeTokens, cfg.MaxPositions-17)
 	const bs = 16
 	blocks := 8*((16+decodeN+bs)/bs) + (prefillN+bs-1)/bs + 4
-	kvdt := a.kvDType(cfg)
+	kvdt := engine.KVDType(a.cfg, cfg)
 	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: bs, Budget: cfg.KVBytesPerToken(kvdt) * bs * int64(blocks), DType: kvdt})
 	if err != nil {
 		return err
 	}
 	defer kv.Close()
 	name := fmt.Sprintf("%s %.0fM %s", cfg.Architecture, float64(cfg.NumParams())/1e6, cfg.TorchDType)
-	bf16Dot := cfg.TorchDType == "bfloat16" && a.precision() == kernels.PrecisionBF16
+	bf16Dot := cfg.TorchDType == "bfloat16" && engine.BF16Precision(a.cfg)
 	if bf16Dot {
 		name += ", BF16 products (model.precision)"
 	}
@@ -410,15 +341,14 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	if _, err := decode(1, 0); err != nil { // warm-up
 		return err
 	}
-	th := kernels.Threads()
-	meter := kernels.NewBandwidthMeter(f.bandwidthMB<<20, th)
+	meter := engine.NewBandwidthMeter(f.bandwidthMB << 20)
 	defer meter.Free()
 	d := time.Duration(f.seconds * float64(time.Second))
 	wbytes := weightBytesPerToken(cfg)
 	var tpsR, bwR, ratioR, rdR, rdRatioR, rdCopyR []float64
 	for range max(1, f.rounds) {
-		bw := meter.Copy(th, d)
-		rd := meter.Read(th, d)
+		bw := meter.Copy(d)
+		rd := meter.Read(d)
 		tps, err := decode(1, d)
 		if err != nil {
 			return err
@@ -450,7 +380,7 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	ptps := float64(prefillN) / el.Seconds()
 	flops := prefillFlops(cfg, prefillN)
 	ceil := fmt.Sprintf("flops:%.0f", flops/float64(prefillN))
-	if bf16Dot && kernels.HasBF16Dot() {
+	if bf16Dot && engine.HasBF16Dot() {
 		ceil += ":bf16" // VDPBF16PS: twice the FMA's flops per instruction
 	}
 	row(fmt.Sprintf("  prefill, %d tokens", prefillN), fmt.Sprintf("%.1f", ptps), "tok/s", ceil)

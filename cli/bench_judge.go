@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/reward"
 	"github.com/clawrl/clawrl/tokenizer"
 )
@@ -20,29 +21,27 @@ import (
 // scheduler as background work (or the judge group's scheduler with
 // devices.judge.threads), exactly as the daemon's scorer calls it.
 type judgeLoad struct {
-	on      atomic.Bool
-	turns   atomic.Int64 // turns judged (vote and hint calls both done)
-	failed  atomic.Int64 // judge calls that returned an error
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	stopGen func() // stops the judge group's scheduler, if any
+	on     atomic.Bool
+	turns  atomic.Int64 // turns judged (vote and hint calls both done)
+	failed atomic.Int64 // judge calls that returned an error
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
-func (a *app) startJudgeLoad(e *engine) (*judgeLoad, error) {
+func (a *app) startJudgeLoad(e *engine.Engine) (*judgeLoad, error) {
 	rc := a.cfg.Reward
 	// As in the daemon: the serving scheduler, or the judge group's own
-	// with devices.judge.threads.
-	gen, stopGen, err := e.judgeScheduler(a, rc.Workers*max(1, rc.Votes))
+	// with devices.judge.threads (the engine stops it).
+	gen, err := e.JudgeScheduler(rc.Workers * max(1, rc.Votes))
 	if err != nil {
 		return nil, err
 	}
-	judge, err := reward.NewLocalBackend(gen, e.tok, reward.LocalOptions{StopTokens: e.stopTokens()})
+	judge, err := reward.NewLocalBackend(gen, e.Tokenizer(), reward.LocalOptions{StopTokens: e.StopTokens()})
 	if err != nil {
-		stopGen()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l := &judgeLoad{cancel: cancel, stopGen: stopGen}
+	l := &judgeLoad{cancel: cancel}
 	lim := reward.DefaultLimits()
 	for w := range max(1, rc.Workers) {
 		l.wg.Go(func() {
@@ -78,7 +77,6 @@ func (a *app) startJudgeLoad(e *engine) (*judgeLoad, error) {
 func (l *judgeLoad) close() {
 	l.cancel()
 	l.wg.Wait()
-	l.stopGen()
 }
 
 // benchTurn is a turn of a session with the person's next message: what

@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -22,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/clawrl/clawrl/apiclient"
+	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/priority"
 	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/trainer"
@@ -79,55 +79,22 @@ type streamStats struct {
 // content chunks to gaps (when not nil) and measures the whole request.
 func streamChatStats(ctx context.Context, url string, body any, gaps *[]time.Duration) (streamStats, error) {
 	var st streamStats
-	b, err := json.Marshal(body)
-	if err != nil {
-		return st, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(b))
-	if err != nil {
-		return st, err
-	}
-	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apiclient.Post(ctx, nil, url+"/v1/chat/completions", nil, body)
 	if err != nil {
+		var ae *apiclient.Error
+		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+			return st, errRefused
+		}
 		return st, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusTooManyRequests {
-		return st, errRefused
-	}
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("status %s", resp.Status)
-	}
 	st.first.version, _ = strconv.ParseUint(resp.Header.Get("X-Weight-Version"), 10, 64)
 	var ttft time.Duration
 	var last time.Time
 	tokens := 0
-	sc := bufio.NewScanner(resp.Body)
-	// Lines of up to 1 MiB, in a buffer that grows only when one needs it:
-	// the clients share the server's cores, and zeroing a 1 MiB buffer per
-	// request was 1% of a 32-client run's CPU.
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || line == "[DONE]" {
-			continue
-		}
-		var chunk struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-		}
-		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
-			return st, err
-		}
-		if len(chunk.Choices) > 0 && chunk.Choices[0].Delta.Content != "" {
+	err = apiclient.ReadStream(resp.Body, func(ck *apiclient.Chunk) error {
+		if len(ck.Choices) > 0 && ck.Choices[0].Delta.Content != nil && *ck.Choices[0].Delta.Content != "" {
 			now := time.Now()
 			if ttft == 0 {
 				ttft = now.Sub(start)
@@ -136,16 +103,17 @@ func streamChatStats(ctx context.Context, url string, body any, gaps *[]time.Dur
 			}
 			last = now
 		}
-		if chunk.Usage != nil {
-			tokens = chunk.Usage.CompletionTokens
+		if ck.Usage != nil {
+			tokens = ck.Usage.CompletionTokens
 			if ttft == 0 { // every token decoded to nothing visible
 				ttft = time.Since(start)
 			}
 		}
-	}
+		return nil
+	})
 	st.ttft, st.tokens, st.total = ttft, tokens, time.Since(start)
 	st.first.at = start.Add(ttft)
-	return st, sc.Err()
+	return st, err
 }
 
 // benchModelID is the id the bench's requests name: the served model's
@@ -222,14 +190,14 @@ func runClients(url string, n int, window time.Duration, maxTokens int, think ti
 
 // longText makes a system prompt of about n tokens (measured with the
 // served tokenizer) of varied English-like words.
-func longText(e *engine, n int) string {
+func longText(e *engine.Engine, n int) string {
 	words := strings.Fields("the assistant reads files checks tools answers questions about code dates units lists and formats " +
 		"before replying it should verify paths run tests explain results and keep the user informed of every step taken")
 	var b strings.Builder
 	for i := 0; ; i++ {
 		b.WriteString(words[(i*7+i/len(words))%len(words)])
 		b.WriteByte(' ')
-		if i%200 == 199 && len(e.tok.Encode(b.String())) >= n {
+		if i%200 == 199 && len(e.Tokenizer().Encode(b.String())) >= n {
 			return b.String()
 		}
 	}
@@ -259,11 +227,12 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 	a.cfg.Rollout.MaxBatch = max(a.cfg.Rollout.MaxBatch, 32)
 	a.cfg.Rollout.QueueSize = max(a.cfg.Rollout.QueueSize, 64)
 	a.cfg.Rollout.StepTokens = max(a.cfg.Rollout.StepTokens, a.cfg.Rollout.MaxBatch)
-	e, err := a.openEngine(dir)
+	reg := prometheus.NewRegistry()
+	e, err := engine.Open(a.cfg, engine.Options{Model: dir, Log: a.log, Registry: reg})
 	if err != nil {
 		return err
 	}
-	defer e.stop()
+	defer e.Close()
 	// Turns are recorded into a store of their own, as the daemon records
 	// them (group-committed before each response's last chunk).
 	dataDir, err := os.MkdirTemp("", "clawrl-bench-data-")
@@ -271,13 +240,12 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 		return err
 	}
 	defer os.RemoveAll(dataDir)
-	reg := prometheus.NewRegistry()
 	db, err := store.Open(dataDir, store.Options{Log: a.log})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	srv, _, err := a.newServer(e, db, reg, nil)
+	srv, err := a.newServer(e, db, reg, a.templateVars(), nil)
 	if err != nil {
 		return err
 	}
@@ -311,8 +279,8 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 		<-done
 	}()
 	url := "http://" + ln.Addr().String()
-	benchModelID = filepath.Base(filepath.Clean(e.dir))
-	cfg := e.model.Config
+	benchModelID = filepath.Base(filepath.Clean(e.Dir()))
+	cfg := e.Model().Config
 	row(fmt.Sprintf("serving %s %.0fM over HTTP", cfg.Architecture, float64(cfg.NumParams())/1e6), "", "", "")
 
 	// The client counts run in turn, in --rounds rounds of
@@ -323,7 +291,7 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 	counts := []int{1, 8, 32}
 	rounds := max(1, f.rounds)
 	window := time.Duration(f.serveSeconds * float64(time.Second) / float64(rounds))
-	generated := func() uint64 { return e.sched.Stats().GeneratedTokens }
+	generated := func() uint64 { return e.Scheduler().Stats().GeneratedTokens }
 	rates := make([][]float64, len(counts))       // per count, per round
 	ttfts := make([][]time.Duration, len(counts)) // pooled
 	for range rounds {
@@ -489,14 +457,13 @@ func storeOverhead(row func(...string), withURL, withoutURL string, rounds int, 
 // and responses, ±1 rewards) and publishing each step to the engine's
 // versions while on is set: the load training puts on serving.
 type trainLoad struct {
-	on        atomic.Bool
-	steps     atomic.Int64
-	stop      chan struct{}
-	done      chan struct{}
-	tr        *trainer.Trainer
-	closeView func()         // frees the actor group's view, after tr
-	gate      *priority.Gate // the engine's
-	yields    bool           // the trainer yields to serving through gate
+	on     atomic.Bool
+	steps  atomic.Int64
+	stop   chan struct{}
+	done   chan struct{}
+	tr     *trainer.Trainer // closed by the engine
+	gate   *priority.Gate   // the engine's
+	yields bool             // the trainer yields to serving through gate
 
 	mu        sync.Mutex
 	published map[uint64]time.Time     // version → when its step ended
@@ -518,30 +485,20 @@ func (l *trainLoad) liveLatencies() []time.Duration {
 	return slices.Collect(maps.Values(l.live))
 }
 
-func (a *app) startTrainLoad(e *engine) (*trainLoad, error) {
+func (a *app) startTrainLoad(e *engine.Engine) (*trainLoad, error) {
 	tc := a.cfg.Trainer
 	opts := trainer.DefaultOptions()
 	opts.LR, opts.LoRARank, opts.LoRAAlpha, opts.LoRATargets = tc.LR, tc.LoRARank, tc.LoRAAlpha, tc.LoRATargets
 	opts.MicroBatchTokens, opts.Checkpointing = tc.MicroBatchTokens, tc.ActivationCheckpointing
 	// The trainer runs where the daemon's would: on the actor group's
-	// pool when devices.actor.threads is set.
-	actor, closeView, err := e.actorModel(a)
+	// pool when devices.actor.threads is set (the engine closes it).
+	tr, err := e.NewTrainer(opts)
 	if err != nil {
 		return nil, err
 	}
-	tr, err := trainer.New(actor, e.model.Weights(), opts)
-	if err != nil {
-		closeView()
-		return nil, err
-	}
-	tr.SetVersion(e.store.Current())
-	yields := a.trainingYields()
-	if yields {
-		tr.SetSlicer(e.gate)
-	}
-	l := &trainLoad{stop: make(chan struct{}), done: make(chan struct{}), tr: tr, closeView: closeView, published: map[uint64]time.Time{}, live: map[uint64]time.Duration{},
-		gate: e.gate, yields: yields}
-	vocab := int32(e.model.Config.VocabSize)
+	l := &trainLoad{stop: make(chan struct{}), done: make(chan struct{}), tr: tr, published: map[uint64]time.Time{}, live: map[uint64]time.Duration{},
+		gate: e.Gate(), yields: e.TrainingYields()}
+	vocab := int32(e.Model().Config.VocabSize)
 	rng := rand.New(rand.NewPCG(1, 2))
 	go func() {
 		defer close(l.done)
@@ -573,7 +530,7 @@ func (a *app) startTrainLoad(e *engine) (*trainLoad, error) {
 				continue
 			}
 			end := time.Now()
-			v, err := tr.Publish(e.store)
+			v, err := tr.Publish(e.Versions())
 			if err != nil {
 				return
 			}
@@ -590,8 +547,6 @@ func (a *app) startTrainLoad(e *engine) (*trainLoad, error) {
 func (l *trainLoad) close() {
 	close(l.stop)
 	<-l.done
-	l.tr.Close()
-	l.closeView()
 }
 
 // trainOverhead runs 8 and 32 streaming clients sending back to back,

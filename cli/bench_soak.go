@@ -1,10 +1,10 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/clawrl/clawrl/apiclient"
 	"github.com/clawrl/clawrl/store"
 )
 
@@ -162,52 +163,33 @@ func (l *clientLog) fail(status string) {
 // chatTurn streams one chat completion and returns its id and text when
 // the stream completed, else the failure ("" when the context ended).
 func chatTurn(ctx context.Context, url, sessionID string, msgs []map[string]string) (id, text, failure string) {
-	body, _ := json.Marshal(map[string]any{"model": servedModel(url), "messages": msgs, "max_tokens": 24, "stream": true})
-	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", bytes.NewReader(body))
-	req.Header.Set("X-Session-Id", sessionID)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return "", "", ""
-		}
+	body := map[string]any{"model": servedModel(url), "messages": msgs, "max_tokens": 24, "stream": true}
+	resp, err := apiclient.Post(ctx, nil, url+"/v1/chat/completions", http.Header{"X-Session-Id": {sessionID}}, body)
+	var ae *apiclient.Error
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return "", "", ""
+	case errors.As(err, &ae):
+		return "", "", fmt.Sprint(ae.Status)
+	case err != nil:
 		return "", "", "transport"
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return "", "", fmt.Sprint(resp.StatusCode)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "data: [DONE]" && id != "" {
-			return id, text, ""
+	var b strings.Builder
+	err = apiclient.ReadStream(resp.Body, func(ck *apiclient.Chunk) error {
+		id = ck.ID
+		if len(ck.Choices) > 0 && ck.Choices[0].Delta.Content != nil {
+			b.WriteString(*ck.Choices[0].Delta.Content)
 		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue
-		}
-		var ck struct {
-			ID      string `json:"id"`
-			Error   any    `json:"error"`
-			Choices []struct {
-				Delta struct {
-					Content *string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if json.Unmarshal([]byte(data), &ck) == nil {
-			if ck.Error != nil {
-				return "", "", "stream error"
-			}
-			id = ck.ID
-			if len(ck.Choices) > 0 && ck.Choices[0].Delta.Content != nil {
-				text += *ck.Choices[0].Delta.Content
-			}
-		}
-	}
-	if ctx.Err() != nil {
+		return nil
+	})
+	switch {
+	case err == nil && id != "":
+		return id, b.String(), ""
+	case ctx.Err() != nil:
 		return "", "", ""
+	case errors.As(err, &ae):
+		return "", "", "stream error"
 	}
 	return "", "", "stream cut"
 }

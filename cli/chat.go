@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/clawrl/clawrl/apiclient"
 	"github.com/spf13/cobra"
 )
 
@@ -246,28 +246,6 @@ func (c *chatClient) command(ctx context.Context, line string) bool {
 	return false
 }
 
-// apiErr reads an OpenAI-style error body.
-func apiErr(resp *http.Response) (msg, code string) {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var e struct {
-		Error struct {
-			Message string `json:"message"`
-			Code    any    `json:"code"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
-		if e.Error.Code != nil {
-			code = fmt.Sprint(e.Error.Code)
-		}
-		return e.Error.Message, code
-	}
-	msg = strings.TrimSpace(string(body))
-	if msg == "" {
-		msg = resp.Status
-	}
-	return msg, ""
-}
-
 func (c *chatClient) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
 	var r io.Reader
 	if body != nil {
@@ -303,8 +281,7 @@ func (c *chatClient) firstModel(ctx context.Context) (string, string, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := apiErr(resp)
-		return "", "", fmt.Errorf("GET %s/models: %s", c.base, msg)
+		return "", "", fmt.Errorf("GET %s/models: %s", c.base, apiclient.ReadError(resp).Message)
 	}
 	var list struct {
 		Data []struct {
@@ -327,35 +304,6 @@ func (c *chatClient) firstModel(ctx context.Context) (string, string, error) {
 
 // chunk is one streamed chat.completion.chunk (or a whole completion, when
 // a server does not stream).
-type chunk struct {
-	ID                string `json:"id"`
-	SystemFingerprint string `json:"system_fingerprint"`
-	Choices           []struct {
-		Delta   chunkMessage  `json:"delta"`
-		Message *chunkMessage `json:"message"`
-	} `json:"choices"`
-	Usage *struct {
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-type chunkMessage struct {
-	Content          *string `json:"content"`
-	ReasoningContent *string `json:"reasoning_content"`
-	ToolCalls        []struct {
-		Index    int    `json:"index"`
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls"`
-}
-
 // send sends the user's message and streams the answer.
 func (c *chatClient) send(ctx context.Context, text string) {
 	c.messages = append(c.messages, chatMessage{Role: "user", Content: text})
@@ -411,8 +359,7 @@ func (c *chatClient) stream(ctx context.Context, body map[string]any) (chatMessa
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := apiErr(resp)
-		return chatMessage{}, fmt.Errorf("%s: %s", resp.Status, msg)
+		return chatMessage{}, apiclient.ReadError(resp)
 	}
 	version := resp.Header.Get("X-Weight-Version")
 	var content, reasoning strings.Builder
@@ -420,7 +367,7 @@ func (c *chatClient) stream(ctx context.Context, body map[string]any) (chatMessa
 	tokens := -1
 	id, fp := "", ""
 	inReasoning := false
-	apply := func(m chunkMessage) {
+	apply := func(m apiclient.Delta) {
 		if m.ReasoningContent != nil && *m.ReasoningContent != "" {
 			if !inReasoning {
 				c.printf("[thinking] ")
@@ -449,10 +396,7 @@ func (c *chatClient) stream(ctx context.Context, body map[string]any) (chatMessa
 			acc.Function.Arguments += tc.Function.Arguments
 		}
 	}
-	handle := func(ck *chunk) error {
-		if ck.Error != nil {
-			return errors.New(ck.Error.Message)
-		}
+	err = apiclient.Read(resp, func(ck *apiclient.Chunk) error {
 		if ck.ID != "" {
 			id = ck.ID
 		}
@@ -470,42 +414,10 @@ func (c *chatClient) stream(ctx context.Context, body map[string]any) (chatMessa
 			}
 		}
 		return nil
-	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		// A server that ignored "stream": one completion object.
-		var ck chunk
-		if err := json.NewDecoder(resp.Body).Decode(&ck); err != nil {
-			return chatMessage{}, err
-		}
-		if err := handle(&ck); err != nil {
-			return chatMessage{}, err
-		}
-	} else {
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			data, ok := strings.CutPrefix(line, "data:")
-			if !ok {
-				continue
-			}
-			data = strings.TrimSpace(data)
-			if data == "[DONE]" {
-				break
-			}
-			var ck chunk
-			if err := json.Unmarshal([]byte(data), &ck); err != nil {
-				return chatMessage{}, fmt.Errorf("bad stream chunk: %w", err)
-			}
-			if err := handle(&ck); err != nil {
-				c.printf("\n")
-				return chatMessage{}, err
-			}
-		}
-		if err := sc.Err(); err != nil {
-			c.printf("\n")
-			return chatMessage{}, err
-		}
+	})
+	if err != nil {
+		c.printf("\n")
+		return chatMessage{}, err
 	}
 	for _, tc := range calls {
 		if content.Len() > 0 || tc != calls[0] {
@@ -576,15 +488,13 @@ func (c *chatClient) feedback(ctx context.Context, thumb int, text string) {
 		what := map[int]string{1: "thumbs up", -1: "thumbs down", 0: "hint"}[thumb]
 		c.printf("feedback sent (%s on %s)\n", what, c.lastID)
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
-		msg, code := apiErr(resp)
-		if code == "turn_not_found" {
-			c.printf("the server did not record that answer for training (%s)\n", msg)
+		if e := apiclient.ReadError(resp); e.CodeString() == "turn_not_found" {
+			c.printf("the server did not record that answer for training (%s)\n", e.Message)
 			return
 		}
 		c.noFeedbk = true
 		c.printf("this server does not take feedback (POST %s/feedback: %s); /good, /bad and /hint are clawrl extensions\n", c.base, resp.Status)
 	default:
-		msg, _ := apiErr(resp)
-		c.printf("feedback failed: %s: %s\n", resp.Status, msg)
+		c.printf("feedback failed: %s: %s\n", resp.Status, apiclient.ReadError(resp).Message)
 	}
 }

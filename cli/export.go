@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/export"
 	"github.com/clawrl/clawrl/weights"
 )
@@ -59,12 +60,12 @@ are split into shards with a model.safetensors.index.json.`,
 				return err
 			}
 			opts := export.Options{DType: dt, Force: force, BaseName: baseName, MaxShardBytes: maxShard}
-			if base, err := a.modelDir(""); err == nil {
+			if base, err := engine.ModelDir(a.cfg, "", a.log); err == nil {
 				opts.BaseDir = base
 				// The fingerprint hashes the base's weights (gigabytes for a
 				// real checkpoint): only an adapter needs it.
 				if adapter {
-					if fp, err := baseFingerprint(base); err == nil {
+					if fp, err := engine.BaseFingerprint(base); err == nil {
 						opts.BaseFingerprint = fp
 					}
 				}

@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/pretrain"
 )
 
@@ -64,7 +64,7 @@ tables a finished run writes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.cfg.Model.Threads > 0 {
-				kernels.SetThreads(a.cfg.Model.Threads)
+				engine.SetThreads(a.cfg.Model.Threads)
 			}
 			if corpusOnly > 0 {
 				return printCorpus(cmd.OutOrStdout(), corpusOnly, o.Seed, o.NoTexts)
@@ -115,7 +115,7 @@ tables a finished run writes.`,
 			o.Progress = a.stderr
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			fmt.Fprintf(a.stderr, "pretraining into %s (run state in %s), %d threads\n", o.Out, o.Work, kernels.Threads())
+			fmt.Fprintf(a.stderr, "pretraining into %s (run state in %s), %d threads\n", o.Out, o.Work, engine.Threads())
 			rep, err := pretrain.Run(ctx, o)
 			if errors.Is(err, pretrain.ErrInterrupted) {
 				return fmt.Errorf("%w: continue with the same command and --resume", err)
@@ -230,7 +230,7 @@ func commandLine(cmd *cobra.Command) string {
 		}
 		parts = append(parts, "--"+f.Name+" "+v)
 	})
-	if t := kernels.Threads(); t > 0 {
+	if t := engine.Threads(); t > 0 {
 		parts = append(parts, fmt.Sprintf("--threads %d", t))
 	}
 	return strings.Join(parts, " ")

@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/clawrl/clawrl/config"
-	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/engine"
 )
 
 // defaultConfig is the built-in configuration (the repository's
@@ -137,7 +137,7 @@ func (a *app) versionCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(a.stdout, "clawrl %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			fmt.Fprintf(a.stdout, "kernels: %s (available: %s), %d threads\n",
-				kernels.Kernels(), strings.Join(kernels.AvailableKernels(), ", "), kernels.Threads())
+				engine.Kernels(), engine.AvailableKernels(), engine.Threads())
 			return nil
 		},
 	}

@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/weights"
 )
@@ -176,17 +176,18 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 	if err := a.load(root); err != nil {
 		t.Fatal(err)
 	}
-	e, err := a.openEngine(dir)
+	reg := prometheus.NewRegistry()
+	e, err := engine.Open(a.cfg, engine.Options{Model: dir, Log: a.log, Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.stop()
+	defer e.Close()
 	db, err := store.Open(t.TempDir(), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	srv, _, err := a.newServer(e, db, prometheus.NewRegistry(), nil)
+	srv, err := a.newServer(e, db, reg, a.templateVars(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,11 +220,11 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 	if _, err := rd.ReadString('\n'); err != nil { // the first chunk arrived
 		t.Fatal(err)
 	}
-	w2, err := e.model.LoadWeights(other)
+	w2, err := e.Model().LoadWeights(other)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Publish(w2, 1, weights.Meta{Note: "test"}); err != nil {
+	if _, err := e.Versions().Publish(w2, 1, weights.Meta{Note: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	rest, err := io.ReadAll(rd)
@@ -250,31 +251,6 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
-	}
-}
-
-func TestKVBudget(t *testing.T) {
-	const mib, gib = 1 << 20, 1 << 30
-	for _, tt := range []struct {
-		name                      string
-		mb                        int
-		ctx                       int64
-		contexts                  int
-		share, floor, avail, want int64
-	}{
-		{"configured", 512, 100 * mib, 4, 2, gib, 64 * gib, 512 * mib},
-		{"four contexts", 0, 1 * gib, 4, 2, gib, 64 * gib, 4 * gib},
-		{"capped by available memory", 0, 4 * gib, 4, 2, gib, 20 * gib, 10 * gib},
-		{"floor", 0, 10 * mib, 4, 2, gib, 64 * gib, gib},
-		{"floor over the cap", 0, 4 * gib, 4, 2, gib, gib, gib},
-		{"available unknown", 0, 3 * gib, 1, 4, 256 * mib, 0, 3 * gib},
-	} {
-		if got := kvBudget(tt.mb, tt.ctx, tt.contexts, tt.share, tt.floor, tt.avail); got != tt.want {
-			t.Errorf("%s: %d MiB, want %d MiB", tt.name, got>>20, tt.want>>20)
-		}
-	}
-	if runtime.GOOS == "linux" && (memAvailable() <= 0 || memInfo("MemTotal") < memAvailable()) {
-		t.Errorf("/proc/meminfo: available %d, total %d", memAvailable(), memInfo("MemTotal"))
 	}
 }
 

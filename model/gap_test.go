@@ -30,13 +30,13 @@ func TestServingTrainingGap(t *testing.T) {
 	spec.MaxPositions = 256
 	spec.DType = "bfloat16"
 	for _, tc := range []struct {
-		name     string
-		prec     kernels.Precision
-		kv       compute.DType
-		train    TrainOptions
-		max      float64 // bound on the largest |Δ log p|
-		mean     float64 // bound on the mean |Δ log p|
-		minMean  float64 // the mean |Δ| is at least this: the serving path really rounds
+		name    string
+		prec    kernels.Precision
+		kv      compute.DType
+		train   TrainOptions
+		max     float64 // bound on the largest |Δ log p|
+		mean    float64 // bound on the mean |Δ log p|
+		minMean float64 // the mean |Δ| is at least this: the serving path really rounds
 	}{
 		// F32 products and cache: the two paths differ only in summation order.
 		{"f32/full", kernels.PrecisionF32, compute.F32, TrainOptions{}, 6e-6, 1.5e-6, 0},

@@ -13,7 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/instruct"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/reward"
@@ -132,53 +132,30 @@ type EvalOptions struct {
 	Texts  *Texts // for the generator's text category (may be nil)
 }
 
-// engine generates with a loaded checkpoint.
-type engine struct {
+// evaluator generates greedily with a loaded checkpoint.
+type evaluator struct {
+	e     *engine.Engine
 	m     *model.Model
 	tok   *tokenizer.Tokenizer
-	cache *model.KVCache
 	sched *rollout.Scheduler
 	stops []int32
-	stop  func()
 }
 
-func openEngine(dir string) (*engine, error) {
-	tok, err := tokenizer.Load(dir)
+// openEvaluator opens dir on the CPU with float32 products and a float32
+// KV cache of 256 MiB, and a scheduler of 16 sequences.
+func openEvaluator(dir string) (*evaluator, error) {
+	cfg := engine.Defaults()
+	cfg.Model.KVCacheMB, cfg.Model.KVCacheDType = 256, "f32"
+	cfg.Rollout.MaxBatch, cfg.Rollout.QueueSize = 16, 64
+	e, err := engine.Open(cfg, engine.Options{Model: dir, Log: zerolog.Nop()})
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.Load(cpu.New(), dir)
-	if err != nil {
-		return nil, err
-	}
-	cache, err := m.NewKVCache(model.KVCacheOptions{Budget: 256 << 20})
-	if err != nil {
-		m.Close()
-		return nil, err
-	}
-	sched, err := rollout.New(rollout.Options{Model: m, Cache: cache, Log: zerolog.Nop(), MaxBatch: 16, QueueSize: 64})
-	if err != nil {
-		cache.Close()
-		m.Close()
-		return nil, err
-	}
-	stopSched := sched.Start()
-	var stops []int32
-	if id, ok := tok.EOS(); ok {
-		stops = append(stops, id)
-	}
-	for _, id := range m.Config.EOSTokenIDs {
-		stops = append(stops, int32(id))
-	}
-	return &engine{m: m, tok: tok, cache: cache, sched: sched, stops: stops, stop: func() {
-		stopSched()
-		cache.Close()
-		m.Close()
-	}}, nil
+	return &evaluator{e: e, m: e.Model(), tok: e.Tokenizer(), sched: e.Scheduler(), stops: e.StopTokens()}, nil
 }
 
 // reply generates greedily after the conversation ex (up to maxTokens).
-func (e *engine) reply(ctx context.Context, ex Example, maxTokens int) (string, error) {
+func (e *evaluator) reply(ctx context.Context, ex Example, maxTokens int) (string, error) {
 	text, err := Render(e.tok, ex, true)
 	if err != nil {
 		return "", err
@@ -205,7 +182,7 @@ func (e *engine) reply(ctx context.Context, ex Example, maxTokens int) (string, 
 }
 
 // replies generates for every conversation, several at once.
-func (e *engine) replies(ctx context.Context, exs []Example, maxTokens int) ([]string, error) {
+func (e *evaluator) replies(ctx context.Context, exs []Example, maxTokens int) ([]string, error) {
 	out := make([]string, len(exs))
 	errs := make([]error, len(exs))
 	sem := make(chan struct{}, 16)
@@ -273,11 +250,11 @@ func jsonEqual(a, b []byte) bool {
 // with a well-formed call of the right function, and the judge's votes;
 // plus a few sample replies.
 func Evaluate(ctx context.Context, dir string, o EvalOptions) (*Eval, error) {
-	e, err := openEngine(dir)
+	e, err := openEvaluator(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer e.stop()
+	defer e.e.Close()
 	g := NewGenerator(o.Texts)
 	rng := rand.New(rand.NewPCG(o.Seed, 0xe7a1))
 	res := &Eval{ArithmeticBy: map[string]Score{}}
@@ -453,7 +430,7 @@ func judgeClass(key string) (string, bool) {
 
 // evalHints asks the hint judge about n held-out corrections of a reply's
 // form.
-func (e *engine) evalHints(ctx context.Context, rng *rand.Rand, n int, hs *HintScore) error {
+func (e *evaluator) evalHints(ctx context.Context, rng *rand.Rand, n int, hs *HintScore) error {
 	var exs []Example
 	var want []string
 	for len(exs) < n {
@@ -476,7 +453,7 @@ func (e *engine) evalHints(ctx context.Context, rng *rand.Rand, n int, hs *HintS
 
 // evalSessions asks the vote judge about n session turns and the hint
 // judge about n corrected ones, the corrections in held-out phrasings.
-func (e *engine) evalSessions(ctx context.Context, rng *rand.Rand, n int, votes *Score, hs *HintScore) error {
+func (e *evaluator) evalSessions(ctx context.Context, rng *rand.Rand, n int, votes *Score, hs *HintScore) error {
 	var exs []Example
 	var want []string
 	for range n {
@@ -509,7 +486,7 @@ func (e *engine) evalSessions(ctx context.Context, rng *rand.Rand, n int, votes 
 
 // evalFollow measures instruction following per kind and placement on
 // held-out questions, phrasings and arguments.
-func (e *engine) evalFollow(ctx context.Context, rng *rand.Rand, n int) (map[string]map[string]Score, error) {
+func (e *evaluator) evalFollow(ctx context.Context, rng *rand.Rand, n int) (map[string]map[string]Score, error) {
 	type item struct {
 		kind, place string
 		c           instruct.Constraint

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/clawrl/clawrl/atomicfile"
-	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/instruct"
 	"github.com/clawrl/clawrl/safetensors"
 )
@@ -55,7 +55,7 @@ func (r *run) report(ctx context.Context, wall time.Duration) (*Report, error) {
 		Params: r.m.Config.NumParams(), Shape: o.Shape, VocabSize: r.m.Config.VocabSize, Context: r.m.Config.MaxPositions,
 		Steps: r.st.Step, SeqLen: o.SeqLen, Batch: o.Batch, LR: o.LR, Seed: o.Seed,
 		Tokens: r.st.Tokens, Targets: r.st.Targets, TrainSeconds: r.st.Seconds,
-		Threads: kernels.Threads(), CPU: fmt.Sprintf("%s/%s, kernels %s", runtime.GOOS, runtime.GOARCH, kernels.Kernels()),
+		Threads: engine.Threads(), CPU: fmt.Sprintf("%s/%s, kernels %s", runtime.GOOS, runtime.GOARCH, engine.Kernels()),
 		Texts: r.st.Texts, Eval: ev, Train: r.st.Train, HeldOut: r.st.HeldOut,
 	}
 	n := min(len(r.st.Train), 50)

@@ -32,8 +32,7 @@ import (
 
 	"github.com/clawrl/clawrl/atomicfile"
 	"github.com/clawrl/clawrl/compute"
-	"github.com/clawrl/clawrl/cpu"
-	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/safetensors"
 	"github.com/clawrl/clawrl/tokenizer"
@@ -213,7 +212,7 @@ func (o *Options) fingerprint() string {
 		Init                                              string             `json:",omitempty"`
 		Mix                                               map[string]float64 `json:",omitempty"`
 	}{o.Shape, o.Seed, o.SeqLen, o.Batch, o.Warmup, o.LR, o.MinLR, o.WeightDecay, o.Beta1, o.Beta2, o.GradClip,
-		o.HeldOutBatches, o.TokenizerDocs, o.TextBytes, kernels.Threads(), o.NoTexts, o.Init, o.Mix})
+		o.HeldOutBatches, o.TokenizerDocs, o.TextBytes, engine.Threads(), o.NoTexts, o.Init, o.Mix})
 	return string(b)
 }
 
@@ -461,7 +460,7 @@ func (r *run) load() error {
 		return err
 	}
 	r.tok = tok
-	m, err := model.Load(cpu.New(), dir)
+	m, err := engine.LoadModel(nil, dir)
 	if err != nil {
 		return err
 	}

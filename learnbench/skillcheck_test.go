@@ -1,21 +1,20 @@
-package cli
+package learnbench
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/clawrl/clawrl/learnbench"
 	"github.com/clawrl/clawrl/rollout"
 )
 
 // A guard skill probe passes when the reply is right and finished: a right
 // answer followed by a run-on to max_tokens fails.
 func TestGuardProbePasses(t *testing.T) {
-	june := learnbench.Probe{Check: func(text, tool string) bool { return strings.Contains(text, "June") }}
-	weather := learnbench.Probe{Check: func(text, tool string) bool { return tool == "get_weather" }}
+	june := Probe{Check: func(text, tool string) bool { return strings.Contains(text, "June") }}
+	weather := Probe{Check: func(text, tool string) bool { return tool == "get_weather" }}
 	for _, tc := range []struct {
 		name   string
-		p      learnbench.Probe
+		p      Probe
 		text   string
 		finish rollout.FinishReason
 		want   bool
@@ -26,7 +25,7 @@ func TestGuardProbePasses(t *testing.T) {
 		{"tool call, stopped", weather, `<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>`, rollout.FinishStop, true},
 		{"no tool call", weather, "It is sunny.", rollout.FinishStop, false},
 	} {
-		if got := guardProbePasses(tc.p, tc.text, tc.finish); got != tc.want {
+		if got := probePasses(tc.p, tc.text, tc.finish); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/config"
+	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/model"
+)
+
+// group names a devices group of config.yaml.
+type group string
+
+const (
+	groupRollout group = "rollout"
+	groupJudge   group = "judge"
+	groupActor   group = "actor"
+)
+
+// Defaults is the configuration library callers without a config file
+// get (Open and LoadModel with a nil config): the CPU, one thread per
+// core, float32 products, the KV cache's dtype following the weights',
+// the scheduler's own defaults with the prefix cache on.
+func Defaults() *config.Config {
+	return &config.Config{
+		Model:   config.Model{Precision: "f32", KVCacheDType: "auto"},
+		Rollout: config.Rollout{PrefixCache: true},
+	}
+}
+
+// newBackend is the compute backend of group g: today the CPU, at the
+// precision model.precision names.
+func newBackend(cfg *config.Config, g group) (compute.Backend, error) {
+	if gpus := devices(cfg, g).GPUs; len(gpus) > 0 {
+		return nil, fmt.Errorf("devices.%s.gpus: %v asks for GPUs, and this build has no GPU backend yet: leave devices.*.gpus empty to run on the CPU", g, gpus)
+	}
+	return cpu.NewWithOptions(cpu.Options{Precision: precision(cfg)}), nil
+}
+
+// devices is cfg's entry for group g.
+func devices(cfg *config.Config, g group) config.DeviceGroup {
+	switch g {
+	case groupJudge:
+		return cfg.Devices.Judge
+	case groupActor:
+		return cfg.Devices.Actor
+	}
+	return cfg.Devices.Rollout
+}
+
+// precision is the precision model.precision names (auto: BF16 products
+// where the CPU multiplies BF16 in hardware).
+func precision(cfg *config.Config) kernels.Precision {
+	switch cfg.Model.Precision {
+	case "bf16":
+		return kernels.PrecisionBF16
+	case "auto":
+		if kernels.HasBF16Dot() {
+			return kernels.PrecisionBF16
+		}
+	}
+	return kernels.PrecisionF32
+}
+
+// BF16Precision reports whether model.precision has the products with
+// BF16 weights round their activations to BF16.
+func BF16Precision(cfg *config.Config) bool { return precision(cfg) == kernels.PrecisionBF16 }
+
+// HasBF16Dot reports whether the CPU multiplies BF16 in hardware
+// (AVX512_BF16).
+func HasBF16Dot() bool { return kernels.HasBF16Dot() }
+
+// KVDType is the KV cache storage model.kv_cache_dtype names for a model
+// of config c (auto: BF16 for BF16 or F16 weights, F32 for float32 ones).
+func KVDType(cfg *config.Config, c *model.Config) compute.DType { return kvDType(cfg, c) }
+
+func kvDType(cfg *config.Config, c *model.Config) compute.DType {
+	switch cfg.Model.KVCacheDType {
+	case "bf16":
+		return compute.BF16
+	case "auto":
+		if c.TorchDType == "bfloat16" || c.TorchDType == "float16" {
+			return compute.BF16
+		}
+	}
+	return compute.F32
+}
+
+// LoadModel loads the checkpoint in dir alone, with no tokenizer, cache,
+// versions or scheduler, on the rollout group's backend (cfg nil:
+// Defaults): for benchmarks of the forward pass and for offline training
+// (pretrain), which need a compute.Trainer (the CPU backend is one).
+func LoadModel(cfg *config.Config, dir string) (*model.Model, error) {
+	if cfg == nil {
+		cfg = Defaults()
+	}
+	setServingThreads(cfg)
+	b, err := newBackend(cfg, groupRollout)
+	if err != nil {
+		return nil, err
+	}
+	return model.Load(b, dir)
+}
+
+// setServingThreads sets the default pool's budget, serving's:
+// model.threads or devices.rollout.threads (validation keeps them from
+// disagreeing); 0 for both keeps one thread per core.
+func setServingThreads(cfg *config.Config) {
+	if t := max(cfg.Model.Threads, cfg.Devices.Rollout.Threads); t > 0 {
+		kernels.SetThreads(t)
+	}
+}

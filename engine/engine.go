@@ -1,0 +1,258 @@
+// Package engine assembles clawrl's model for every command, as vLLM's
+// LLMEngine or llama.cpp's llama_context do: Open loads a checkpoint once,
+// picks the compute backend of each devices group (config.yaml's
+// devices:), and hands out what runs over it: the served model and its KV
+// cache, the versions store that training publishes into, the serving
+// scheduler, and on demand the actor group's view (the trainer and the
+// teacher), the judge group's scheduler and the actor's scheduler for
+// hinted rollouts. Serving, generate, the benches, pretrain and export get
+// their models here; no other package constructs a backend.
+//
+// The CPU is the only backend today: a devices group with a thread budget
+// gets a worker pool of its own and a view of the model over it
+// (model.Model.View), sharing the weights; a group with budget 0 shares
+// serving's pool and scheduler, serving first. The CUDA backend plugs in
+// at newBackend and the group constructors.
+//
+// An Engine owns everything it builds: Close stops the schedulers and
+// frees the views, caches and weights, in the reverse order of their
+// construction.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/clawrl/clawrl/config"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/priority"
+	"github.com/clawrl/clawrl/rollout"
+	"github.com/clawrl/clawrl/tokenizer"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// Options are what Open needs beside the config.
+type Options struct {
+	// Model is the checkpoint directory; "" takes model.path, and failing
+	// that the bundled model (see ModelDir).
+	Model string
+	// Log receives the engine's events (the model loaded, the groups).
+	Log zerolog.Logger
+	// Registry, if set, gets the engine's metrics: the schedulers'
+	// (serving's and each group's) and the priority gate's.
+	Registry prometheus.Registerer
+}
+
+// Engine is a loaded checkpoint with its backends, KV caches, versions and
+// schedulers. Its methods may be called from several goroutines.
+type Engine struct {
+	cfg  *config.Config
+	log  zerolog.Logger
+	reg  prometheus.Registerer
+	dir  string
+	base string // the checkpoint's fingerprint (BaseFingerprint)
+
+	model    *model.Model
+	tok      *tokenizer.Tokenizer
+	cache    *model.KVCache
+	versions *weights.Store
+	sched    *rollout.Scheduler
+	gate     *priority.Gate
+
+	mu      sync.Mutex
+	closers []func() // run in reverse by Close
+	closed  bool
+
+	build    sync.Mutex         // held while a group's pieces are made
+	actor    *model.Model       // the actor group's model (lazily made)
+	judgeGen *rollout.Scheduler // the judge group's scheduler (lazily made)
+	actorGen *rollout.Scheduler // the actor group's scheduler (lazily made)
+}
+
+// Open loads the checkpoint that opts.Model or cfg names on the backend of
+// the rollout group, makes its KV cache and versions store (the
+// checkpoint's weights are the first version), and starts the serving
+// scheduler. Close releases it all.
+func Open(cfg *config.Config, opts Options) (*Engine, error) {
+	if cfg == nil {
+		cfg = Defaults()
+	}
+	dir, err := ModelDir(cfg, opts.Model, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	setServingThreads(cfg)
+	if mb := int64(cfg.Model.KVCacheMB); mb > 0 {
+		// The cache takes its memory as it fills: a budget past what the
+		// machine has would start fine and die of out-of-memory later.
+		if avail := memAvailable(); avail > 0 && mb<<20 > avail {
+			return nil, fmt.Errorf("model.kv_cache_mb: %d MiB is more than the %d MiB of memory available; lower it (0 sizes it from the model)", mb, avail>>20)
+		}
+	}
+	base, err := BaseFingerprint(dir)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, log: opts.Log, reg: opts.Registry, dir: dir, base: base}
+	if err := e.open(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) open() error {
+	cfg, dir := e.cfg, e.dir
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return err
+	}
+	e.tok = tok
+	start := time.Now()
+	b, err := newBackend(cfg, groupRollout)
+	if err != nil {
+		return err
+	}
+	m, err := model.Load(b, dir)
+	if err != nil {
+		return err
+	}
+	e.model = m
+	e.onClose(func() { m.Close() })
+	dt := kvDType(cfg, m.Config)
+	budget := kvBudget(cfg.Model.KVCacheMB, m.Config.KVBytesPerToken(dt)*int64(m.Config.MaxPositions), 4, 4, 1<<30, memAvailable())
+	cache, err := m.NewKVCache(model.KVCacheOptions{Budget: budget, DType: dt})
+	if err != nil {
+		return err
+	}
+	e.cache = cache
+	e.onClose(cache.Close)
+	// The checkpoint's weights are the first version; versions published
+	// later replace it for generations that start after them. Keep one
+	// older version so that a teacher pass or a generation that just
+	// started on it is not cut short.
+	e.versions = weights.NewStore(weights.StoreOptions{Keep: 1})
+	e.onClose(e.versions.Close)
+	if _, err := e.versions.Publish(m.Weights(), 0, weights.Meta{Note: "base: " + dir}); err != nil {
+		return err
+	}
+	rc := cfg.Rollout
+	// Teacher, reference and KL passes run in rounds of the same size as
+	// the prefill chunks, letting decode steps in between.
+	m.SetScoreChunk(rc.StepTokens)
+	e.gate = priority.New(cfg.Trainer.ShareUnderLoad)
+	sched, err := rollout.New(rollout.Options{
+		Model: m, Cache: cache, Log: e.log, Versions: e.versions, Gate: e.gate,
+		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache, BackgroundKV: rc.BackgroundKV,
+		BackgroundPrefill: rc.BackgroundPrefill, BackgroundRows: rc.BackgroundRows,
+	})
+	if err != nil {
+		return err
+	}
+	e.sched = sched
+	e.onClose(sched.Start())
+	if e.reg != nil {
+		if err := registerAll(e.reg, sched.Collector(), e.gate.Collector()); err != nil {
+			return err
+		}
+	}
+	c := m.Config
+	e.log.Info().Str("model", dir).Str("arch", c.Architecture).
+		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).
+		Str("backend", m.Backend().Name()).Str("kernels", Kernels()).
+		Int("kv_blocks", cache.NumBlocks()).Stringer("kv_dtype", cache.DType()).Int64("kv_mib", budget>>20).
+		Int64("kv_tokens", int64(cache.NumBlocks()*cache.BlockSize())).Dur("load", time.Since(start)).Msg("model loaded")
+	return nil
+}
+
+// registerAll registers every collector or returns the first error.
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("engine: metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// onClose adds f to what Close runs (last added, first run).
+func (e *Engine) onClose(f func()) {
+	e.mu.Lock()
+	e.closers = append(e.closers, f)
+	e.mu.Unlock()
+}
+
+// isClosed reports whether Close has run.
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Close stops the schedulers and frees everything the engine built, in
+// reverse order. Nothing made by the engine may be used afterwards.
+func (e *Engine) Close() {
+	e.build.Lock() // no group is half made
+	defer e.build.Unlock()
+	e.mu.Lock()
+	closers := e.closers
+	e.closers, e.closed = nil, true
+	e.mu.Unlock()
+	for _, f := range slices.Backward(closers) {
+		f()
+	}
+}
+
+// Dir is the checkpoint directory the engine loaded.
+func (e *Engine) Dir() string { return e.dir }
+
+// Base identifies the checkpoint (BaseFingerprint): a training lineage
+// belongs to one base.
+func (e *Engine) Base() string { return e.base }
+
+// Config is the configuration the engine was opened with.
+func (e *Engine) Config() *config.Config { return e.cfg }
+
+// Model is the served model (the rollout group's).
+func (e *Engine) Model() *model.Model { return e.model }
+
+// Tokenizer is the checkpoint's tokenizer.
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// Cache is the serving scheduler's KV cache.
+func (e *Engine) Cache() *model.KVCache { return e.cache }
+
+// Versions is the store of weight versions serving runs on: the
+// checkpoint's first, then what training publishes.
+func (e *Engine) Versions() *weights.Store { return e.versions }
+
+// Scheduler is the serving scheduler.
+func (e *Engine) Scheduler() *rollout.Scheduler { return e.sched }
+
+// Gate is taken by every serving step; training that yields to serving
+// takes it a slice at a time (priority.Gate).
+func (e *Engine) Gate() *priority.Gate { return e.gate }
+
+// StopTokens are the ids that end a turn: the tokenizer's EOS and the
+// model config's eos_token_id list.
+func (e *Engine) StopTokens() []int32 {
+	var ids []int32
+	if id, ok := e.tok.EOS(); ok {
+		ids = append(ids, id)
+	}
+	for _, id := range e.model.Config.EOSTokenIDs {
+		if !slices.Contains(ids, int32(id)) {
+			ids = append(ids, int32(id))
+		}
+	}
+	return ids
+}
+
+// errClosed is returned by the group constructors after Close.
+var errClosed = errors.New("engine: closed")

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"github.com/clawrl/clawrl/config"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/reward"
+	"github.com/clawrl/clawrl/trainer"
+)
+
+// TrainerOptions are the trainer's options from the trainer section of
+// cfg (trainer.DefaultOptions for what it does not set).
+func TrainerOptions(cfg *config.Config) trainer.Options {
+	tc := cfg.Trainer
+	opts := trainer.DefaultOptions()
+	opts.LR, opts.WarmupSteps, opts.WeightDecay, opts.GradClip = tc.LR, tc.WarmupSteps, tc.WeightDecay, tc.GradClip
+	opts.EpsLow, opts.EpsHigh = tc.ClipEpsLow, tc.ClipEpsHigh
+	opts.RLWeight, opts.OPDWeight, opts.KLCoef = tc.RLWeight, tc.OPDWeight, tc.KLCoef
+	opts.MaxStaleness, opts.MicroBatchTokens, opts.PPOEpochs = tc.MaxStaleness, tc.MicroBatchTokens, tc.PPOEpochs
+	opts.LoRARank, opts.LoRAAlpha, opts.LoRATargets = tc.LoRARank, tc.LoRAAlpha, tc.LoRATargets
+	opts.Checkpointing = tc.ActivationCheckpointing
+	opts.MeasureKL = tc.Guard.KLMax > 0
+	return opts
+}
+
+// NewTrainer makes a trainer with opts over the checkpoint's weights, on
+// the actor group's model, at the current version; with TrainingYields
+// its passes give way to serving. Close closes it.
+func (e *Engine) NewTrainer(opts trainer.Options) (*trainer.Trainer, error) {
+	actor, err := e.Actor()
+	if err != nil {
+		return nil, err
+	}
+	tr, err := trainer.New(actor, e.model.Weights(), opts)
+	if err != nil {
+		return nil, err
+	}
+	e.onClose(tr.Close)
+	tr.SetVersion(e.versions.Current())
+	if e.TrainingYields() {
+		tr.SetSlicer(e.gate)
+		e.model.SetScoreSlicer(e.gate)
+		if actor != e.model {
+			actor.SetScoreSlicer(e.gate) // the teacher's passes run on the actor's view
+		}
+	}
+	return tr, nil
+}
+
+// NewTeacher makes the teacher that scores responses under a hint
+// (reward.teacher): on the actor group's model, with a KV cache of kvMB
+// MiB (0: one full context), on the live weights for "policy" and the
+// checkpoint's frozen ones for "reference" and "judge". kind "none" has
+// no teacher (nil).
+func (e *Engine) NewTeacher(kind string, kvMB int) (reward.Teacher, error) {
+	if kind == reward.TeacherNone {
+		return nil, nil
+	}
+	actor, err := e.Actor()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := e.TeacherCache(kvMB)
+	if err != nil {
+		return nil, err
+	}
+	var pick func() *model.Weights // nil: the frozen checkpoint weights
+	if kind == reward.TeacherPolicy {
+		pick = func() *model.Weights {
+			v, err := e.versions.Acquire()
+			if err != nil {
+				return nil
+			}
+			// The store keeps the previous version as well, so the set
+			// outlives a publication that lands during the pass.
+			defer e.versions.Release(v)
+			return v.Weights()
+		}
+	}
+	return reward.NewModelTeacher(actor, cache, pick)
+}
