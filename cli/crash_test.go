@@ -203,15 +203,21 @@ func (d *daemon) servedVersion(t *testing.T) uint64 {
 	return v
 }
 
-// waitLog waits until the daemon's log has a new line holding marker (or
-// the timeout passes).
-func waitLog(d *daemon, marker string, timeout time.Duration) {
+// waitLog waits until the daemon's log has a new line holding marker, and
+// reports whether one came before the timeout (or the daemon's exit).
+func waitLog(d *daemon, marker string, timeout time.Duration) bool {
 	seen := strings.Count(d.log.String(), marker)
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if strings.Count(d.log.String(), marker) > seen {
-			return
+			return true
+		}
+		select {
+		case <-d.done:
+			return false
+		default:
 		}
 	}
+	return false
 }
 
 // startupVersion reads the version the daemon served when it started
@@ -293,12 +299,20 @@ data:
 		wg.Go(func() { users(ctx, d.url, 3, uint64(i), log) })
 		// Most kills land at a random moment; every third one right after a
 		// publication (before or during its checkpoint write), or after a
-		// checkpoint (before the next step's commit).
-		switch i % 3 {
-		case 1:
-			waitLog(d, `"message":"trained and published a new version"`, 3*time.Second)
-		case 2:
-			waitLog(d, `"message":"checkpoint saved"`, 3*time.Second)
+		// checkpoint (before the next step's commit). Those wait for the
+		// event, however busy the machine; the first of them waits for a
+		// step and its checkpoint, so that at least one step is applied
+		// and kept, or the test would not exercise training at all.
+		const published, saved = `"message":"trained and published a new version"`, `"message":"checkpoint saved"`
+		switch {
+		case i == 2:
+			if !waitLog(d, published, 2*time.Minute) || !waitLog(d, saved, 2*time.Minute) {
+				t.Fatalf("restart %d: no step published and checkpointed within 2 minutes of chatting\n%s", i, d.log)
+			}
+		case i%3 == 1:
+			waitLog(d, published, time.Minute)
+		case i%3 == 2:
+			waitLog(d, saved, time.Minute)
 		default:
 			time.Sleep(time.Duration(300+rng.IntN(2500)) * time.Millisecond)
 		}
