@@ -104,7 +104,8 @@ type Device struct {
 	funcs       map[string]*kernel // looked-up kernels
 	params      [maxParams]uint64  // the values of a launch's parameters
 	paramPtrs   [maxParams]unsafe.Pointer
-	sticky      error // the first error of queued work since the last Synchronize
+	sticky      error          // the first error of queued work since the last Synchronize
+	launches    map[string]int // successful launches per kernel (for tests and diagnostics)
 }
 
 // kernel is a function of a loaded module.
@@ -129,7 +130,7 @@ func OpenDevice(i int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, info: info, entry: map[string]int{}, funcs: map[string]*kernel{}}
+	d := &Device{drv: drv, info: info, entry: map[string]int{}, funcs: map[string]*kernel{}, launches: map[string]int{}}
 	for j := range d.paramPtrs {
 		d.paramPtrs[j] = unsafe.Pointer(&d.params[j])
 	}
@@ -445,7 +446,20 @@ func (d *Device) launch(name string, grid, block Dim3, shared int, vals []uint64
 	if err := d.drv.check("cuLaunchKernel", r); err != nil {
 		return fmt.Errorf("kernel %s (grid %v, block %v, %d bytes shared): %w", name, grid, block, shared, err)
 	}
+	d.launches[name]++
 	return nil
+}
+
+// Launches returns how many times each kernel has been launched.
+func (d *Device) Launches() map[string]int {
+	m := map[string]int{}
+	d.w.do(func() error {
+		for k, v := range d.launches {
+			m[k] = v
+		}
+		return nil
+	})
+	return m
 }
 
 // enqueue queues f on the worker without waiting; its error is kept for

@@ -59,6 +59,9 @@ func TestNoDriver(t *testing.T) {
 	if _, err := OpenDevice(0); !errors.Is(err, ErrNoDriver) {
 		t.Fatalf("OpenDevice without a driver: %v", err)
 	}
+	if _, err := Open(0); !errors.Is(err, ErrNoDriver) || !strings.Contains(err.Error(), "no CUDA driver found (libcuda.so.1)") {
+		t.Fatalf("Open without a driver: %v", err)
+	}
 }
 
 func TestDevices(t *testing.T) {

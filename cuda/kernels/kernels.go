@@ -25,7 +25,7 @@ import (
 //go:embed *.ptx
 var ptx embed.FS
 
-//go:embed *.cu *.h emu/*.h emu/*.cc emu/*.cu build-ptx.sh
+//go:embed *.cu *.cuh *.h emu/*.h emu/*.cc emu/*.cu build-ptx.sh
 var sources embed.FS
 
 // Module is the PTX of one source file.
