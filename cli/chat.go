@@ -92,14 +92,23 @@ they do not take it.`,
 
 // defaultBaseURL is the local daemon's API, from the config.
 func (a *app) defaultBaseURL() string {
-	host := a.cfg.Server.Host
+	return "http://" + localAddr(net.JoinHostPort(a.cfg.Server.Host, strconv.Itoa(a.cfg.Server.Port))) + "/v1"
+}
+
+// localAddr is the address to reach a daemon listening on addr from this
+// machine: a wildcard host becomes loopback.
+func localAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
 	switch host {
 	case "", "0.0.0.0":
 		host = "127.0.0.1"
 	case "::":
 		host = "::1"
 	}
-	return "http://" + net.JoinHostPort(host, strconv.Itoa(a.cfg.Server.Port)) + "/v1"
+	return net.JoinHostPort(host, port)
 }
 
 // defaultAPIKey is $OPENAI_API_KEY, else the daemon's first key (which

@@ -55,7 +55,8 @@ stage. SIGINT or SIGTERM stops it gracefully.`,
 // runServe runs the daemon until ctx ends. If ready is not nil it receives
 // the listening address once the API accepts requests (for tests).
 //
-// Start, in this order: the engine (the model loaded, the serving
+// Start, in this order: the data directory's lock (a second daemon on it
+// is refused at once), the engine (the model loaded, the serving
 // scheduler), the store in the data directory (refusing another base
 // model's), the feedback loop (judge, teacher, trainer) and the API
 // server. Then resume the newest checkpoint of the lineage (weights,
@@ -75,6 +76,11 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 	if err != nil {
 		return err
 	}
+	lock, err := store.LockDir(dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	engine.SetMemoryLimit()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -120,6 +126,10 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 	ln, err := net.Listen("tcp", net.JoinHostPort(sc.Host, strconv.Itoa(sc.Port)))
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	if err := lock.Announce(ln.Addr().String()); err != nil {
+		ln.Close()
+		return err
 	}
 	if ready != nil {
 		ready <- ln.Addr().String()

@@ -1,15 +1,19 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/clawrl/clawrl/apiclient"
 	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/weights"
 )
@@ -25,8 +29,11 @@ default checkpoints/ under data.dir):
   list            every checkpoint: version, parent, step, loss, when, pinned
   pin N / unpin N keep checkpoint N whatever its age (pruning skips it)
   rollback N      make checkpoint N's weights the newest, as a new version
-                  number (numbers never repeat); a daemon serves it from its
-                  next start`,
+                  number (numbers never repeat). With a daemon running on the
+                  data directory, the rollback goes through it (POST
+                  /admin/rollback with server.admin_keys' first key) and it
+                  serves the version at once; without admin keys the command
+                  refuses and says how`,
 	}
 	root := func() (string, error) { return a.cfg.CheckpointDir() }
 	version := func(arg string) (uint64, error) {
@@ -95,6 +102,17 @@ default checkpoints/ under data.dir):
 		func(_ *cobra.Command, dir string, n uint64) error { return weights.Unpin(dir, n) })
 	rollback := onVersion("rollback N", "Make checkpoint N's weights the newest version",
 		func(cmd *cobra.Command, dir string, n uint64) error {
+			// A running daemon owns the checkpoints: a version written
+			// beside it would be undone by its next step.
+			if dataDir, err := a.cfg.DataDir(); err == nil {
+				h, held, err := store.Owner(dataDir)
+				if err != nil {
+					return err
+				}
+				if held {
+					return a.rollbackThroughDaemon(cmd, dataDir, h, n)
+				}
+			}
 			c, err := weights.Open(weights.DirOf(dir, n))
 			if err != nil {
 				return err
@@ -137,4 +155,34 @@ default checkpoints/ under data.dir):
 		})
 	cmd.AddCommand(list, pin, unpin, rollback)
 	return cmd
+}
+
+// rollbackThroughDaemon asks the daemon h that holds dataDir to roll back
+// to version n, at the address it announced in the lock file, with the
+// first admin key; without one it refuses, saying what works.
+func (a *app) rollbackThroughDaemon(cmd *cobra.Command, dataDir string, h store.Holder, n uint64) error {
+	pid := h.PID
+	url := strings.TrimSuffix(a.defaultBaseURL(), "/v1") + "/admin/rollback"
+	if h.Addr != "" {
+		url = "http://" + localAddr(h.Addr) + "/admin/rollback"
+	}
+	if len(a.cfg.Server.AdminKeys) == 0 {
+		return fmt.Errorf("a daemon (pid %d) serves data directory %s, and a rollback written beside it would be undone by its next step: "+
+			"roll back through it, with an admin key set in server.admin_keys (then run this command again), e.g. "+
+			"curl -X POST %s -H 'Authorization: Bearer KEY' -d '{\"version\": %d}'; or stop the daemon first", pid, dataDir, url, n)
+	}
+	resp, err := apiclient.Post(cmd.Context(), nil, url, http.Header{"Authorization": {"Bearer " + a.cfg.Server.AdminKeys[0]}},
+		map[string]any{"version": n})
+	if err != nil {
+		return fmt.Errorf("rolling back through the daemon (pid %d) at %s: %w", pid, url, err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Version uint64 `json:"weight_version"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return fmt.Errorf("rolling back through the daemon at %s: %w", url, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "the daemon (pid %d) rolled back: version %d holds the weights of %d and is served now\n", pid, out.Version, n)
+	return nil
 }

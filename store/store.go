@@ -249,6 +249,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	os.Remove(probe.Name())
 
 	path := filepath.Join(dir, FileName)
+	if err := checkFile(path); err != nil {
+		return nil, err
+	}
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)" +
 		"&_pragma=secure_delete(ON)&_pragma=foreign_keys(ON)&_txlock=immediate"
 	if opts.maxPages > 0 {
@@ -285,6 +288,32 @@ func Open(dir string, opts Options) (*DB, error) {
 	d.refreshSize()
 	go d.writer()
 	return d, nil
+}
+
+// checkFile refuses a database file that exists but cannot be the store:
+// an empty one (SQLite would silently make a new store in its place and
+// the history would be gone without a word; a truncated copy or a full
+// disk leaves one), or one this process cannot write.
+func checkFile(path string) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", path, err)
+	}
+	if st.Size() == 0 {
+		if wal, err := os.Stat(path + "-wal"); err != nil || wal.Size() == 0 {
+			return fmt.Errorf("store: %s is empty (0 bytes): it was truncated (a full disk or an interrupted copy can do that), "+
+				"and a new store in its place would drop the history without a word; restore it from a backup, or delete it to start a new store", path)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("store: %s cannot be opened for writing (%w): the daemon records every turn there; "+
+			"make it writable (chmod u+w %s, and its directory), or set data.dir to another directory", path, err, path)
+	}
+	return f.Close()
 }
 
 // corrupt turns an SQLite error on opening into an error that names the

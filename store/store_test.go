@@ -306,6 +306,36 @@ func TestOpenRefuses(t *testing.T) {
 			t.Errorf("a truncated database opened: %v", err)
 		}
 	})
+	t.Run("empty", func(t *testing.T) {
+		// A store truncated to nothing must not silently become a new one.
+		dir := t.TempDir()
+		path := filepath.Join(dir, FileName)
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(dir, Options{})
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "empty (0 bytes)") {
+			t.Errorf("err = %v", err)
+		}
+		if st, _ := os.Stat(path); st.Size() != 0 {
+			t.Errorf("the refused file was written to: %d bytes", st.Size())
+		}
+	})
+	t.Run("read-only file", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			t.Skip("root writes read-only files")
+		}
+		dir := t.TempDir()
+		open(t, dir, Options{}).Close()
+		path := filepath.Join(dir, FileName)
+		if err := os.Chmod(path, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(dir, Options{})
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "chmod u+w") {
+			t.Errorf("err = %v", err)
+		}
+	})
 	t.Run("not writable", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "file")
 		os.WriteFile(file, nil, 0o600)
