@@ -62,28 +62,32 @@ func (c schedCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c schedCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.Stats()
 	kv := c.s.opts.Cache
-	total := kv.NumBlocks()
+	collectStats(ch, c.d, c.s.Stats(), kv.NumBlocks(), kv.DType().String(), strconv.Itoa(kv.BlockSize()))
+}
+
+// collectStats sends the metrics of st, for a KV cache of total blocks of
+// the dtype and block size given.
+func collectStats(ch chan<- prometheus.Metric, d *schedDescs, st Stats, total int, dtype, blockSize string) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	gauge(c.d.requests, float64(st.Running), "running")
-	gauge(c.d.requests, float64(st.Waiting), "waiting")
-	gauge(c.d.requests, float64(st.Background), "running_background")
-	gauge(c.d.requests, float64(st.WaitingBackground), "waiting_background")
-	gauge(c.d.blocks, float64(st.FreeBlocks), "free")
-	gauge(c.d.blocks, float64(st.PrefixBlocks), "prefix")
-	gauge(c.d.blocks, float64(total), "total")
-	gauge(c.d.usage, 1-float64(st.FreeBlocks)/float64(max(1, total)))
-	gauge(c.d.info, 1, kv.DType().String(), strconv.Itoa(kv.BlockSize()))
-	counter(c.d.prompt, st.PromptTokens, "computed")
-	counter(c.d.prompt, st.CachedTokens, "cached")
-	counter(c.d.steps, st.Steps)
-	counter(c.d.preempt, st.Preemptions)
-	counter(c.d.finished, st.Completed, "completed")
-	counter(c.d.finished, st.Cancelled, "cancelled")
+	gauge(d.requests, float64(st.Running), "running")
+	gauge(d.requests, float64(st.Waiting), "waiting")
+	gauge(d.requests, float64(st.Background), "running_background")
+	gauge(d.requests, float64(st.WaitingBackground), "waiting_background")
+	gauge(d.blocks, float64(st.FreeBlocks), "free")
+	gauge(d.blocks, float64(st.PrefixBlocks), "prefix")
+	gauge(d.blocks, float64(total), "total")
+	gauge(d.usage, 1-float64(st.FreeBlocks)/float64(max(1, total)))
+	gauge(d.info, 1, dtype, blockSize)
+	counter(d.prompt, st.PromptTokens, "computed")
+	counter(d.prompt, st.CachedTokens, "cached")
+	counter(d.steps, st.Steps)
+	counter(d.preempt, st.Preemptions)
+	counter(d.finished, st.Completed, "completed")
+	counter(d.finished, st.Cancelled, "cancelled")
 }

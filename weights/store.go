@@ -123,10 +123,11 @@ type Store struct {
 	opts StoreOptions
 	cur  atomic.Pointer[Version]
 
-	mu     sync.Mutex
-	last   uint64     // number of the newest version ever published
-	kept   []*Version // older versions kept for rollback, oldest first
-	closed bool
+	mu      sync.Mutex
+	last    uint64        // number of the newest version ever published
+	kept    []*Version    // older versions kept for rollback, oldest first
+	closed  bool
+	changed chan struct{} // closed (and replaced) when the current version changes
 }
 
 // NewStore returns an empty store; nothing is current until the first
@@ -139,7 +140,33 @@ func NewStore(opts StoreOptions) *Store {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Store{opts: opts, last: opts.After}
+	return &Store{opts: opts, last: opts.After, changed: make(chan struct{})}
+}
+
+// Changed returns a channel that is closed when the current version
+// changes (a publication, a rollback) or the store closes: a mirror of the
+// store (a serving replica on another device) waits on it, then reads
+// Current, then asks again.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return closedChan
+	}
+	return s.changed
+}
+
+// closedChan is what Changed returns after Close.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// notifyLocked wakes the waiters of Changed; s.mu is held.
+func (s *Store) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // ErrNoVersion is returned by Acquire before the first Publish and after
@@ -244,6 +271,7 @@ func (s *Store) publishLocked(p *payload, number, parent uint64, meta Meta) *Ver
 	p.refs.Add(1)
 	v.refs.Store(1) // the store's "current" hold
 	old := s.cur.Swap(v)
+	s.notifyLocked()
 	if old != nil {
 		// The "current" hold of old becomes its "kept" hold.
 		s.kept = append(s.kept, old)
@@ -333,6 +361,7 @@ func (s *Store) Close() {
 		return
 	}
 	s.closed = true
+	s.notifyLocked()
 	for _, k := range s.kept {
 		k.release()
 	}

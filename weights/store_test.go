@@ -300,3 +300,42 @@ func TestStoreFreesModelWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStoreChanged: a waiter on Changed wakes at every change of the
+// current version (publication, rollback) and at Close, never before.
+func TestStoreChanged(t *testing.T) {
+	s := NewStore(StoreOptions{Keep: 1})
+	woke := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	ch := s.Changed()
+	if woke(ch) {
+		t.Fatal("woke before any change")
+	}
+	publishFake(t, s, &fakePayload{id: 1}, 0)
+	if !woke(ch) {
+		t.Fatal("a publication did not wake the waiter")
+	}
+	ch = s.Changed()
+	if woke(ch) {
+		t.Fatal("the new channel is closed already")
+	}
+	publishFake(t, s, &fakePayload{id: 2}, 1)
+	ch2 := s.Changed()
+	if _, err := s.Rollback(1); err != nil {
+		t.Fatal(err)
+	}
+	if !woke(ch) || !woke(ch2) {
+		t.Fatal("a rollback did not wake the waiters")
+	}
+	ch = s.Changed()
+	s.Close()
+	if !woke(ch) || !woke(s.Changed()) {
+		t.Fatal("Close did not wake the waiter, or a later one")
+	}
+}

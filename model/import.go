@@ -1,0 +1,121 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/safetensors"
+)
+
+// Import copies the weight set src of another model loaded from the same
+// checkpoint, on another backend (the CPU trainer's versions into a GPU
+// replica, say), onto m's backend, as a new set of m. Tensors src shares
+// with its own model's checkpoint set (what a LoRA snapshot did not merge:
+// norms, embeddings, unadapted matrices) are shared with m's checkpoint
+// set instead of copied; the others are copied in their dtype. A BF16
+// tensor is read back through its backend's compute.Trainer (Convert, an
+// exact widening). src stays valid and unchanged.
+func (m *Model) Import(src *Weights) (*Weights, error) {
+	dst := m.owner()
+	if src == nil {
+		return nil, errors.New("model: import of a nil weight set")
+	}
+	sm := src.m
+	if sm == dst {
+		return nil, errors.New("model: import of a set of the same model (use Clone)")
+	}
+	if err := sameShape(sm.Config, dst.Config); err != nil {
+		return nil, fmt.Errorf("model: import: %w", err)
+	}
+	if _, err := sm.acquire(src); err != nil {
+		return nil, fmt.Errorf("model: import: %w", err)
+	}
+	defer src.unlock()
+	if dst.base == nil || sm.base == nil {
+		return nil, errors.New("model: import: model is closed")
+	}
+	srcBase, dstBase := byName(sm.Config, sm.base.w), byName(dst.Config, dst.base.w)
+	srcT := byName(sm.Config, src.w)
+	dstRefs := dst.base.refMap()
+	sb := setBuilder{w: &weights{Layers: make([]layer, dst.Config.NumLayers)}}
+	err := walkWeights(dst.Config, sb.w, func(name string, shape []int, f *compute.Tensor) error {
+		t := srcT[name]
+		if t == srcBase[name] {
+			r := dstRefs[dstBase[name]]
+			if r == nil {
+				return fmt.Errorf("model: import: %s: the checkpoint's tensor is not counted", name)
+			}
+			*f = sb.share(r)
+			return nil
+		}
+		c, err := copyTensor(dst.b, sm.b, t)
+		if err != nil {
+			return fmt.Errorf("model: import: %s: %w", name, err)
+		}
+		*f = sb.own(c)
+		return nil
+	})
+	if err != nil {
+		sb.abort(dst.b)
+		return nil, err
+	}
+	return sb.done(dst), nil
+}
+
+// byName maps each tensor of w to its Hugging Face name.
+func byName(c *Config, w *weights) map[string]compute.Tensor {
+	out := map[string]compute.Tensor{}
+	walkWeights(c, w, func(name string, _ []int, f *compute.Tensor) error {
+		out[name] = *f
+		return nil
+	})
+	return out
+}
+
+// sameShape reports why models of configs a and b could not share weight
+// sets (nil when they can).
+func sameShape(a, b *Config) error {
+	switch {
+	case a.Architecture != b.Architecture, a.HiddenSize != b.HiddenSize, a.IntermediateSize != b.IntermediateSize,
+		a.NumLayers != b.NumLayers, a.NumHeads != b.NumHeads, a.NumKVHeads != b.NumKVHeads, a.HeadDim != b.HeadDim,
+		a.VocabSize != b.VocabSize, a.TieWordEmbeddings != b.TieWordEmbeddings, a.QKNorm != b.QKNorm:
+		return fmt.Errorf("the models have different shapes (%s %d layers × %d, vocabulary %d; %s %d layers × %d, vocabulary %d)",
+			a.Architecture, a.NumLayers, a.HiddenSize, a.VocabSize, b.Architecture, b.NumLayers, b.HiddenSize, b.VocabSize)
+	}
+	return nil
+}
+
+// copyTensor copies an F32 or BF16 tensor of backend from to a new weight
+// tensor of backend to, through the host.
+func copyTensor(to, from compute.Backend, t compute.Tensor) (compute.Tensor, error) {
+	n, shape := compute.Len(t), t.Shape()
+	vals := make([]float32, n)
+	switch t.DType() {
+	case compute.F32:
+		if err := from.Read(vals, t); err != nil {
+			return nil, err
+		}
+		return to.WeightF32(vals, shape...)
+	case compute.BF16:
+		tb, ok := from.(compute.Trainer)
+		if !ok {
+			return nil, fmt.Errorf("backend %s cannot read BF16 tensors back (no compute.Trainer)", from.Name())
+		}
+		wide, err := from.NewTensor(compute.F32, shape...)
+		if err != nil {
+			return nil, err
+		}
+		defer from.Free(wide)
+		tb.Convert(wide, t) // exact
+		if err := from.Read(vals, wide); err != nil {
+			return nil, err
+		}
+		bits := make([]uint16, n)
+		for i, v := range vals {
+			bits[i] = safetensors.Float32ToBF16(v) // exact: v came from BF16
+		}
+		return to.WeightBF16(bits, shape...)
+	}
+	return nil, fmt.Errorf("cannot copy a %v tensor", t.DType())
+}
