@@ -124,8 +124,8 @@ type Store struct {
 	cur  atomic.Pointer[Version]
 
 	mu      sync.Mutex
-	last    uint64        // number of the newest version ever published
-	kept    []*Version    // older versions kept for rollback, oldest first
+	last    uint64     // number of the newest version ever published
+	kept    []*Version // older versions kept for rollback, oldest first
 	closed  bool
 	changed chan struct{} // closed (and replaced) when the current version changes
 }
