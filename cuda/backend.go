@@ -43,6 +43,7 @@ type Backend struct {
 
 	// Tuning knobs, variables so that tests can reach every path.
 	gemvMaxM    int // Linear uses the GEMV kernels up to this many rows (at most 8)
+	gemmTile    int // 0: choose; 64 or 128: always the tensor-core kernel of that tile
 	attnPath    int // 0: choose; attnDecode or attnPrefill: always that kernel
 	minSplitLen int // fewest keys a split of a decode step covers
 }

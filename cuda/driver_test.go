@@ -15,16 +15,34 @@ import (
 )
 
 // The tests run the package over the fake driver (cuda/fakecuda) with two
-// devices, so that peer copies are covered.
+// devices, so that peer copies are covered. With
+// CLAWRL_CUDA_TEST_DRIVER=real they run over the machine's driver instead
+// (libcuda.so.1, or CLAWRL_LIBCUDA), on a GPU; the tests of the fake
+// driver's own behaviour then skip, and the benchmarks run.
 func TestMain(m *testing.M) {
 	os.Setenv("CLAWRL_FAKECUDA_DEVICES", "2")
 	os.Exit(m.Run())
 }
 
-// useFake points the package at the fake driver for the test.
+// realDriver reports whether the tests run on the machine's driver.
+func realDriver() bool { return os.Getenv("CLAWRL_CUDA_TEST_DRIVER") == "real" }
+
+// useFake points the package at the fake driver for the test (unless the
+// tests run on the real one).
 func useFake(t testing.TB) {
 	t.Helper()
+	if realDriver() {
+		return
+	}
 	t.Setenv(LibraryEnv, fakecuda.Build(t))
+}
+
+// skipOnReal skips a test of the fake driver's own behaviour.
+func skipOnReal(t testing.TB) {
+	t.Helper()
+	if realDriver() {
+		t.Skip("a test of the fake driver")
+	}
 }
 
 var (
@@ -69,6 +87,15 @@ func TestDevices(t *testing.T) {
 	infos, err := Devices()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if realDriver() {
+		for _, in := range infos {
+			t.Logf("%+v", in)
+			if in.Name == "" || in.Memory == 0 || in.SMs <= 0 || in.Major < 8 {
+				t.Errorf("device %+v (the kernels need compute capability 8.0)", in)
+			}
+		}
+		return
 	}
 	if len(infos) != 2 {
 		t.Fatalf("%d devices, want 2 (CLAWRL_FAKECUDA_DEVICES)", len(infos))
@@ -177,7 +204,10 @@ func TestDriverErrors(t *testing.T) {
 		{"shared memory beyond the device", func() error {
 			return d.Launch("selftest_reverse", Dim3{1, 1, 1}, Dim3{32, 1, 1}, 1<<20, Ptr(0), Ptr(0))
 		}, "cuFuncSetAttribute: CUDA_ERROR_INVALID_VALUE", 1},
-		{"copy out of an allocation", func() error {
+		{"copy out of an allocation (fake)", func() error {
+			if realDriver() {
+				return errors.New("cuMemcpyHtoDAsync_v2: CUDA_ERROR_INVALID_VALUE (not checked on the real driver)")
+			}
 			p, err := d.Alloc(16)
 			if err != nil {
 				return err
@@ -376,6 +406,7 @@ func TestSelftestKernels(t *testing.T) {
 }
 
 func TestEmulatorReportsMisuse(t *testing.T) {
+	skipOnReal(t)
 	d := testDevice(t, 1)
 	if err := d.w.do(func() error {
 		if _, ok := d.entry["emutest_misuse"]; ok {
@@ -410,6 +441,10 @@ func TestEmulatorReportsMisuse(t *testing.T) {
 }
 
 func TestPeerCopy(t *testing.T) {
+	useFake(t)
+	if infos, err := Devices(); err != nil || len(infos) < 2 {
+		t.Skipf("peer copies need two devices (%v)", err)
+	}
 	d0, d1 := testDevice(t, 0), testDevice(t, 1)
 	if err := d1.EnablePeer(d0); err != nil {
 		t.Fatal(err)

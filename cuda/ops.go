@@ -90,7 +90,7 @@ func (b *Backend) linear(a *tensor, dst, w, bias compute.Tensor, op string) {
 	case bf16:
 		// Large tiles when there are enough of them to fill the device.
 		kernel, tile, threads := "gemm_bf16_64x64", 64, 128
-		if (m+127)/128*((n+127)/128) >= b.dev.Info().SMs {
+		if b.gemmTile == 128 || b.gemmTile == 0 && (m+127)/128*((n+127)/128) >= b.dev.Info().SMs {
 			kernel, tile, threads = "gemm_bf16_128x128", 128, 256
 		}
 		b.launch(op, kernel, Dim3{(n + tile - 1) / tile, (m + tile - 1) / tile, 1}, Dim3{threads, 1, 1}, 0,
@@ -265,9 +265,13 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		}
 		partO, partML = p, p+Ptr(4*parts*hd)
 	}
+	vec := 0
+	if hd%8 == 0 && kc.ptr%16 == 0 && vc.ptr%16 == 0 {
+		vec = 1
+	}
 	b.launch("Attention", "attn_decode"+suffix, Dim3{rows, a.Heads, splits}, Dim3{128, 1, 1}, 0,
 		out.ptr, partO, partML, qs.ptr, kc.ptr, vc.ptr, qstart.ptr, ctxLen.ptr, table.ptr, a.Seqs, a.MaxBlocks,
-		a.Heads, a.KVHeads, hd, bs, nBlocks, a.Scale, splitLen, roundQ, b.errWord)
+		a.Heads, a.KVHeads, hd, bs, nBlocks, a.Scale, splitLen, roundQ, vec, b.errWord)
 	if splits > 1 {
 		b.launch("Attention", "attn_combine", Dim3{rows, a.Heads, 1}, Dim3{min(256, roundUp(hd, 32)), 1, 1}, 0,
 			out.ptr, partO, partML, a.Heads, hd, splits)

@@ -33,6 +33,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/clawrl/clawrl/cuda/kernels"
 )
@@ -74,7 +75,9 @@ func Build(t testing.TB) string {
 var kernelRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(?:__launch_bounds__\([^)]*\)\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
 
 // cflags are the compiler flags of every translation unit.
-var cflags = []string{"-std=c++17", "-O2", "-g0", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall", "-Wno-unused-function"}
+// -fno-strict-aliasing: kernels reinterpret device memory (BF16 pairs as
+// words, 16-byte vectors) as CUDA C allows and C++ does not.
+var cflags = []string{"-std=c++17", "-O2", "-g0", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-pthread", "-Wall", "-Wno-unused-function"}
 
 // unit is one translation unit of the library.
 type unit struct {
@@ -179,11 +182,20 @@ func build() (string, error) {
 		return lib, nil
 	}
 
-	// Build in a directory of our own, then rename the library into place:
-	// test binaries that build at the same time each finish with a
-	// complete file.
+	// One process builds (go test runs the test binaries of several
+	// packages at once) while the others wait for its library; the build
+	// happens in a directory of its own and the library is renamed into
+	// place, so a reader never sees a partial file.
 	if err := os.MkdirAll(filepath.Join(root, sum), 0o755); err != nil {
 		return "", fmt.Errorf("fakecuda: %w", err)
+	}
+	unlock, err := lock(filepath.Join(root, sum, "build.lock"), lib)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if _, err := os.Stat(lib); err == nil {
+		return lib, nil // built while we waited
 	}
 	dir, err := os.MkdirTemp(root, "build-")
 	if err != nil {
@@ -229,4 +241,28 @@ func build() (string, error) {
 		return "", fmt.Errorf("fakecuda: %w", err)
 	}
 	return lib, nil
+}
+
+// lock takes the lock file path, waiting while another process holds it
+// (until it releases it or lib appears). A lock older than staleLock is
+// taken to be left by a killed process and removed.
+func lock(path, lib string) (unlock func(), err error) {
+	const staleLock = 10 * time.Minute
+	for {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err == nil {
+			f.Close()
+			return func() { os.Remove(path) }, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("fakecuda: %w", err)
+		}
+		if _, err := os.Stat(lib); err == nil {
+			return func() {}, nil
+		}
+		if st, err := os.Stat(path); err == nil && time.Since(st.ModTime()) > staleLock {
+			os.Remove(path)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

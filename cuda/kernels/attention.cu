@@ -32,6 +32,30 @@
 
 #define MAX_HEAD_DIM 256
 
+// dot8 adds the products of 8 queries with 8 consecutive cache values at
+// p (16-byte aligned) to acc.
+DEVICE_FN float dot8(const float* q, const float* p, float acc) {
+  f32x4 lo = ld_f32x4(p), hi = ld_f32x4(p + 4);
+  acc = fma_f(q[0], lo.x, acc);
+  acc = fma_f(q[1], lo.y, acc);
+  acc = fma_f(q[2], lo.z, acc);
+  acc = fma_f(q[3], lo.w, acc);
+  acc = fma_f(q[4], hi.x, acc);
+  acc = fma_f(q[5], hi.y, acc);
+  acc = fma_f(q[6], hi.z, acc);
+  return fma_f(q[7], hi.w, acc);
+}
+DEVICE_FN float dot8(const float* q, const uint16_t* p, float acc) {
+  u32x4 v = ld_u32x4(p);
+  uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    acc = fma_f(q[2 * i], bits_f32(w[i] << 16), acc);
+    acc = fma_f(q[2 * i + 1], bits_f32(w[i] & 0xffff0000u), acc);
+  }
+  return acc;
+}
+
 // seq_of_row returns the sequence whose query rows include r: the last s
 // with qstart[s] <= r.
 DEVICE_FN int seq_of_row(const int* qstart, int seqs, int r) {
@@ -54,13 +78,14 @@ DEVICE_FN int seq_of_row(const int* qstart, int seqs, int r) {
 // [split·split_len, (split+1)·split_len) ∩ [0, pos] for split blockIdx.z of
 // gridDim.z. With one split it writes out; with several it writes its
 // output normalised by its own denominator to part_o and its (m, l) to
-// part_ml, for attn_combine.
+// part_ml, for attn_combine. vec = 1 says that hd is a multiple of 8 and
+// the caches are 16-byte aligned: keys are read 16 bytes at a time.
 template <typename T>
 static __device__ void attn_decode(float* out, float* part_o, float* part_ml, const float* q, const T* kc, const T* vc,
                                    const int* qstart, const int* ctxlen, const int* table, int seqs, int max_blocks,
                                    int heads, int kvheads, int hd, int bs, int nblocks, float scale, int split_len,
-                                   int round_q, int* err) {
-  __shared__ float qs[MAX_HEAD_DIM];
+                                   int round_q, int vec, int* err) {
+  __shared__ __align__(16) float qs[MAX_HEAD_DIM];
   __shared__ float wm[DEC_WARPS], wl[DEC_WARPS];
   __shared__ float wo[DEC_WARPS][MAX_HEAD_DIM];
   int r = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, splits = gridDim.z;
@@ -100,7 +125,11 @@ static __device__ void attn_decode(float* out, float* part_o, float* part_ml, co
       slot = blk * bs + key % bs;
       const T* kp = kc + kv_index(slot, g, kvheads, hd, bs);
       float dot = 0.0f;
-      for (int d = 0; d < hd; d++) dot = fma_f(qs[d], ld(kp, d), dot);
+      if (vec) {
+        for (int d = 0; d < hd; d += 8) dot = dot8(qs + d, kp + d, dot);
+      } else {
+        for (int d = 0; d < hd; d++) dot = fma_f(qs[d], ld(kp, d), dot);
+      }
       sc = dot * scale;
     }
     float m_new = max_f(m, warp_max(sc));  // finite: lane 0's key is in range
@@ -160,16 +189,18 @@ static __device__ void attn_decode(float* out, float* part_o, float* part_ml, co
 extern "C" __global__ void __launch_bounds__(128)
     attn_decode_f32(float* out, float* part_o, float* part_ml, const float* q, const float* kc, const float* vc,
                     const int* qstart, const int* ctxlen, const int* table, int seqs, int max_blocks, int heads,
-                    int kvheads, int hd, int bs, int nblocks, float scale, int split_len, int round_q, int* err) {
+                    int kvheads, int hd, int bs, int nblocks, float scale, int split_len, int round_q, int vec,
+                    int* err) {
   attn_decode(out, part_o, part_ml, q, kc, vc, qstart, ctxlen, table, seqs, max_blocks, heads, kvheads, hd, bs, nblocks,
-              scale, split_len, round_q, err);
+              scale, split_len, round_q, vec, err);
 }
 extern "C" __global__ void __launch_bounds__(128)
     attn_decode_bf16(float* out, float* part_o, float* part_ml, const float* q, const uint16_t* kc, const uint16_t* vc,
                      const int* qstart, const int* ctxlen, const int* table, int seqs, int max_blocks, int heads,
-                     int kvheads, int hd, int bs, int nblocks, float scale, int split_len, int round_q, int* err) {
+                     int kvheads, int hd, int bs, int nblocks, float scale, int split_len, int round_q, int vec,
+                    int* err) {
   attn_decode(out, part_o, part_ml, q, kc, vc, qstart, ctxlen, table, seqs, max_blocks, heads, kvheads, hd, bs, nblocks,
-              scale, split_len, round_q, err);
+              scale, split_len, round_q, vec, err);
 }
 
 // attn_combine merges the splits of query row blockIdx.x, head blockIdx.y:

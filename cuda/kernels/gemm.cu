@@ -170,6 +170,74 @@ extern "C" __global__ void __launch_bounds__(256)
 #define MMA_BK 32
 #define MMA_LDW (MMA_BK / 2 + 4)  // words per staged row
 
+// mma_load reads the step at k0 of the tiles of A (BM rows) and W (BN
+// rows) into registers: AL loads of 4 floats and WL loads of 8 BF16 per
+// thread, zeros past the edges.
+template <int AL, int WL, int NT>
+DEVICE_FN void mma_load(float (&xa)[AL][4], uint32_t (&xw)[WL][4], const float* A, const uint16_t* W, int M, int N, int K,
+                        int m0, int n0, int k0, int vec) {
+#pragma unroll
+  for (int l = 0; l < AL; l++) {
+    int c = threadIdx.x + l * NT;
+    int r = c / (MMA_BK / 4), kq = (c % (MMA_BK / 4)) * 4;
+    int m = m0 + r, k = k0 + kq;
+    xa[l][0] = xa[l][1] = xa[l][2] = xa[l][3] = 0.0f;
+    if (m < M) {
+      if (vec) {
+        if (k < K) {
+          f32x4 v = ld_f32x4(A + (size_t)m * K + k);
+          xa[l][0] = v.x, xa[l][1] = v.y, xa[l][2] = v.z, xa[l][3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          if (k + i < K) xa[l][i] = A[(size_t)m * K + k + i];
+      }
+    }
+  }
+#pragma unroll
+  for (int l = 0; l < WL; l++) {
+    int c = threadIdx.x + l * NT;
+    int r = c / (MMA_BK / 8), ko = (c % (MMA_BK / 8)) * 8;
+    int n = n0 + r, k = k0 + ko;
+    xw[l][0] = xw[l][1] = xw[l][2] = xw[l][3] = 0;
+    if (n < N) {
+      if (vec) {
+        if (k < K) {
+          u32x4 v = ld_u32x4(W + (size_t)n * K + k);
+          xw[l][0] = v.x, xw[l][1] = v.y, xw[l][2] = v.z, xw[l][3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          uint16_t lo = k + 2 * i < K ? W[(size_t)n * K + k + 2 * i] : 0;
+          uint16_t hi = k + 2 * i + 1 < K ? W[(size_t)n * K + k + 2 * i + 1] : 0;
+          xw[l][i] = pack_bf16x2(lo, hi);
+        }
+      }
+    }
+  }
+}
+
+// mma_store puts the loaded tiles in shared memory, A rounded to BF16.
+template <int AL, int WL, int NT>
+DEVICE_FN void mma_store(const float (&xa)[AL][4], const uint32_t (&xw)[WL][4], uint32_t* As, uint32_t* Bs) {
+#pragma unroll
+  for (int l = 0; l < AL; l++) {
+    int c = threadIdx.x + l * NT;
+    int r = c / (MMA_BK / 4), kq = (c % (MMA_BK / 4)) * 4;
+    As[r * MMA_LDW + kq / 2] = pack_bf16x2(f32_to_bf16(xa[l][0]), f32_to_bf16(xa[l][1]));
+    As[r * MMA_LDW + kq / 2 + 1] = pack_bf16x2(f32_to_bf16(xa[l][2]), f32_to_bf16(xa[l][3]));
+  }
+#pragma unroll
+  for (int l = 0; l < WL; l++) {
+    int c = threadIdx.x + l * NT;
+    int r = c / (MMA_BK / 8), ko = (c % (MMA_BK / 8)) * 8;
+#pragma unroll
+    for (int i = 0; i < 4; i++) Bs[r * MMA_LDW + ko / 2 + i] = xw[l][i];
+  }
+}
+
 template <int BM, int BN, int WM, int WN>
 static __device__ void gemm_bf16_mma(float* C, const float* A, const uint16_t* W, const float* bias, int M, int N, int K,
                                      int vec) {
@@ -191,48 +259,19 @@ static __device__ void gemm_bf16_mma(float* C, const float* A, const uint16_t* W
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
+  // The next step's tiles are loaded from global memory into registers
+  // (xa, xw) while the tensor cores work on the current one from shared
+  // memory, so that the loads' latency hides behind the products.
+  constexpr int AL = BM * (MMA_BK / 4) / NT;  // 4-float loads of A per thread
+  constexpr int WL = BN * (MMA_BK / 8) / NT;  // 8-BF16 loads of W per thread
+  float xa[AL][4];
+  uint32_t xw[WL][4];
+  mma_load<AL, WL, NT>(xa, xw, A, W, M, N, K, m0, n0, 0, vec);
+  mma_store<AL, WL, NT>(xa, xw, As, Bs);
+  __syncthreads();
   for (int k0 = 0; k0 < K; k0 += MMA_BK) {
-    // Stage A: BM rows of 32 k, 4 floats per load, as 2 words.
-    for (int c = threadIdx.x; c < BM * (MMA_BK / 4); c += NT) {
-      int r = c / (MMA_BK / 4), kq = (c % (MMA_BK / 4)) * 4;
-      int m = m0 + r, k = k0 + kq;
-      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (m < M) {
-        if (vec) {
-          if (k < K) {
-            f32x4 v = ld_f32x4(A + (size_t)m * K + k);
-            x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-          }
-        } else {
-          for (int i = 0; i < 4; i++)
-            if (k + i < K) x[i] = A[(size_t)m * K + k + i];
-        }
-      }
-      As[r * MMA_LDW + kq / 2] = pack_bf16x2(f32_to_bf16(x[0]), f32_to_bf16(x[1]));
-      As[r * MMA_LDW + kq / 2 + 1] = pack_bf16x2(f32_to_bf16(x[2]), f32_to_bf16(x[3]));
-    }
-    // Stage W: BN rows of 32 k, 8 BF16 per load, as 4 words.
-    for (int c = threadIdx.x; c < BN * (MMA_BK / 8); c += NT) {
-      int r = c / (MMA_BK / 8), ko = (c % (MMA_BK / 8)) * 8;
-      int n = n0 + r, k = k0 + ko;
-      uint32_t w[4] = {0, 0, 0, 0};
-      if (n < N) {
-        if (vec) {
-          if (k < K) {
-            u32x4 v = ld_u32x4(W + (size_t)n * K + k);
-            w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-          }
-        } else {
-          for (int i = 0; i < 4; i++) {
-            uint16_t lo = k + 2 * i < K ? W[(size_t)n * K + k + 2 * i] : 0;
-            uint16_t hi = k + 2 * i + 1 < K ? W[(size_t)n * K + k + 2 * i + 1] : 0;
-            w[i] = pack_bf16x2(lo, hi);
-          }
-        }
-      }
-      for (int i = 0; i < 4; i++) Bs[r * MMA_LDW + ko / 2 + i] = w[i];
-    }
-    __syncthreads();
+    bool more = k0 + MMA_BK < K;
+    if (more) mma_load<AL, WL, NT>(xa, xw, A, W, M, N, K, m0, n0, k0 + MMA_BK, vec);
 
 #pragma unroll
     for (int ks = 0; ks < MMA_BK; ks += 16) {
@@ -256,7 +295,11 @@ static __device__ void gemm_bf16_mma(float* C, const float* A, const uint16_t* W
 #pragma unroll
         for (int j = 0; j < NI; j++) mma_bf16_16816(acc[i][j], a[i], b[j]);
     }
-    __syncthreads();
+    __syncthreads();  // every warp is done with the tiles
+    if (more) {
+      mma_store<AL, WL, NT>(xa, xw, As, Bs);
+      __syncthreads();
+    }
   }
 
 #pragma unroll
