@@ -27,4 +27,19 @@
 // barriers, warp shuffles in lockstep, the mma.sync fragment layouts), and
 // the fake driver of cuda/fakecuda runs this package, kernels included, on
 // the CPU in tests and CI.
+//
+// Backend. Backend implements compute.Backend (the serving forward pass;
+// training ops are not here yet): see its documentation for memory, the
+// order of work and errors, and attention.cu and gemm.cu in cuda/kernels
+// for the algorithms. Products with BF16 weights use the tensor cores
+// (mma.sync, sm_80 and later) with the activations rounded to BF16, and
+// the same rounding in the GEMV kernels of decode steps, so results do not
+// depend on the batch's size beyond the order of float32 sums.
+//
+// Testing. The tests run over the fake driver: the conformance suite of
+// compute backends (compute/computetest) with every kernel choice forced,
+// the driver binding, the emulator's own checks, and a model-level
+// comparison with the CPU backend. With CLAWRL_CUDA_TEST_DRIVER=real the
+// same test binary runs on the machine's GPU, and its benchmarks measure
+// the kernels there.
 package cuda

@@ -438,6 +438,24 @@ func TestEmulatorReportsMisuse(t *testing.T) {
 	if err := d.Launch("emutest_misuse", Dim3{1, 1, 1}, Dim3{64, 1, 1}, 0, out, 0); err != nil {
 		t.Fatalf("a correct launch after the failures: %v", err)
 	}
+	// A missing barrier: in one of two blocks the neighbour has not written
+	// its slot yet.
+	if err := d.Launch("emutest_misuse", Dim3{2, 1, 1}, Dim3{32, 1, 1}, 4*32, out, 5); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 64)
+	if err := Download(d, got, out); err != nil {
+		t.Fatal(err)
+	}
+	stale := 0
+	for _, v := range got {
+		if v != v {
+			stale++
+		}
+	}
+	if stale == 0 {
+		t.Errorf("a read without a barrier saw every write: %v", got)
+	}
 }
 
 func TestPeerCopy(t *testing.T) {

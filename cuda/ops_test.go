@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/clawrl/clawrl/compute"
@@ -305,4 +306,48 @@ func TestDeviceDataErrors(t *testing.T) {
 // view reshapes the first rows·cols elements of t (test helper).
 func (t *tensor) view(rows, cols int, b *Backend) compute.Tensor {
 	return &tensor{dt: t.dt, shape: []int{rows, cols}, n: rows * cols, ptr: t.ptr, freed: t.freed}
+}
+
+// TestConcurrentUse runs ops from several goroutines at once on tensors of
+// their own: the device's worker serialises them.
+func TestConcurrentUse(t *testing.T) {
+	b := testBackend(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x, err := b.NewTensor(compute.F32, 3, 5)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer b.Free(x)
+			v := make([]float32, 15)
+			for i := range v {
+				v[i] = float32(g*100 + i)
+			}
+			got := make([]float32, 15)
+			for range 20 {
+				b.Write(x, v)
+				b.Add(x, x, x)
+				if err := b.Read(got, x); err != nil {
+					errs <- err
+					return
+				}
+				for i := range v {
+					if got[i] != 2*v[i] {
+						errs <- fmt.Errorf("goroutine %d: element %d = %v, want %v", g, i, got[i], 2*v[i])
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }

@@ -175,6 +175,7 @@ struct Emu {
   size_t dyn_cap = 0, dyn_size = 0;
   bool active = false, failed = false;
   std::string msg;
+  unsigned long launches = 0;
 #if !defined(__x86_64__)
   std::vector<void*> start_args;  // (fn, arg) pairs for makecontext
 #endif
@@ -299,8 +300,13 @@ void fiber_main(void* arg) {
   abort();  // never resumed
 }
 
-// run_block runs every thread of the current block to its end.
-void run_block(Emu* e) {
+// run_block runs every thread of the current block to its end. Between two
+// barriers the threads run one after another, in increasing order in half
+// of the blocks and in decreasing order in the other half (reverse): a
+// thread that reads what another writes without a barrier between them
+// sees the old value in one of the two orders, so a missing barrier gives
+// wrong results instead of passing by the luck of the order.
+void run_block(Emu* e, bool reverse) {
   int n = e->nthreads;
   for (int i = 0; i < n; i++) {
     Fiber& f = e->fibers[i];
@@ -322,8 +328,8 @@ void run_block(Emu* e) {
   if (e->dyn_size) memset(e->dyn, 0xff, e->dyn_size);  // uninitialised shared memory reads as NaN
   while (e->live > 0 && !e->failed) {
     bool ran = false;
-    for (int i = 0; i < n && !e->failed; i++) {
-      Fiber& f = e->fibers[i];
+    for (int j = 0; j < n && !e->failed; j++) {
+      Fiber& f = e->fibers[reverse ? n - 1 - j : j];
       if (f.state != RUNNABLE) continue;
       ran = true;
       e->cur = &f;
@@ -512,11 +518,12 @@ int emu_launch(EmuKernelFn fn, void** params, dim3 grid, dim3 block, size_t dyn_
   e->active = true;
   emu_grid_dim = grid;
   emu_block_dim = block;
+  e->launches++;
   for (unsigned z = 0; z < grid.z && !e->failed; z++)
     for (unsigned y = 0; y < grid.y && !e->failed; y++)
       for (unsigned x = 0; x < grid.x && !e->failed; x++) {
         emu_block_idx = dim3{x, y, z};
-        run_block(e);
+        run_block(e, ((e->launches + x + y + z) & 1) != 0);
       }
   e->active = false;
   if (e->failed) return fail(e->msg);

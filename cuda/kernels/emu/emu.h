@@ -17,8 +17,10 @@
 //     shared memory is a per-launch buffer of the launch's size.
 //
 // Between two such points a thread runs alone, so memory is sequentially
-// consistent and a data race between threads of a block that a barrier
-// should have ordered shows as a wrong result rather than by chance.
+// consistent. The threads of a block run in increasing order between two
+// barriers in half of the blocks and in decreasing order in the others, so
+// a data race between threads of a block that a barrier should have
+// ordered shows as a wrong result rather than passing by chance.
 // Misuse is reported, not hung on: lanes of a warp that disagree on a
 // collective (kind or mask), a shuffle from a lane that did not take part,
 // or a block whose threads all wait and can never be released (deadlock)

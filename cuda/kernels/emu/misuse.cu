@@ -8,7 +8,10 @@
 //      shuffle (deadlock);
 //   2: lanes of a warp disagree on the kind of collective;
 //   3: a shuffle reads a lane that has exited;
-//   4: emu_fail (a trap).
+//   4: emu_fail (a trap);
+//   5: a data race: threads read their neighbour's slot of shared memory
+//      without a barrier after writing their own (the emulator's thread
+//      order exposes it: uninitialised shared memory reads as NaN).
 extern "C" __global__ void emutest_misuse(float* out, int mode) {
   int lane = threadIdx.x & 31;
   float v = (float)threadIdx.x;
@@ -34,6 +37,12 @@ extern "C" __global__ void emutest_misuse(float* out, int mode) {
     case 4:
       if (threadIdx.x == 7) emu_fail("trap from the kernel");
       break;
+    case 5: {
+      DYNAMIC_SHARED(float, buf);
+      buf[threadIdx.x] = v;
+      v = buf[(threadIdx.x + 1) % blockDim.x];  // missing __syncthreads
+      break;
+    }
   }
-  out[threadIdx.x] = v;
+  out[blockIdx.x * blockDim.x + threadIdx.x] = v;
 }
