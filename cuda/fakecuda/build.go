@@ -50,6 +50,11 @@ var (
 	buildErr error
 )
 
+// FlagsEnv names an environment variable of extra compiler flags for the
+// library (e.g. -fsanitize=address, or -DEMU_USE_UCONTEXT to run the
+// emulator's fibers on ucontext instead of its own context switch).
+const FlagsEnv = "CLAWRL_FAKECUDA_CFLAGS"
+
 // Path returns the path of the fake libcuda, building it on first use.
 func Path() (string, error) {
 	once.Do(func() { libPath, buildErr = build() })
@@ -164,8 +169,9 @@ func build() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	flags := append(append([]string{}, cflags...), strings.Fields(os.Getenv(FlagsEnv))...)
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n", cxx, ver, strings.Join(cflags, " "), runtime.GOARCH)
+	fmt.Fprintf(h, "%s\n%s\n%s\n%s\n", cxx, ver, strings.Join(flags, " "), runtime.GOARCH)
 	names := make([]string, 0, len(all))
 	for n := range all {
 		names = append(names, n)
@@ -222,7 +228,7 @@ func build() (string, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			args := append(append([]string{}, cflags...), "-I", dir, "-x", "c++", "-c", "-o", objs[i], filepath.Join(dir, filepath.FromSlash(u.name)))
+			args := append(append([]string{}, flags...), "-I", dir, "-x", "c++", "-c", "-o", objs[i], filepath.Join(dir, filepath.FromSlash(u.name)))
 			if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
 				errs[i] = fmt.Errorf("fakecuda: compiling %s: %w\n%s", u.name, err, out)
 			}
@@ -233,7 +239,7 @@ func build() (string, error) {
 		return "", err
 	}
 	tmp := filepath.Join(dir, "libfakecuda.so")
-	args := append([]string{"-shared", "-pthread", "-o", tmp}, objs...)
+	args := append(append([]string{"-shared", "-pthread", "-o", tmp}, objs...), flags...)
 	if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("fakecuda: linking: %w\n%s", err, out)
 	}

@@ -14,7 +14,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(EMU_USE_UCONTEXT)
+#define EMU_UCONTEXT 1
 #include <ucontext.h>
 #endif
 
@@ -30,7 +31,7 @@ namespace {
 
 // ------------------------------------------------------------ context switch
 
-#if defined(__x86_64__)
+#if !defined(EMU_UCONTEXT)
 // emu_switch saves the callee-saved registers and the SSE/x87 control words
 // on the current stack, stores the stack pointer in *save, and resumes the
 // context whose stack pointer is load (saved the same way, or made by
@@ -176,7 +177,7 @@ struct Emu {
   bool active = false, failed = false;
   std::string msg;
   unsigned long launches = 0;
-#if !defined(__x86_64__)
+#if defined(EMU_UCONTEXT)
   std::vector<void*> start_args;  // (fn, arg) pairs for makecontext
 #endif
 };
@@ -311,7 +312,7 @@ void run_block(Emu* e, bool reverse) {
   for (int i = 0; i < n; i++) {
     Fiber& f = e->fibers[i];
     f.state = RUNNABLE;
-#if defined(__x86_64__)
+#if !defined(EMU_UCONTEXT)
     new_context(&f.ctx, f.stack, f.stack + kStackSize, fiber_main, e);
 #else
     e->start_args[2 * i] = (void*)fiber_main;
@@ -484,7 +485,7 @@ int emu_launch(EmuKernelFn fn, void** params, dim3 grid, dim3 block, size_t dyn_
     if (!f.stack) return fail("emu: cannot map a fiber stack");
     e->fibers.push_back(f);
   }
-#if !defined(__x86_64__)
+#if defined(EMU_UCONTEXT)
   e->start_args.resize(2 * e->fibers.size());
 #endif
   for (int i = 0; i < n; i++) {
