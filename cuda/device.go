@@ -50,6 +50,20 @@ func Devices() ([]DeviceInfo, error) {
 	return infos, nil
 }
 
+// DriverVersion returns the CUDA version the driver supports, as
+// 1000·major + 10·minor (12080 for CUDA 12.8).
+func DriverVersion() (int, error) {
+	d, err := loadDriver()
+	if err != nil {
+		return 0, err
+	}
+	var v int32
+	if err := d.check("cuDriverGetVersion", d.call(d.cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))); err != nil {
+		return 0, fmt.Errorf("cuda: %w", err)
+	}
+	return int(v), nil
+}
+
 func (d *driver) deviceInfo(i int) (DeviceInfo, error) {
 	var dev int32
 	if err := d.check("cuDeviceGet", d.call(d.cuDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(i))); err != nil {

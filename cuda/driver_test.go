@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cuda/fakecuda"
 )
 
@@ -87,6 +88,9 @@ func TestDevices(t *testing.T) {
 	infos, err := Devices()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if v, err := DriverVersion(); err != nil || v < 11000 {
+		t.Errorf("DriverVersion: %d, %v", v, err)
 	}
 	if realDriver() {
 		for _, in := range infos {
@@ -528,6 +532,18 @@ func TestDeviceClose(t *testing.T) {
 	}
 	if _, err := d.Alloc(4); !errors.Is(err, errClosed) {
 		t.Fatalf("Alloc after Close: %v", err)
+	}
+	b, err := Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := b.NewTensor(compute.F32, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Add(x, x, x)
+	if err := b.Close(); err != nil {
+		t.Fatalf("Backend.Close: %v", err)
 	}
 }
 
