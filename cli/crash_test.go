@@ -61,7 +61,10 @@ var buildBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "clawrl")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/clawrl/clawrl").CombinedOutput()
+	// As released: no cgo (the CUDA driver is bound at run time).
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/clawrl/clawrl")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
@@ -82,10 +85,16 @@ func freePort(t *testing.T) int {
 // answers /readyz.
 func startDaemon(t *testing.T, bin, cfg string, port int) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, bin, cfg, port)
+}
+
+// startDaemonEnv is startDaemon with extra environment variables (NAME=value).
+func startDaemonEnv(t *testing.T, bin, cfg string, port int, env ...string) *daemon {
+	t.Helper()
 	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), log: &lockedBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, "serve", "--config", cfg, "--port", strconv.Itoa(port))
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	d.cmd.Env = append(os.Environ(), "CLAWRL_LOG_FORMAT=json")
+	d.cmd.Env = append(append(os.Environ(), "CLAWRL_LOG_FORMAT=json"), env...)
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

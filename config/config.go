@@ -156,8 +156,8 @@ func DefaultGPUSplit(n int) (actor, rollout, judge []int) {
 // validateDevices checks the devices section: no GPU in two groups, no
 // negative index or thread count, no more threads than cores, and
 // model.threads and devices.rollout.threads not set to two different
-// counts; and, since this build has no GPU backend, refuses GPU lists with
-// a message that says so.
+// counts. Whether the GPUs are there is the engine's to find out, at
+// start.
 func (c *Config) validateDevices(cores int) []error {
 	var errs []error
 	groups := []struct {
@@ -179,10 +179,6 @@ func (c *Config) validateDevices(cores int) []error {
 			default:
 				owner[id] = gr.name
 			}
-		}
-		if len(gr.g.GPUs) > 0 {
-			errs = append(errs, fmt.Errorf("%s.gpus: %v asks for GPUs, and this build has no GPU backend yet (the CUDA backend is not built): "+
-				"leave devices.*.gpus empty to run on the CPU", key, gr.g.GPUs))
 		}
 		switch t := gr.g.Threads; {
 		case t < 0:
@@ -489,6 +485,11 @@ var notConfig = map[string]bool{
 	"CLAWRL_TEST_LONG":            true,
 	"CLAWRL_BENCH_MODEL":          true,
 	"CLAWRL_BENCH_CHECKPOINT_DIR": true,
+	"CLAWRL_LIBCUDA":              true, // the CUDA driver library to load (package cuda)
+	"CLAWRL_FAKECUDA_DEVICES":     true, // the fake driver's device count (tests)
+	"CLAWRL_FAKECUDA_CFLAGS":      true,
+	"CLAWRL_FAKECUDA_REQUIRED":    true,
+	"CLAWRL_CUDA_TEST_DRIVER":     true,
 }
 
 // Validate checks ranges and combinations, with messages that name the key.

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"fmt"
-
 	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/cpu"
@@ -30,24 +28,11 @@ func Defaults() *config.Config {
 	}
 }
 
-// newBackend is the compute backend of group g: today the CPU, at the
-// precision model.precision names.
-func newBackend(cfg *config.Config, g group) (compute.Backend, error) {
-	if gpus := devices(cfg, g).GPUs; len(gpus) > 0 {
-		return nil, fmt.Errorf("devices.%s.gpus: %v asks for GPUs, and this build has no GPU backend yet: leave devices.*.gpus empty to run on the CPU", g, gpus)
-	}
-	return cpu.NewWithOptions(cpu.Options{Precision: precision(cfg)}), nil
-}
-
-// devices is cfg's entry for group g.
-func devices(cfg *config.Config, g group) config.DeviceGroup {
-	switch g {
-	case groupJudge:
-		return cfg.Devices.Judge
-	case groupActor:
-		return cfg.Devices.Actor
-	}
-	return cfg.Devices.Rollout
+// hostBackend is the CPU backend, at the precision model.precision
+// names: serving's unless it runs on GPUs, and the trainer's (GPU groups
+// get theirs in openReplica).
+func hostBackend(cfg *config.Config) *cpu.Backend {
+	return cpu.NewWithOptions(cpu.Options{Precision: precision(cfg)})
 }
 
 // precision is the precision model.precision names (auto: BF16 products
@@ -89,19 +74,15 @@ func kvDType(cfg *config.Config, c *model.Config) compute.DType {
 }
 
 // LoadModel loads the checkpoint in dir alone, with no tokenizer, cache,
-// versions or scheduler, on the rollout group's backend (cfg nil:
-// Defaults): for benchmarks of the forward pass and for offline training
-// (pretrain), which need a compute.Trainer (the CPU backend is one).
+// versions or scheduler, on the CPU (cfg nil: Defaults): for benchmarks of
+// the forward pass and for offline training (pretrain), which need a
+// compute.Trainer (the CPU backend is one).
 func LoadModel(cfg *config.Config, dir string) (*model.Model, error) {
 	if cfg == nil {
 		cfg = Defaults()
 	}
 	setServingThreads(cfg)
-	b, err := newBackend(cfg, groupRollout)
-	if err != nil {
-		return nil, err
-	}
-	return model.Load(b, dir)
+	return model.Load(hostBackend(cfg), dir)
 }
 
 // setServingThreads sets the default pool's budget, serving's:

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/priority"
@@ -58,21 +59,23 @@ type Engine struct {
 	dir  string
 	base string // the checkpoint's fingerprint (BaseFingerprint)
 
-	model    *model.Model
+	model    *model.Model // on the CPU: serving's (unless on GPUs), the actor's, the versions'
 	tok      *tokenizer.Tokenizer
-	cache    *model.KVCache
+	kvType   compute.DType
+	cache    *model.KVCache // the CPU serving scheduler's; nil when serving runs on GPUs
 	versions *weights.Store
-	sched    *rollout.Scheduler
+	pool     *rollout.Pool // serving: the CPU scheduler, or one per GPU
 	gate     *priority.Gate
+	gpus     plan
 
 	mu      sync.Mutex
 	closers []func() // run in reverse by Close
 	closed  bool
 
-	build    sync.Mutex         // held while a group's pieces are made
-	actor    *model.Model       // the actor group's model (lazily made)
-	judgeGen *rollout.Scheduler // the judge group's scheduler (lazily made)
-	actorGen *rollout.Scheduler // the actor group's scheduler (lazily made)
+	build    sync.Mutex        // held while a group's pieces are made
+	actor    *model.Model      // the actor group's model (lazily made)
+	judgeGen rollout.Generator // the judge group's scheduler (lazily made)
+	actorGen rollout.Generator // the actor group's scheduler (lazily made)
 }
 
 // Open loads the checkpoint that opts.Model or cfg names on the backend of
@@ -109,30 +112,24 @@ func Open(cfg *config.Config, opts Options) (*Engine, error) {
 
 func (e *Engine) open() error {
 	cfg, dir := e.cfg, e.dir
+	gpus, err := planGPUs(cfg, drivers)
+	if err != nil {
+		return err
+	}
+	e.gpus = gpus
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return err
 	}
 	e.tok = tok
 	start := time.Now()
-	b, err := newBackend(cfg, groupRollout)
-	if err != nil {
-		return err
-	}
-	m, err := model.Load(b, dir)
+	m, err := model.Load(hostBackend(cfg), dir)
 	if err != nil {
 		return err
 	}
 	e.model = m
 	e.onClose(func() { m.Close() })
-	dt := kvDType(cfg, m.Config)
-	budget := kvBudget(cfg.Model.KVCacheMB, m.Config.KVBytesPerToken(dt)*int64(m.Config.MaxPositions), 4, 4, 1<<30, memAvailable())
-	cache, err := m.NewKVCache(model.KVCacheOptions{Budget: budget, DType: dt})
-	if err != nil {
-		return err
-	}
-	e.cache = cache
-	e.onClose(cache.Close)
+	e.kvType = kvDType(cfg, m.Config)
 	// The checkpoint's weights are the first version; versions published
 	// later replace it for generations that start after them. Keep one
 	// older version so that a teacher pass or a generation that just
@@ -147,27 +144,48 @@ func (e *Engine) open() error {
 	// the prefill chunks, letting decode steps in between.
 	m.SetScoreChunk(rc.StepTokens)
 	e.gate = priority.New(cfg.Trainer.ShareUnderLoad)
-	sched, err := rollout.New(rollout.Options{
-		Model: m, Cache: cache, Log: e.log, Versions: e.versions, Gate: e.gate,
-		MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache, BackgroundKV: rc.BackgroundKV,
-		BackgroundPrefill: rc.BackgroundPrefill, BackgroundRows: rc.BackgroundRows,
-	})
-	if err != nil {
-		return err
+	c := m.Config
+	ev := e.log.Info().Str("model", dir).Str("arch", c.Architecture).
+		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).Str("kernels", Kernels())
+	if len(gpus.rollout) > 0 {
+		// Serving on GPUs: the CPU model is the actor's and the versions'.
+		reps, err := e.openReplicas(groupRollout, gpus.rollout, e.versions, false)
+		if err != nil {
+			return err
+		}
+		scheds := make([]*rollout.Scheduler, len(reps))
+		for i, r := range reps {
+			scheds[i] = r.sched
+		}
+		e.pool = rollout.NewPool(scheds...)
+		ev = ev.Ints("gpus", gpus.rollout).Bool("default_split", gpus.auto).Str("trainer", m.Backend().Name())
+	} else {
+		budget := kvBudget(cfg.Model.KVCacheMB, c.KVBytesPerToken(e.kvType)*int64(c.MaxPositions), 4, 4, 1<<30, memAvailable())
+		cache, err := m.NewKVCache(model.KVCacheOptions{Budget: budget, DType: e.kvType})
+		if err != nil {
+			return err
+		}
+		e.cache = cache
+		e.onClose(cache.Close)
+		sched, err := rollout.New(rollout.Options{
+			Model: m, Cache: cache, Log: e.log, Versions: e.versions, Gate: e.gate,
+			MaxBatch: rc.MaxBatch, QueueSize: rc.QueueSize, StepTokens: rc.StepTokens, NoPrefixCache: !rc.PrefixCache, BackgroundKV: rc.BackgroundKV,
+			BackgroundPrefill: rc.BackgroundPrefill, BackgroundRows: rc.BackgroundRows,
+		})
+		if err != nil {
+			return err
+		}
+		e.pool = rollout.NewPool(sched)
+		e.onClose(sched.Start())
+		ev = ev.Str("backend", m.Backend().Name()).Int("kv_blocks", cache.NumBlocks()).Stringer("kv_dtype", cache.DType()).
+			Int64("kv_mib", budget>>20).Int64("kv_tokens", int64(cache.NumBlocks()*cache.BlockSize()))
 	}
-	e.sched = sched
-	e.onClose(sched.Start())
 	if e.reg != nil {
-		if err := registerAll(e.reg, sched.Collector(), e.gate.Collector()); err != nil {
+		if err := registerAll(e.reg, e.pool.Collector(), e.gate.Collector()); err != nil {
 			return err
 		}
 	}
-	c := m.Config
-	e.log.Info().Str("model", dir).Str("arch", c.Architecture).
-		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).
-		Str("backend", m.Backend().Name()).Str("kernels", Kernels()).
-		Int("kv_blocks", cache.NumBlocks()).Stringer("kv_dtype", cache.DType()).Int64("kv_mib", budget>>20).
-		Int64("kv_tokens", int64(cache.NumBlocks()*cache.BlockSize())).Dur("load", time.Since(start)).Msg("model loaded")
+	ev.Dur("load", time.Since(start)).Msg("model loaded")
 	return nil
 }
 
@@ -219,21 +237,27 @@ func (e *Engine) Base() string { return e.base }
 // Config is the configuration the engine was opened with.
 func (e *Engine) Config() *config.Config { return e.cfg }
 
-// Model is the served model (the rollout group's).
+// Model is the model on the CPU: the served one unless serving runs on
+// GPUs, the actor's unless it has a view of its own, and the one whose
+// weight sets the versions store holds.
 func (e *Engine) Model() *model.Model { return e.model }
 
 // Tokenizer is the checkpoint's tokenizer.
 func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 
-// Cache is the serving scheduler's KV cache.
-func (e *Engine) Cache() *model.KVCache { return e.cache }
+// KVDType is the dtype of the engine's KV caches (model.kv_cache_dtype).
+func (e *Engine) KVDType() compute.DType { return e.kvType }
+
+// OnGPUs reports whether serving runs on GPUs.
+func (e *Engine) OnGPUs() bool { return len(e.gpus.rollout) > 0 }
 
 // Versions is the store of weight versions serving runs on: the
 // checkpoint's first, then what training publishes.
 func (e *Engine) Versions() *weights.Store { return e.versions }
 
-// Scheduler is the serving scheduler.
-func (e *Engine) Scheduler() *rollout.Scheduler { return e.sched }
+// Scheduler is serving's scheduler: the CPU's, or those of the GPU
+// replicas, which requests are spread over.
+func (e *Engine) Scheduler() *rollout.Pool { return e.pool }
 
 // Gate is taken by every serving step; training that yields to serving
 // takes it a slice at a time (priority.Gate).

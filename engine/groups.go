@@ -66,12 +66,13 @@ func (e *Engine) actorLocked() (*model.Model, error) {
 }
 
 // JudgeScheduler is the scheduler the local judge generates on: with
-// devices.judge.threads, a scheduler of the judge group's own, on a view
-// of the model over threads of its own, running only the checkpoint's
-// frozen weights (no versions), with a KV cache for seqs sequences; with
-// 0, the serving scheduler (the judge's work is background work there).
-// It is made once (seqs of the first call).
-func (e *Engine) JudgeScheduler(seqs int) (*rollout.Scheduler, error) {
+// devices.judge.gpus, one replica per GPU running only the checkpoint's
+// frozen weights; with devices.judge.threads, a scheduler of the judge
+// group's own, on a view of the model over threads of its own, running
+// only the frozen weights (no versions), with a KV cache for seqs
+// sequences; else serving's scheduler (the judge's work is background
+// work there). It is made once (seqs of the first call).
+func (e *Engine) JudgeScheduler(seqs int) (rollout.Generator, error) {
 	e.build.Lock()
 	defer e.build.Unlock()
 	if e.isClosed() {
@@ -80,10 +81,28 @@ func (e *Engine) JudgeScheduler(seqs int) (*rollout.Scheduler, error) {
 	if e.judgeGen != nil {
 		return e.judgeGen, nil
 	}
+	if gpus := e.gpus.judge; len(gpus) > 0 {
+		reps, err := e.openReplicas(groupJudge, gpus, nil, true)
+		if err != nil {
+			return nil, err
+		}
+		scheds := make([]*rollout.Scheduler, len(reps))
+		for i, r := range reps {
+			scheds[i] = r.sched
+		}
+		p := rollout.NewPool(scheds...)
+		if e.reg != nil {
+			if err := registerAll(e.reg, p.GroupCollector(string(groupJudge))); err != nil {
+				return nil, err
+			}
+		}
+		e.judgeGen = p
+		return p, nil
+	}
 	threads := e.cfg.Devices.Judge.Threads
 	if threads <= 0 {
-		e.judgeGen = e.sched
-		return e.sched, nil
+		e.judgeGen = e.pool
+		return e.pool, nil
 	}
 	v, err := e.groupView(groupJudge, threads)
 	if err != nil {
@@ -103,7 +122,7 @@ func (e *Engine) JudgeScheduler(seqs int) (*rollout.Scheduler, error) {
 // checkpoint's weights), with a KV cache for seqs sequences; else the
 // serving scheduler, where they run below every user request. It is made
 // once.
-func (e *Engine) ActorScheduler(seqs int) (*rollout.Scheduler, error) {
+func (e *Engine) ActorScheduler(seqs int) (rollout.Generator, error) {
 	e.build.Lock()
 	defer e.build.Unlock()
 	actor, err := e.actorLocked()
@@ -114,8 +133,8 @@ func (e *Engine) ActorScheduler(seqs int) (*rollout.Scheduler, error) {
 		return e.actorGen, nil
 	}
 	if actor == e.model {
-		e.actorGen = e.sched
-		return e.sched, nil
+		e.actorGen = e.pool
+		return e.pool, nil
 	}
 	s, err := e.groupScheduler(groupActor, actor, e.versions, e.groupKVBudget(seqs))
 	if err != nil {
@@ -132,7 +151,7 @@ func (e *Engine) ActorScheduler(seqs int) (*rollout.Scheduler, error) {
 // current version as serving's do (Request.Frozen picks the checkpoint's).
 // Close stops it and frees its cache.
 func (e *Engine) groupScheduler(g group, v *model.Model, versions *weights.Store, kvBudget int64) (*rollout.Scheduler, error) {
-	cache, err := v.NewKVCache(model.KVCacheOptions{Budget: kvBudget, DType: e.cache.DType()})
+	cache, err := v.NewKVCache(model.KVCacheOptions{Budget: kvBudget, DType: e.kvType})
 	if err != nil {
 		return nil, fmt.Errorf("devices.%s: the group's KV cache: %w", g, err)
 	}
@@ -164,7 +183,7 @@ func (e *Engine) groupScheduler(g group, v *model.Model, versions *weights.Store
 // least 64 MiB.
 func (e *Engine) groupKVBudget(seqs int) int64 {
 	c := e.model.Config
-	return kvBudget(0, c.KVBytesPerToken(e.cache.DType())*int64(c.MaxPositions), max(1, seqs), 8, 64<<20, memAvailable())
+	return kvBudget(0, c.KVBytesPerToken(e.kvType)*int64(c.MaxPositions), max(1, seqs), 8, 64<<20, memAvailable())
 }
 
 // TeacherCache makes a KV cache on the actor's model for the teacher's
@@ -176,8 +195,8 @@ func (e *Engine) TeacherCache(mb int) (*model.KVCache, error) {
 		return nil, err
 	}
 	c := e.model.Config
-	budget := kvBudget(mb, c.KVBytesPerToken(e.cache.DType())*int64(c.MaxPositions), 1, 8, 256<<20, memAvailable())
-	cache, err := actor.NewKVCache(model.KVCacheOptions{Budget: budget, DType: e.cache.DType()})
+	budget := kvBudget(mb, c.KVBytesPerToken(e.kvType)*int64(c.MaxPositions), 1, 8, 256<<20, memAvailable())
+	cache, err := actor.NewKVCache(model.KVCacheOptions{Budget: budget, DType: e.kvType})
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +215,14 @@ func (e *Engine) GroupThreads() string {
 		return "shared"
 	}
 	d := e.cfg.Devices
-	return fmt.Sprintf("serving %d, judge %s, actor %s", kernels.Threads(), g(d.Judge.Threads), g(d.Actor.Threads))
+	serving, judge := fmt.Sprint(kernels.Threads()), g(d.Judge.Threads)
+	if e.OnGPUs() {
+		serving = fmt.Sprintf("GPUs %v", e.gpus.rollout)
+	}
+	if len(e.gpus.judge) > 0 {
+		judge = fmt.Sprintf("GPUs %v", e.gpus.judge)
+	}
+	return fmt.Sprintf("serving %s, judge %s, actor %s", serving, judge, g(d.Actor.Threads))
 }
 
 // TrainingYields reports whether training and the teacher's scoring give
@@ -206,5 +232,5 @@ func (e *Engine) GroupThreads() string {
 // the actor's threads.
 func (e *Engine) TrainingYields() bool {
 	d := e.cfg.Devices
-	return e.cfg.Trainer.YieldToServing && !(d.Actor.Threads > 0 && d.Rollout.Threads > 0)
+	return e.cfg.Trainer.YieldToServing && !e.OnGPUs() && !(d.Actor.Threads > 0 && d.Rollout.Threads > 0)
 }

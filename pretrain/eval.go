@@ -137,7 +137,7 @@ type evaluator struct {
 	e     *engine.Engine
 	m     *model.Model
 	tok   *tokenizer.Tokenizer
-	sched *rollout.Scheduler
+	sched rollout.Generator
 	stops []int32
 }
 

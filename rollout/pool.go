@@ -118,16 +118,30 @@ func (p *Pool) Collector() prometheus.Collector {
 	if len(p.scheds) == 1 {
 		return p.scheds[0].Collector()
 	}
-	return poolCollector{p}
+	return poolCollector{p, servingDescs, replicasDesc}
+}
+
+// GroupCollector is Scheduler.GroupCollector for the pool: the replicas'
+// metrics summed, named clawrl_<group>_..., plus clawrl_<group>_replicas.
+func (p *Pool) GroupCollector(group string) prometheus.Collector {
+	if len(p.scheds) == 1 {
+		return p.scheds[0].GroupCollector(group)
+	}
+	prefix := "clawrl_" + group + "_"
+	return poolCollector{p, newSchedDescs(prefix), prometheus.NewDesc(prefix+"replicas", "Replicas (one scheduler per device) the "+group+" group's requests are spread over.", nil, nil)}
 }
 
 var replicasDesc = prometheus.NewDesc("clawrl_replicas", "Serving replicas (one scheduler per device) the requests are spread over.", nil, nil)
 
-type poolCollector struct{ p *Pool }
+type poolCollector struct {
+	p        *Pool
+	d        *schedDescs
+	replicas *prometheus.Desc
+}
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	schedCollector{c.p.scheds[0], servingDescs}.Describe(ch)
-	ch <- replicasDesc
+	schedCollector{c.p.scheds[0], c.d}.Describe(ch)
+	ch <- c.replicas
 }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
@@ -136,6 +150,6 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		total += s.opts.Cache.NumBlocks()
 	}
 	kv := c.p.scheds[0].opts.Cache
-	collectStats(ch, servingDescs, c.p.Stats(), total, kv.DType().String(), strconv.Itoa(kv.BlockSize()))
-	ch <- prometheus.MustNewConstMetric(replicasDesc, prometheus.GaugeValue, float64(len(c.p.scheds)))
+	collectStats(ch, c.d, c.p.Stats(), total, kv.DType().String(), strconv.Itoa(kv.BlockSize()))
+	ch <- prometheus.MustNewConstMetric(c.replicas, prometheus.GaugeValue, float64(len(c.p.scheds)))
 }
