@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clawrl/clawrl/cuda/fakecuda"
 )
@@ -94,4 +95,44 @@ func runBin(bin string, env []string, args ...string) (string, error) {
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// TestTrainsOnCPUServesOnFakeGPU is a user's day on a GPU box: the daemon
+// serves on the (emulated) GPU, learns from two thumbs up on the CPU, and
+// new requests run on the trained version, copied to the GPU, while the
+// process never stopped serving.
+func TestTrainsOnCPUServesOnFakeGPU(t *testing.T) {
+	lib := fakecuda.Build(t)
+	bin := realBinary(t)
+	dir := t.TempDir()
+	m := filepath.Join(dir, "m")
+	if err := writeTestModel(m, presets()["tiny"], "", false); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\n  kv_cache_mb: 64\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\ndevices:\n  rollout:\n    gpus: [0]\n",
+		m, filepath.Join(dir, "data"))), 0o600)
+	d := startDaemonEnv(t, bin, cfg, freePort(t), "CLAWRL_LIBCUDA="+lib)
+	if v := d.servedVersion(t); v != 1 {
+		t.Fatalf("serving version %d at start", v)
+	}
+	chatWithThumbs(t, d, "g", "Name a fruit.", 2, 1, "", nil)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		v := d.servedVersion(t)
+		if v >= 2 {
+			t.Logf("the GPU serves trained version %d", v)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still version %d two minutes after two thumbs up\n%s", v, d.log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if strings.Contains(d.log.String(), "copying a new version to the GPU failed") {
+		t.Errorf("a version copy failed:\n%s", d.log)
+	}
+	if err := d.stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, d.log)
+	}
 }

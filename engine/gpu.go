@@ -265,7 +265,7 @@ func (r *replica) mirrorOnce(src *weights.Store) (uint64, time.Duration, error) 
 		return v.Number(), 0, nil
 	}
 	start := time.Now()
-	w, err := r.m.Import(v.Weights())
+	w, err := r.m.Import(v.Weights(), model.ImportOptions{RoundToBase: true})
 	if err != nil {
 		return 0, 0, err
 	}

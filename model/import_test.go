@@ -7,6 +7,7 @@ import (
 
 	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/safetensors"
 )
 
 // runWith is the logits of toks under weight set w of m, all positions.
@@ -57,7 +58,7 @@ func TestImport(t *testing.T) {
 			}
 			toks := testTokens(20, spec.Vocab)
 			want := runWith(t, trainer, snap, toks)
-			got, err := replica.Import(snap)
+			got, err := replica.Import(snap, ImportOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,13 +93,69 @@ func TestImport(t *testing.T) {
 			}
 		})
 	}
+	// RoundToBase: an F32 LoRA merge lands as BF16 where the checkpoint
+	// is BF16, each weight rounded to nearest even.
+	t.Run("round to base", func(t *testing.T) {
+		spec := tiny(ArchQwen3)
+		spec.DType = "bfloat16"
+		trainer, dir := writeAndLoad(t, spec)
+		replica, err := Load(cpu.New(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer replica.Close()
+		tr := newTrainable(t, trainer, TrainOptions{LoRA: &LoRAConfig{Rank: 4, Seed: 2}})
+		adamSteps(t, tr, trainBatch(spec.Vocab), 2, 0.05)
+		snap, err := tr.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer snap.Free()
+		got, err := replica.Import(snap, ImportOptions{RoundToBase: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer got.Free()
+		src, dst := byName(trainer.Config, snap.w), byName(replica.Config, got.w)
+		tb := trainer.Backend().(compute.Trainer)
+		checked := 0
+		for name, st := range src {
+			dt := dst[name]
+			if st.DType() != compute.F32 || !strings.Contains(name, "proj") {
+				continue
+			}
+			if dt.DType() != compute.BF16 {
+				t.Fatalf("%s: %v after RoundToBase, want BF16", name, dt.DType())
+			}
+			want := make([]float32, compute.Len(st))
+			if err := trainer.Backend().Read(want, st); err != nil {
+				t.Fatal(err)
+			}
+			wide, _ := tb.NewTensor(compute.F32, dt.Shape()...)
+			tb.Convert(wide, dt)
+			gotV := make([]float32, len(want))
+			if err := tb.Read(gotV, wide); err != nil {
+				t.Fatal(err)
+			}
+			tb.Free(wide)
+			for i := range want {
+				if safetensors.BF16ToFloat32(safetensors.Float32ToBF16(want[i])) != gotV[i] {
+					t.Fatalf("%s[%d] = %v, want %v rounded to BF16", name, i, gotV[i], want[i])
+				}
+			}
+			checked++
+		}
+		if checked == 0 {
+			t.Fatal("no F32 merged matrix to check")
+		}
+	})
 	t.Run("refused", func(t *testing.T) {
 		m, dir := writeAndLoad(t, tiny(ArchQwen3))
-		if _, err := m.Import(m.Weights()); err == nil {
+		if _, err := m.Import(m.Weights(), ImportOptions{}); err == nil {
 			t.Error("import into the same model accepted")
 		}
 		other, _ := writeAndLoad(t, tiny(ArchLlama))
-		if _, err := other.Import(m.Weights()); err == nil || !strings.Contains(err.Error(), "different shapes") {
+		if _, err := other.Import(m.Weights(), ImportOptions{}); err == nil || !strings.Contains(err.Error(), "different shapes") {
 			t.Errorf("import between shapes: %v", err)
 		}
 		m2, err := Load(cpu.New(), dir)
@@ -106,14 +163,14 @@ func TestImport(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m2.Close()
-		w, err := m2.Import(m.Weights())
+		w, err := m2.Import(m.Weights(), ImportOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		w.Free()
 		c, _ := m.Weights().Clone()
 		c.Free()
-		if _, err := m2.Import(c); err == nil || !strings.Contains(err.Error(), "freed") {
+		if _, err := m2.Import(c, ImportOptions{}); err == nil || !strings.Contains(err.Error(), "freed") {
 			t.Errorf("import of a freed set: %v", err)
 		}
 	})
