@@ -245,7 +245,7 @@ func (a *app) benchServe(row func(...string), f benchFlags) error {
 		return err
 	}
 	defer db.Close()
-	srv, err := a.newServer(e, db, reg, a.templateVars(), nil)
+	srv, err := a.newServer(e, db, reg, a.templateVars(), nil, nil)
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,15 @@ package cli
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/spf13/cobra"
 
+	"github.com/clawrl/clawrl/session"
 	"github.com/clawrl/clawrl/store"
 )
 
@@ -25,16 +28,23 @@ func (a *app) dataCmd() *cobra.Command {
 	}
 	var dataDir string
 	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", "", "data directory (default: data.dir)")
-	openDB := func() (*store.DB, error) {
+	dirOf := func() (string, error) {
 		dir := dataDir
 		if dir == "" {
 			var err error
 			if dir, err = a.cfg.DataDir(); err != nil {
-				return nil, err
+				return "", err
 			}
 		}
 		if _, err := os.Stat(dir); err != nil {
-			return nil, fmt.Errorf("no data directory at %s: %w", dir, err)
+			return "", fmt.Errorf("no data directory at %s: %w", dir, err)
+		}
+		return dir, nil
+	}
+	openDB := func() (*store.DB, error) {
+		dir, err := dirOf()
+		if err != nil {
+			return nil, err
 		}
 		return store.Open(dir, store.Options{Log: a.log})
 	}
@@ -100,14 +110,30 @@ func (a *app) dataCmd() *cobra.Command {
 			if session == "" {
 				return fmt.Errorf("name the session: clawrl data forget --session ID")
 			}
+			dir, err := dirOf()
+			if err != nil {
+				return err
+			}
+			key, err := store.IDKey(dir)
+			if err != nil {
+				return err
+			}
 			db, err := openDB()
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			f, err := db.ForgetSession(session)
-			if err != nil {
-				return err
+			// The id as stored: scoped to the key that created it (any of
+			// server.api_keys, or none) and hashed (data.hash_ids); and as
+			// given, for a store written before ids were scoped.
+			ids := sessionIDs{Key: key, Hash: a.cfg.Data.HashIDs}
+			var f store.Forgotten
+			for _, sid := range ids.candidates(session, a.cfg.Server.APIKeys) {
+				g, err := db.ForgetSession(sid)
+				if err != nil {
+					return err
+				}
+				f.Turns, f.Feedback, f.Samples = f.Turns+g.Turns, f.Feedback+g.Feedback, f.Samples+g.Samples
 			}
 			if f.Turns == 0 && f.Feedback == 0 {
 				return fmt.Errorf("no stored session %q", session)
@@ -119,4 +145,20 @@ func (a *app) dataCmd() *cobra.Command {
 	forget.Flags().StringVar(&session, "session", "", "session id (the X-Session-Id the daemon answered with)")
 	cmd.AddCommand(stats, export, forget)
 	return cmd
+}
+
+// sessionIDs finds a session's stored ids from the id a client gave.
+type sessionIDs session.IDs
+
+// candidates are the ids a session given as raw may be stored under: scoped
+// to each key (and to no key) and, for stores written before ids were
+// scoped, raw itself.
+func (s sessionIDs) candidates(raw string, apiKeys []string) []string {
+	ids := session.IDs(s)
+	out := []string{raw, ids.Scope("", raw)}
+	for _, k := range apiKeys {
+		out = append(out, ids.Scope(ids.Owner(sha256.Sum256([]byte(k))), raw))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

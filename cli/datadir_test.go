@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,5 +137,76 @@ func TestBrokenModelLeavesNoLineage(t *testing.T) {
 	}
 	if err := d.stop(); err != nil {
 		t.Fatalf("SIGTERM: %v\n%s", err, d.log)
+	}
+}
+
+// TestIdentifiersAtRest: with two API keys, the `user` field and the
+// session ids clients send reach neither the database's bytes nor `data
+// export` (keyed hashes, data.hash_ids); a key deleting the other's
+// session gets the 404 of a session that does not exist and deletes
+// nothing; the owner deletes it; `data forget` finds a session by the id
+// the client used. With hash_ids off the ids are kept as sent.
+func TestIdentifiersAtRest(t *testing.T) {
+	bin := realBinary(t)
+	for _, hash := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hash_ids=%v", hash), func(t *testing.T) {
+			dir := t.TempDir()
+			data := filepath.Join(dir, "data")
+			cfg := filepath.Join(dir, "config.yaml")
+			os.WriteFile(cfg, []byte(fmt.Sprintf("trainer:\n  enabled: false\nserver:\n  api_keys: [sk-alice, sk-bob]\ndata:\n  dir: %s\n  hash_ids: %v\n", data, hash)), 0o600)
+			d := startDaemon(t, bin, cfg, freePort(t))
+			const email, sid = "alice.liddell@example.com", "alices-private-session"
+			as := func(key string) map[string]string { return map[string]string{"Authorization": "Bearer " + key} }
+			for i, s := range []string{sid, "second-session"} {
+				code, m, _ := d.post(t, "/v1/chat/completions", s, as("sk-alice"), map[string]any{"model": servedModel(d.url), "user": email,
+					"messages": []map[string]string{{"role": "user", "content": fmt.Sprintf("Question %d.", i)}}, "max_tokens": 4})
+				if code != 200 {
+					t.Fatalf("chat: %d %v", code, m)
+				}
+			}
+			del := func(key, id string) int {
+				req, _ := http.NewRequest("DELETE", d.url+"/v1/sessions/"+id, nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			if got, none := del("sk-bob", sid), del("sk-bob", "no-such-session"); got != 404 || none != 404 {
+				t.Errorf("bob deleting alice's session: %d (a session that does not exist: %d), want 404 for both", got, none)
+			}
+			if got := del("sk-alice", sid); got != 200 {
+				t.Errorf("alice deleting her session: %d", got)
+			}
+			if err := d.stop(); err != nil {
+				t.Fatalf("SIGTERM: %v\n%s", err, d.log)
+			}
+			clawrl := func(args ...string) (string, error) {
+				out, err := exec.Command(bin, append(args, "--config", cfg)...).CombinedOutput()
+				return string(out), err
+			}
+			export, err := clawrl("data", "export")
+			if err != nil {
+				t.Fatalf("export: %v\n%s", err, export)
+			}
+			var raw strings.Builder
+			for _, suffix := range []string{"", "-wal"} {
+				b, _ := os.ReadFile(filepath.Join(data, "clawrl.db") + suffix)
+				raw.Write(b)
+			}
+			for what, text := range map[string]string{"the database": raw.String(), "data export": export} {
+				if strings.Contains(text, email) {
+					t.Errorf("%s holds the user field %q", what, email)
+				}
+				if got := strings.Contains(text, "second-session"); got && hash || !got && !hash && what == "the database" {
+					t.Errorf("%s holds the session id as sent: %v, want %v", what, got, !hash)
+				}
+			}
+			if out, err := clawrl("data", "forget", "--session", "second-session"); err != nil || !strings.Contains(out, "1 turns") {
+				t.Errorf("data forget by the client's id: %v\n%s", err, out)
+			}
+		})
 	}
 }

@@ -187,7 +187,7 @@ func TestWeightSwapOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	srv, err := a.newServer(e, db, reg, a.templateVars(), nil)
+	srv, err := a.newServer(e, db, reg, a.templateVars(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,12 +105,16 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 	if err := db.RecordVersion(e.Versions().Current(), 0, 0, "base: "+e.Base()); err != nil {
 		return err
 	}
+	idKey, err := store.IDKey(dataDir)
+	if err != nil {
+		return err
+	}
 	vars := a.templateVars()
 	fb, err := a.newFeedback(e, db, reg, vars, ckptDir)
 	if err != nil {
 		return err
 	}
-	srv, err := a.newServer(e, db, reg, vars, fb)
+	srv, err := a.newServer(e, db, reg, vars, idKey, fb)
 	if err != nil {
 		return err
 	}
@@ -315,9 +319,10 @@ func (a *app) templateVars() map[string]any {
 }
 
 // newServer builds the API server over an engine, with the store its
-// turn records go to, the chat template's variables and the admin
-// endpoint's rollbacks (nil: none).
-func (a *app) newServer(e *engine.Engine, db *store.DB, reg *prometheus.Registry, vars map[string]any, adm server.Admin) (*server.Server, error) {
+// turn records go to, the chat template's variables, the secret session
+// ids are hashed under (nil: one per process) and the admin endpoint's
+// rollbacks (nil: none).
+func (a *app) newServer(e *engine.Engine, db *store.DB, reg *prometheus.Registry, vars map[string]any, idKey []byte, adm server.Admin) (*server.Server, error) {
 	sc := a.cfg.Server
 	modelID := filepath.Base(filepath.Clean(e.Dir()))
 	var dash server.Dashboard
@@ -333,6 +338,8 @@ func (a *app) newServer(e *engine.Engine, db *store.DB, reg *prometheus.Registry
 		ContextLength:    e.Model().Config.MaxPositions,
 		Version:          e.Versions().Current,
 		APIKeys:          sc.APIKeys,
+		IDKey:            idKey,
+		HashIDs:          a.cfg.Data.HashIDs,
 		ModelAliases:     sc.ModelAliases,
 		AdminKeys:        sc.AdminKeys,
 		Admin:            adm,

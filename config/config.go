@@ -206,6 +206,9 @@ type Data struct {
 	MaxMB         int    `mapstructure:"max_mb"`
 	RetentionDays int    `mapstructure:"retention_days"`
 	Redact        bool   `mapstructure:"redact"`
+	// HashIDs stores the session ids clients give (X-Session-Id, user,
+	// prompt_cache_key) as keyed hashes.
+	HashIDs bool `mapstructure:"hash_ids"`
 }
 
 // DataDir is data.dir, or the per-user default: $XDG_DATA_HOME/clawrl,

@@ -73,7 +73,8 @@ func (s *Server) handleFeedback(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid("response_id", "missing_required_parameter", "Name the turn by response_id, or by session_id and turn."))
 		return
 	}
-	fr := session.FeedbackRequest{ResponseID: req.ResponseID, SessionID: req.SessionID, Choice: req.Choice, Thumb: thumb, Text: text}
+	who := owner(r)
+	fr := session.FeedbackRequest{Owner: who, ResponseID: req.ResponseID, SessionID: s.sessionID(who, req.SessionID), Choice: req.Choice, Thumb: thumb, Text: text}
 	if req.Turn != nil {
 		fr.Turn = *req.Turn
 	}
@@ -87,8 +88,12 @@ func (s *Server) handleFeedback(w http.ResponseWriter, r *http.Request) {
 		writeError(w, internalError(err))
 		return
 	}
+	sid := fb.SessionID // the stored id: hashed when the client gave it
+	if req.SessionID != "" {
+		sid = req.SessionID
+	}
 	writeJSON(w, map[string]any{
-		"id": fb.ID, "object": "feedback", "response_id": fb.ResponseID, "session_id": fb.SessionID,
+		"id": fb.ID, "object": "feedback", "response_id": fb.ResponseID, "session_id": sid,
 		"turn": fb.TurnIndex, "choice": fb.Choice, "thumb": fb.Thumb, "text": fb.Text,
 	})
 }
@@ -107,8 +112,9 @@ func (s *Server) handleForgetSession(w http.ResponseWriter, r *http.Request) {
 			Message: "This server keeps no store of sessions to delete."})
 		return
 	}
-	inMemory := s.tracker.Forget(id)
-	f, err := s.opts.Data.ForgetSession(id)
+	sid := s.sessionID(owner(r), id)
+	inMemory := s.tracker.Forget(sid)
+	f, err := s.opts.Data.ForgetSession(sid)
 	if err != nil {
 		writeError(w, internalError(err))
 		return

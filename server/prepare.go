@@ -205,7 +205,9 @@ func (s *Server) fit(promptLen, requested int) (int, *apiError) {
 
 // turnMeta says how a request relates to sessions and training.
 type turnMeta struct {
-	sessionID string // explicit id, "" to infer
+	owner     string // the sender's session-id prefix (identity.go)
+	given     string // the session id as the client gave it, "" to infer
+	sessionID string // given, scoped to owner (identity.go)
 	record    bool   // a main turn that may be trained on
 	done      bool   // X-Session-Done
 }
@@ -219,10 +221,10 @@ type sessionFields struct {
 }
 
 func (s *Server) turnMeta(r *http.Request, f sessionFields) (turnMeta, *apiError) {
-	m := turnMeta{record: true}
+	m := turnMeta{record: true, owner: owner(r)}
 	for _, id := range []string{r.Header.Get("X-Session-Id"), f.SessionID, f.User, f.PromptCacheKey} {
 		if id = strings.TrimSpace(id); id != "" {
-			m.sessionID = id
+			m.given, m.sessionID = id, s.sessionID(m.owner, id)
 			break
 		}
 	}
@@ -343,8 +345,14 @@ func (s *Server) begin(w http.ResponseWriter, meta turnMeta, conv *conversation)
 		}
 		return nil
 	}
-	b := s.tracker.Begin(session.Request{SessionID: meta.sessionID, Messages: conv.messages})
-	w.Header().Set("X-Session-Id", b.SessionID)
+	b := s.tracker.Begin(session.Request{Owner: meta.owner, SessionID: meta.sessionID, Messages: conv.messages})
+	// The client's own id when it gave one (stored hashed), else the id of
+	// the inferred session, which the client may send back.
+	if meta.given != "" && b.SessionID == meta.sessionID {
+		w.Header().Set("X-Session-Id", meta.given)
+	} else {
+		w.Header().Set("X-Session-Id", b.SessionID)
+	}
 	return b
 }
 

@@ -67,6 +67,13 @@ type Options struct {
 	// Before it is, /readyz and the generation endpoints answer 503.
 	Ready func() bool
 
+	// IDKey is the secret under which session ids are hashed and API keys
+	// tagged (identity.go); the daemon keeps one per data directory so that
+	// a restart finds its sessions again. Empty: a random key per process.
+	IDKey []byte
+	// HashIDs stores the session ids clients give as keyed hashes
+	// (data.hash_ids); false keeps them as sent.
+	HashIDs bool
 	// APIKeys are the accepted bearer keys; none means no authentication
 	// (the config layer allows that on loopback only).
 	APIKeys []string
@@ -163,6 +170,7 @@ type Server struct {
 	log     zerolog.Logger
 	keys    [][sha256.Size]byte
 	admin   [][sha256.Size]byte
+	ids     session.IDs // scopes and hashes session ids (identity.go)
 	stopSet map[int32]bool
 	started time.Time
 	handler http.Handler
@@ -242,6 +250,10 @@ func New(opts Options) (*Server, error) {
 		if k != "" {
 			s.keys = append(s.keys, sha256.Sum256([]byte(k)))
 		}
+	}
+	s.ids = session.IDs{Key: opts.IDKey, Hash: opts.HashIDs}
+	if len(s.ids.Key) == 0 {
+		s.ids.Key = randomKey()
 	}
 	for _, k := range opts.AdminKeys {
 		if k = strings.TrimSpace(k); k != "" {
@@ -503,13 +515,19 @@ func (s *Server) recoverPanic(next http.Handler) http.Handler {
 // keyMatches reports whether r's bearer key is one of keys (in constant
 // time) and whether it gave one at all.
 func keyMatches(r *http.Request, keys [][sha256.Size]byte) (match, given bool) {
+	_, match, given = matchKey(r, keys)
+	return match, given
+}
+
+// matchKey is keyMatches that also returns the key's hash.
+func matchKey(r *http.Request, keys [][sha256.Size]byte) (sum [sha256.Size]byte, match, given bool) {
 	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	sum = sha256.Sum256([]byte(strings.TrimSpace(key)))
 	m := 0
 	for _, k := range keys {
 		m |= subtle.ConstantTimeCompare(sum[:], k[:])
 	}
-	return ok && m == 1, ok
+	return sum, ok && m == 1, ok
 }
 
 // auth checks the bearer key, in constant time, when keys are configured.
@@ -519,7 +537,7 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		match, ok := keyMatches(r, s.keys)
+		sum, match, ok := matchKey(r, s.keys)
 		if !ok || !match {
 			msg := "Incorrect API key provided."
 			if !ok {
@@ -529,7 +547,7 @@ func (s *Server) auth(next http.Handler) http.Handler {
 				Code: codeInvalidAPIKey, Message: msg})
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, s.withOwner(r, sum))
 	})
 }
 

@@ -77,10 +77,18 @@ func (hs *hasher) link(prev, next digest) digest {
 	return d
 }
 
-// chain returns c with c[0] the empty chain and c[i+1] the digest of
-// msgs[:i+1]; len(c) == len(msgs)+1.
-func (hs *hasher) chain(msgs []tokenizer.Message) []digest {
+// chain returns c with c[0] the chain of owner (the empty chain for no
+// owner) and c[i+1] the digest of msgs[:i+1]; len(c) == len(msgs)+1. The
+// owner starts the chain, so that one owner's conversation never matches
+// another's, however alike.
+func (hs *hasher) chain(owner string, msgs []tokenizer.Message) []digest {
 	c := make([]digest, len(msgs)+1)
+	if owner != "" {
+		hs.h.Reset()
+		hs.field("owner")
+		hs.field(owner)
+		hs.h.Sum(c[0][:0])
+	}
 	for i, m := range msgs {
 		c[i+1] = hs.link(c[i], hs.message(m))
 	}

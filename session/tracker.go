@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -114,7 +115,15 @@ func New(opts Options) *Tracker {
 
 // Request is what Begin needs of an arriving main request.
 type Request struct {
-	// SessionID is the id the client gave, or "" to infer the session.
+	// Owner is the prefix of the session ids of whoever sent the request
+	// (the server's: a tag of the API key, or "" when there are no keys).
+	// A session belongs to the owner whose prefix its id starts with:
+	// inferred sessions get ids that start with it, a request only
+	// continues its owner's turns, and feedback and deletion reach only
+	// its owner's sessions.
+	Owner string
+	// SessionID is the session's id, or "" to infer the session. It must
+	// start with Owner (the server scopes the ids clients give).
 	SessionID string
 	// Messages is the normalised conversation.
 	Messages []tokenizer.Message
@@ -139,7 +148,10 @@ type Binding struct {
 // generation is done.
 func (t *Tracker) Begin(req Request) *Binding {
 	hs := newHasher()
-	b := &Binding{chain: hs.chain(req.Messages), roles: make([]string, len(req.Messages))}
+	if !strings.HasPrefix(req.SessionID, req.Owner) {
+		req.SessionID = "" // not the owner's: never reach another's session
+	}
+	b := &Binding{chain: hs.chain(req.Owner, req.Messages), roles: make([]string, len(req.Messages))}
 	for i, m := range req.Messages {
 		b.roles[i] = m.Role
 	}
@@ -176,7 +188,7 @@ func (t *Tracker) Begin(req Request) *Binding {
 	default:
 		id := req.SessionID
 		if id == "" {
-			id = newID("sess-")
+			id = req.Owner + newID("sess-")
 		}
 		sess = &sessionState{id: id, inferred: req.SessionID == ""}
 		sess.elem = t.lru.PushFront(sess)
@@ -419,6 +431,9 @@ var ErrUnknownTurn = errors.New("session: unknown turn")
 
 // FeedbackRequest names a turn and carries the feedback for it.
 type FeedbackRequest struct {
+	// Owner is the sender's session-id prefix (see Request.Owner): a turn
+	// of a session that is not the owner's is unknown to it.
+	Owner string
 	// ResponseID names the turn; when empty, SessionID and Turn do.
 	ResponseID string
 	SessionID  string
@@ -462,6 +477,10 @@ func (t *Tracker) addFeedback(req FeedbackRequest) (Feedback, error) {
 			}
 		}
 	}
+	unknown := fmt.Errorf("feedback for response %q / session %q turn %d: %w", req.ResponseID, req.SessionID, req.Turn, ErrUnknownTurn)
+	if target != nil && !strings.HasPrefix(target.sess.id, req.Owner) {
+		return Feedback{}, unknown // another owner's turn: as if there were none
+	}
 	var fb Feedback
 	switch {
 	case target != nil:
@@ -471,10 +490,12 @@ func (t *Tracker) addFeedback(req FeedbackRequest) (Feedback, error) {
 		if err != nil {
 			return Feedback{}, err
 		}
+		if !strings.HasPrefix(found.SessionID, req.Owner) {
+			return Feedback{}, unknown
+		}
 		fb = found
 	default:
-		return Feedback{}, fmt.Errorf("feedback for response %q / session %q turn %d: %w",
-			req.ResponseID, req.SessionID, req.Turn, ErrUnknownTurn)
+		return Feedback{}, unknown
 	}
 	fb.ID, fb.Thumb, fb.Text, fb.Received = newID("fb-"), req.Thumb, req.Text, now
 	if target != nil && target.turn != nil {

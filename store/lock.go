@@ -1,14 +1,18 @@
 package store
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/clawrl/clawrl/atomicfile"
 )
 
 // One daemon owns a data directory: `clawrl serve` takes the directory's
@@ -160,4 +164,32 @@ func (l *DirLock) Close() error {
 	err := l.f.Close()
 	l.f = nil
 	return err
+}
+
+// IDKeyName is the file in the data directory that holds the secret under
+// which the server hashes the session ids clients give.
+const IDKeyName = "id.key"
+
+// IDKey returns the data directory's id-hashing secret (32 random bytes),
+// creating it on first use (mode 0600, written whole or not at all). The
+// daemon holds the directory's lock when it calls this.
+func IDKey(dir string) ([]byte, error) {
+	path := filepath.Join(dir, IDKeyName)
+	key, err := os.ReadFile(path)
+	switch {
+	case err == nil && len(key) == 32:
+		return key, nil
+	case err == nil:
+		return nil, fmt.Errorf("store: %s holds %d bytes, not a 32-byte key; restore it from a backup (session ids hashed under it cannot be matched without it), or delete it to start hashing under a new key", path, len(key))
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("store: a new id key: %w", err)
+	}
+	if err := atomicfile.WriteFile(path, 0o600, func(w io.Writer) error { _, err := w.Write(key); return err }); err != nil {
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	return key, nil
 }
