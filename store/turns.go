@@ -139,14 +139,20 @@ func (d *DB) insertTurn(tx *sql.Tx, t *session.Turn) error {
 	if err != nil {
 		return fmt.Errorf("store: turn %s: %w", TurnID(t.ResponseID, t.Choice), err)
 	}
-	var prompt, response, logprobs []byte
+	var prompt, response, logprobs, slogprobs, forced []byte
 	if !redacted {
 		prompt, response, logprobs = encodeInt32s(t.PromptTokens), encodeInt32s(t.ResponseTokens), encodeFloat32s(t.LogProbs)
+		if len(t.SampleLogProbs) == len(t.ResponseTokens) {
+			slogprobs = encodeFloat32s(t.SampleLogProbs)
+		}
+		if len(t.Forced) == len(t.ResponseTokens) {
+			forced = encodeBools(t.Forced)
+		}
 	}
-	_, err = tx.Exec(`INSERT INTO turns(id, session_id, idx, choice, response_id, version, status, received, redacted, body, prompt, response, logprobs)
-		VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
+	_, err = tx.Exec(`INSERT INTO turns(id, session_id, idx, choice, response_id, version, status, received, redacted, body, prompt, response, logprobs, sample_logprobs, forced)
+		VALUES (?, ?, ?, ?, ?, ?, 'open', ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
 		TurnID(t.ResponseID, t.Choice), t.SessionID, t.Index, t.Choice, t.ResponseID, int64(t.Version),
-		ms(t.Received), boolInt(redacted), raw, prompt, response, logprobs)
+		ms(t.Received), boolInt(redacted), raw, prompt, response, logprobs, slogprobs, forced)
 	if err != nil {
 		return fmt.Errorf("store: turn %s: %w", TurnID(t.ResponseID, t.Choice), err)
 	}
@@ -192,6 +198,17 @@ func (d *DB) completeTurn(tx *sql.Tx, t *session.Turn) error {
 		}
 		return err
 	}
+	// A turn that a thumb made ready before its next state came keeps the
+	// next state now (for export and a later look), and is not scored
+	// again: the thumb decided its reward.
+	res, err := tx.Exec(`UPDATE turns SET next_state = ?, end_reason = ?, redacted = redacted OR ?
+		WHERE id = ? AND end_reason = ? AND next_state IS NULL`, raw, string(t.End), boolInt(redacted), id, endThumb)
+	if err != nil {
+		return fmt.Errorf("store: turn %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n > 0 {
+		return nil
+	}
 	var exists int
 	if err := tx.QueryRow("SELECT COUNT(*) FROM turns WHERE id = ?", id).Scan(&exists); err != nil || exists > 0 || d.overBudget() {
 		return err // completed already, or refused by the budget
@@ -205,10 +222,17 @@ func (d *DB) completeTurn(tx *sql.Tx, t *session.Turn) error {
 	return err
 }
 
-// insertFeedback stores feedback. Feedback on a turn that is already
-// ready, scored or failed gives it a new scoring generation: it is scored
-// again with the feedback (a thumb decides, a text becomes a hint) and
-// its new sample trains in a later step.
+// endThumb is the end reason of a turn that a thumb made ready before its
+// next state came.
+const endThumb = "thumb"
+
+// insertFeedback stores feedback. A thumb is a complete signal: a turn
+// still waiting for its next state (the last of its session, so far) is
+// ready to score at once, with the thumb as its reward; its next state,
+// if it comes, is kept but decides nothing. Feedback on a turn that is
+// already ready, scored or failed gives it a new scoring generation: it is
+// scored again with the feedback (a thumb decides, a text becomes a hint)
+// and its new sample trains in a later step.
 func (d *DB) insertFeedback(tx *sql.Tx, fb *session.Feedback) error {
 	text := fb.Text
 	if !d.opts.NoRedact {
@@ -218,6 +242,17 @@ func (d *DB) insertFeedback(tx *sql.Tx, fb *session.Feedback) error {
 	if _, err := tx.Exec(`INSERT INTO feedback(id, turn_id, thumb, text, received) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT(id) DO NOTHING`, fb.ID, id, fb.Thumb, text, ms(fb.Received)); err != nil {
 		return fmt.Errorf("store: feedback %s: %w", fb.ID, err)
+	}
+	if fb.Thumb != 0 {
+		res, err := tx.Exec(`UPDATE turns SET status = 'ready', completed = ?, end_reason = ? WHERE id = ? AND status = 'open'`,
+			d.now(), endThumb, id)
+		if err != nil {
+			return fmt.Errorf("store: feedback %s: %w", fb.ID, err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			d.met.turns.WithLabelValues("thumbed").Inc()
+			return nil
+		}
 	}
 	res, err := tx.Exec(`UPDATE turns SET gen = gen + 1, status = 'ready' WHERE id = ? AND status IN ('ready', 'scored', 'failed')`, id)
 	if err != nil {
@@ -252,11 +287,13 @@ func (d *DB) FindTurn(req session.FeedbackRequest) (session.Feedback, error) {
 	return fb, nil
 }
 
-// OpenTurns returns the turns still waiting for their next state, newest
-// last, as the Tracker needs them to resume (ids, session, index, keys).
+// OpenTurns returns the turns still waiting for their next state (those a
+// thumb made ready included), newest last, as the Tracker needs them to
+// resume (ids, session, index, keys).
 func (d *DB) OpenTurns(limit int) ([]*session.Turn, error) {
 	rows, err := d.db.Query(`SELECT session_id, idx, choice, response_id, received, body FROM
-		(SELECT * FROM turns WHERE status = 'open' ORDER BY received DESC LIMIT ?) ORDER BY received`, limit)
+		(SELECT * FROM turns WHERE status = 'open' OR (end_reason = ? AND next_state IS NULL) ORDER BY received DESC LIMIT ?) ORDER BY received`,
+		endThumb, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: open turns: %w", err)
 	}
@@ -299,13 +336,15 @@ type ReadyTurn struct {
 	Completed  time.Time
 }
 
-// ReadyTurns returns up to limit turns that are ready to score, newest
-// first (under sustained load the newest turns are the ones whose samples
-// can still train within max_staleness; older ones wait for a lull),
-// skipping the ids in busy.
+// ReadyTurns returns up to limit turns that are ready to score, those
+// with feedback first (a person's thumb or correction is the signal the
+// loop exists for), then newest first (under sustained load the newest
+// turns are the ones whose samples can still train within max_staleness;
+// older ones wait for a lull), skipping the ids in busy.
 func (d *DB) ReadyTurns(limit int, busy map[string]bool) ([]ReadyTurn, error) {
-	// Ids first (the index alone), so that busy turns cost no body read.
-	rows, err := d.db.Query(`SELECT id FROM turns WHERE status = 'ready' ORDER BY completed DESC LIMIT ?`, limit+len(busy))
+	// Ids first (the indexes alone), so that busy turns cost no body read.
+	rows, err := d.db.Query(`SELECT id FROM turns WHERE status = 'ready'
+		ORDER BY EXISTS (SELECT 1 FROM feedback WHERE feedback.turn_id = turns.id) DESC, completed DESC LIMIT ?`, limit+len(busy))
 	if err != nil {
 		return nil, fmt.Errorf("store: ready turns: %w", err)
 	}
