@@ -96,7 +96,7 @@
 
     const samples = s.samples || {}, steps = s.steps || {}, turns = s.turns || {};
     const recent = h.rewards.slice(-16);
-    const guard = Object.keys(m).filter((k) => k.startsWith("clawrl_loop_guard_events_total{")).map((k) => k.replace(/^.*event="([^"]*)".*$/, "$1") + " " + m[k]).join(", ");
+    const guard = Object.keys(m).filter((k) => k.startsWith("clawrl_loop_guard_events_total{")).map((k) => k.replace(/^[^{]*\{[^=]*="([^"]*)".*$/, "$1") + " " + m[k]).join(", ");
     const cards = [
       card("weight version", "v" + st.weight_version, fmt(m.clawrl_loop_versions_published_total || 0) + " published since start"),
       card("training steps", fmt(steps.applied || 0), (steps.rolled_back || 0) + " rolled back, " + (steps.lost || 0) + " lost in a crash, " + fmt(m.clawrl_loop_train_steps_total || 0) + " since start"),

@@ -64,9 +64,10 @@ func sampleDashboard(t *testing.T) (*Dashboard, *fakeStore) {
 		},
 	}
 	reg := prometheus.NewRegistry()
-	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "clawrl_loop_guard_events_total", Help: "h"}, []string{"event"})
+	// As loop/guard.go exports it: one label, reason.
+	events := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "clawrl_loop_guard_events_total", Help: "h"}, []string{"reason"})
 	events.WithLabelValues("kl").Add(2)
-	events.WithLabelValues("rollback").Add(1)
+	events.WithLabelValues("skill").Add(1)
 	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "clawrl_loop_skill", Help: "h"})
 	gauge.Set(0.75)
 	nan := prometheus.NewGauge(prometheus.GaugeOpts{Name: "clawrl_loop_loss", Help: "h"})
@@ -93,8 +94,8 @@ func TestSnapshot(t *testing.T) {
 	if st.History == nil || len(st.History.Steps) != 3 || len(st.History.Versions) != 4 {
 		t.Errorf("history %+v", st.History)
 	}
-	got := metricsOf(t, st, "clawrl_loop_guard_events_total", `clawrl_loop_guard_events_total{event="kl"}`,
-		`clawrl_loop_guard_events_total{event="rollback"}`, "clawrl_loop_skill", "clawrl_time_to_first_token_seconds_count", "clawrl_time_to_first_token_seconds_sum")
+	got := metricsOf(t, st, "clawrl_loop_guard_events_total", `clawrl_loop_guard_events_total{reason="kl"}`,
+		`clawrl_loop_guard_events_total{reason="skill"}`, "clawrl_loop_skill", "clawrl_time_to_first_token_seconds_count", "clawrl_time_to_first_token_seconds_sum")
 	want := []float64{3, 2, 1, 0.75, 2, 2}
 	for i := range want {
 		if got[i] != want[i] {
@@ -213,7 +214,7 @@ func TestPageRenders(t *testing.T) {
 		t.Errorf("header %+v", s)
 	}
 	for _, want := range []string{"weight versionv4", "training steps21 rolled back, 0 lost in a crash", "samples4 trained1 queued, 2 dropped", "held-out skill75.0%",
-		`guard events since start: kl 2, rollback 1`, "sessions24 turns, 3 feedback", "store0.1 MB"} {
+		`guard events since start: kl 2, skill 1`, "sessions24 turns, 3 feedback", "store0.1 MB"} {
 		if !strings.Contains(cards, want) {
 			t.Errorf("cards lack %q: %s", want, cards)
 		}
