@@ -89,13 +89,16 @@ func (d *DB) scrub() error {
 
 // Stats summarises the store.
 type Stats struct {
-	Path        string         `json:"path"`
-	Bytes       int64          `json:"bytes"`
-	Sessions    int            `json:"sessions"`
-	Turns       map[string]int `json:"turns"`
-	Samples     map[string]int `json:"samples"`
-	Dropped     map[string]int `json:"dropped"`
-	Feedback    int            `json:"feedback"`
+	Path     string         `json:"path"`
+	Bytes    int64          `json:"bytes"`
+	Sessions int            `json:"sessions"`
+	Turns    map[string]int `json:"turns"`
+	Samples  map[string]int `json:"samples"`
+	Dropped  map[string]int `json:"dropped"`
+	Feedback int            `json:"feedback"`
+	// Hints counts the scored turns whose hint judge wrote a hint (the
+	// latest scoring of each turn), by the sample's status.
+	Hints       map[string]int `json:"hints"`
 	Steps       map[string]int `json:"steps"`
 	LastVersion uint64         `json:"last_version"`
 	Oldest      *time.Time     `json:"oldest_turn,omitempty"`
@@ -105,7 +108,7 @@ type Stats struct {
 // Stats counts turns, samples, steps by status.
 func (d *DB) Stats() (Stats, error) {
 	d.refreshSize()
-	s := Stats{Path: d.path, Bytes: d.Bytes(), Turns: map[string]int{}, Samples: map[string]int{}, Dropped: map[string]int{}, Steps: map[string]int{}}
+	s := Stats{Path: d.path, Bytes: d.Bytes(), Turns: map[string]int{}, Samples: map[string]int{}, Dropped: map[string]int{}, Hints: map[string]int{}, Steps: map[string]int{}}
 	group := func(query string, into map[string]int) error {
 		rows, err := d.db.Query(query)
 		if err != nil {
@@ -129,6 +132,7 @@ func (d *DB) Stats() (Stats, error) {
 		{"SELECT status, COUNT(*) FROM turns GROUP BY status", s.Turns},
 		{"SELECT status, COUNT(*) FROM samples GROUP BY status", s.Samples},
 		{"SELECT reason, COUNT(*) FROM samples WHERE status = 'dropped' GROUP BY reason", s.Dropped},
+		{"SELECT status, COUNT(*) FROM samples WHERE hint != '' AND kind != 'rollout' GROUP BY status", s.Hints},
 		{"SELECT status, COUNT(*) FROM steps GROUP BY status", s.Steps},
 	} {
 		if err := group(g.q, g.into); err != nil {
