@@ -185,7 +185,7 @@ func (a *alt) minRemaining() int {
 		case i == a.i && a.js != nil:
 			n += a.js.MinRemaining()
 		default:
-			n += minValue(p.Schema, 0)
+			n += p.Schema.shortest
 		}
 	}
 	return n

@@ -24,6 +24,26 @@ var testSchemas = map[string]string{
 	"numbers": `{"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":120},"b":{"type":"number","minimum":0.5}},"required":["a","b"]}`,
 	"strlen":  `{"type":"string","minLength":2,"maxLength":4}`,
 	"array":   `{"type":"array","items":{"type":"integer"},"minItems":2}`,
+	// Real-world shapes: Pydantic's Optional (anyOf with null) and $defs,
+	// a discriminated union (oneOf on a const), a recursive $ref,
+	// patternProperties, pattern, nullable, enums of any type.
+	"pydantic": `{"$defs":{"Unit":{"enum":["c","f"],"type":"string"},"Place":{"properties":{"city":{"type":"string","maxLength":12},` +
+		`"unit":{"anyOf":[{"$ref":"#/$defs/Unit"},{"type":"null"}],"default":null}},"required":["city"],"type":"object"}},` +
+		`"properties":{"place":{"$ref":"#/$defs/Place"},"days":{"anyOf":[{"type":"integer","minimum":1,"maximum":9},{"type":"null"}]}},` +
+		`"required":["place","days"],"type":"object"}`,
+	"oneof": `{"type":"object","properties":{"pet":{"oneOf":[` +
+		`{"type":"object","properties":{"kind":{"const":"cat"},"lives":{"type":"integer","minimum":0,"maximum":9}},"required":["kind","lives"],"additionalProperties":false},` +
+		`{"type":"object","properties":{"kind":{"const":"dog"},"bark":{"type":"boolean"}},"required":["kind"],"additionalProperties":false},` +
+		`{"type":"string","maxLength":6}]}},"required":["pet"]}`,
+	"tree": `{"$ref":"#/$defs/node","$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},` +
+		`"kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v"],"additionalProperties":false}}}`,
+	"env": `{"type":"object","properties":{"cmd":{"type":"string","pattern":"^[a-z]+( [a-z0-9-]+)*$"},` +
+		`"env":{"type":"object","patternProperties":{"^[A-Z_][A-Z0-9_]*$":{"type":"string","maxLength":8}},"additionalProperties":false}},` +
+		`"required":["cmd"]}`,
+	"mixed": `{"type":"object","properties":{"m":{"enum":["a\"b",2.5,[1,2],{"k":null},false]},"n":{"type":"string","nullable":true},` +
+		`"x":{"type":"number","exclusiveMinimum":0,"exclusiveMaximum":3}},"required":["m","n","x"]}`,
+	"dict":    `{"type":"object","additionalProperties":{"type":"integer"}}`,
+	"anyroot": `{"anyOf":[{"type":"integer"},{"type":"number"},{"type":"array","items":{"type":"string","maxLength":3},"maxItems":2}]}`,
 }
 
 // schemaNames lists testSchemas in sorted order, so that a seeded random
@@ -109,6 +129,41 @@ func TestAcceptsAndRefuses(t *testing.T) {
 		{"array", `[1, 2, 3]`, true},
 		{"array", `[1]`, false},
 		{"array", `[1, 2,]`, false},
+		{"pydantic", `{"place": {"city": "Oslo"}, "days": null}`, true},
+		{"pydantic", `{"place": {"city": "Oslo", "unit": "c"}, "days": 3}`, true},
+		{"pydantic", `{"place": {"city": "Oslo", "unit": null}, "days": 3}`, true},
+		{"pydantic", `{"place": {"city": "Oslo", "unit": "k"}, "days": 3}`, false},
+		{"pydantic", `{"place": {"city": "Oslo"}, "days": 10}`, false},
+		{"pydantic", `{"place": {"city": "Oslo"}}`, false},
+		{"oneof", `{"pet": {"kind": "cat", "lives": 9}}`, true},
+		{"oneof", `{"pet": {"kind": "dog"}}`, true},
+		{"oneof", `{"pet": "fish"}`, true},
+		{"oneof", `{"pet": {"kind": "dog", "lives": 9}}`, false},
+		{"oneof", `{"pet": {"kind": "cat"}}`, false},
+		{"oneof", `{"pet": "goldfish"}`, false},
+		{"tree", `{"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": []}]}`, true},
+		{"tree", `{"v": 1, "kids": [{"v": 2}, {"v": 3}, {"v": 4}]}`, false},
+		{"tree", `{"kids": []}`, false},
+		{"env", `{"cmd": "ls -la", "env": {"HOME": "/root", "A_1": "x"}}`, true},
+		{"env", `{"cmd": "ls", "env": {}}`, true},
+		{"env", `{"cmd": "ls -la", "env": {"home": "/root"}}`, false},
+		{"env", `{"cmd": "ls", "env": {"A": "x", "A": "y"}}`, false},
+		{"env", `{"cmd": "ls", "env": {"A": "123456789"}}`, false},
+		{"env", `{"cmd": "Ls"}`, false},
+		{"env", `{"cmd": "ls "}`, false},
+		{"mixed", `{"m": "a\"b", "n": "", "x": 1}`, true},
+		{"mixed", `{"m": "a\"b", "n": null, "x": 1}`, false}, // OpenAPI's nullable is not JSON Schema
+		{"mixed", `{"m": [1,2], "n": "s", "x": 2}`, true},
+		{"mixed", `{"m": {"k":null}, "n": "s", "x": 2}`, true},
+		{"mixed", `{"m": false, "n": "s", "x": 3}`, false},
+		{"mixed", `{"m": false, "n": "s", "x": 0}`, false},
+		{"mixed", `{"m": true, "n": "s", "x": 1}`, false},
+		{"dict", `{"a": 1, "b": -2}`, true},
+		{"dict", `{"a": "1"}`, false},
+		{"anyroot", `12`, true},
+		{"anyroot", `1.5`, true},
+		{"anyroot", `["ab"]`, true},
+		{"anyroot", `["abcd"]`, false},
 	} {
 		s, v := compileBoth(t, testSchemas[c.schema])
 		if got := accepts(s, c.doc); got != c.ok {
@@ -124,14 +179,38 @@ func TestAcceptsAndRefuses(t *testing.T) {
 }
 
 func TestCompileRefuses(t *testing.T) {
-	for _, src := range []string{`{"type":"object","properties":{"a":{"anyOf":[{"type":"string"}]}}}`, `{"$ref":"#/x"}`,
-		`{"type":"strange"}`, `{"pattern":"a+"}`, `{"required":["x"],"properties":{}}`, `false`, `[1]`, `{"type":"string"`} {
-		if _, err := Compile(json.RawMessage(src)); err == nil {
-			t.Errorf("%s compiled", src)
+	for _, c := range []struct{ src, want string }{
+		{`{"$ref":"#/x"}`, "$ref"},
+		{`{"$ref":"http://example.com/s.json"}`, "only references inside"},
+		{`{"$ref":"#"}`, "refers to itself"},
+		{`{"type":"strange"}`, "unknown type"},
+		{`{"required":["x"],"properties":{}}`, "required"},
+		{`false`, "false"},
+		{`[1]`, "must be an object"},
+		{`{"type":"string"`, "not valid JSON"},
+		{`{"type":"object","properties":{"a":{"anyOf":[]}}}`, "anyOf"},
+		{`{"oneOf":[{"type":"integer"},{"type":"number"}]}`, "oneOf"},
+		{`{"oneOf":[{"type":"object","properties":{"a":{"type":"string"}}},{"type":"object"}]}`, "oneOf"},
+		{`{"allOf":[{"type":"string"},{"maxLength":3}]}`, "allOf"},
+		{`{"type":"string","anyOf":[{"maxLength":3}]}`, "beside anyOf"},
+		{`{"$ref":"#/$defs/a","maxLength":3,"$defs":{"a":{"type":"string"}}}`, "beside $ref"},
+		{`{"type":"string","pattern":"\\bword"}`, "word boundaries"},
+		{`{"type":"string","pattern":"(?<=a)b"}`, "pattern"},
+		{`{"type":"object","properties":{"AB":{"type":"string"}},"patternProperties":{"^[A-Z]+$":{"type":"integer"}}}`, "also matches"},
+		{`{"type":"string","enum":[1,2]}`, "no value of enum"},
+		{`{"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]}`, "no finite document"},
+		{`{"type":"array","uniqueItems":true}`, "uniqueItems"},
+	} {
+		_, err := Compile(json.RawMessage(c.src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one naming %q", c.src, err, c.want)
 		}
 	}
-	if _, err := Compile(json.RawMessage(`{"type":"object","properties":{"a":{"anyOf":[]}}}`)); err == nil || !strings.Contains(err.Error(), "anyOf") {
-		t.Errorf("the error does not name the keyword: %v", err)
+	// A branch of anyOf that cannot be followed is left out; the rest
+	// stay.
+	s, err := Compile(json.RawMessage(`{"anyOf":[{"type":"array","uniqueItems":true},{"type":"null"}]}`))
+	if err != nil || !accepts(s, "null") || accepts(s, "[]") {
+		t.Errorf("anyOf with an unsupported branch: %v", err)
 	}
 }
 
@@ -215,7 +294,11 @@ func FuzzGrammar(f *testing.F) {
 	f.Add(0, []byte(`{"city": "Paris"}`))
 	f.Add(1, []byte(`{"items": [{"name": "tea", "price": 2.5}], "ok": true}`))
 	f.Add(4, []byte(`{"n": 10, "c": "fixed"}`))
-	names := []string{"weather", "nested", "free", "any", "enums", "numbers", "strlen", "array"}
+	f.Add(8, []byte(`{"place": {"city": "Oslo", "unit": null}, "days": 3}`))
+	f.Add(9, []byte(`{"pet": {"kind": "cat", "lives": 9}}`))
+	f.Add(11, []byte(`{"cmd": "ls -la", "env": {"HOME": "/root"}}`))
+	names := []string{"weather", "nested", "free", "any", "enums", "numbers", "strlen", "array", "pydantic", "oneof", "tree", "env",
+		"mixed", "dict", "anyroot"}
 	f.Fuzz(func(t *testing.T, which int, doc []byte) {
 		name := names[(which%len(names)+len(names))%len(names)]
 		s, v := compileBoth(t, testSchemas[name])

@@ -28,64 +28,107 @@ const (
 
 // frame is one open value of the document.
 type frame struct {
-	kind   int
-	s      *Schema
-	sub    int    // object/array sub-state; number: numState
-	seen   uint64 // object: properties written (bit i: s.props[i]); over 64 properties: no repeats check beyond
-	n      int    // array: items written; string: characters written
-	space  bool   // one whitespace byte already written at this point
-	buf    []byte // string: content so far (raw, for keys and enums); number: text; literal: the word
-	key    bool   // string: an object key
-	cands  []int  // key string: indices of the properties still possible
-	esc    int    // string: 0 none, 1 after '\', 2..5 hex digits of \u left +1
-	utf    int    // string: UTF-8 continuation bytes still expected
-	ulo    byte   // string: bounds of the next continuation byte when narrower than 80..BF (0: not)
+	kind    int
+	s       *Schema
+	sub     int    // object/array sub-state; number: numState
+	seen    uint64 // object: properties written (bit i: s.props[i]); over 64 properties: no repeats check beyond
+	n       int    // array: items written; string: characters written
+	space   bool   // one whitespace byte already written at this point
+	buf     []byte // string: content so far (raw, for keys and enums); number: text; literal: the word
+	key     bool   // string: an object key
+	freeKey bool   // key string: any key (an object that declares none)
+	cands   []int  // key string: indices of the declared properties still possible
+	// object: the schema of the value of the key just read, and the
+	// pattern keys written
+	vs     *Schema
+	pkeys  []string
+	esc    int  // string: 0 none, 1 after '\', 2..5 hex digits of \u left +1
+	utf    int  // string: UTF-8 continuation bytes still expected
+	ulo    byte // string: bounds of the next continuation byte when narrower than 80..BF (0: not)
 	uhi    byte
 	pos    int // literal: bytes matched
 	litAll []string
 }
 
-// State is the position of a generation in a document of one Schema: a
-// stack of open frames. The zero State is not usable; use NewState.
+// State is the position of a generation in a document of one Schema:
+// the stacks of open frames of the branches still possible (one stack
+// unless a choice, anyOf or oneOf, is open). The zero State is not usable;
+// use NewState.
 type State struct {
-	stack []frame
-	done  bool // the top-level value is complete
+	paths []path
 	dead  bool
 }
 
+// path is one way to read the bytes so far: a stack of open frames.
+type path struct {
+	stack []frame
+	done  bool // the top-level value is complete
+}
+
+// maxPaths bounds the branches a State follows at once; beyond it the
+// later ones are dropped (what is generated stays valid).
+const maxPaths = 64
+
 // NewState starts a document of schema s.
 func NewState(s *Schema) *State {
-	return &State{stack: []frame{{kind: fValue, s: s}}}
+	return &State{paths: []path{{stack: []frame{{kind: fValue, s: s}}}}}
 }
 
 // Clone returns an independent copy.
 func (st *State) Clone() *State {
-	c := &State{done: st.done, dead: st.dead, stack: make([]frame, len(st.stack), len(st.stack)+2)}
-	copy(c.stack, st.stack)
+	c := &State{dead: st.dead, paths: make([]path, len(st.paths))}
+	for i := range st.paths {
+		c.paths[i] = st.paths[i].clone()
+	}
+	return c
+}
+
+func (p *path) clone() path {
+	c := path{done: p.done, stack: make([]frame, len(p.stack), len(p.stack)+2)}
+	copy(c.stack, p.stack)
 	for i := range c.stack {
 		f := &c.stack[i]
 		f.buf = slices.Clone(f.buf)
 		f.cands = slices.Clone(f.cands)
+		f.pkeys = slices.Clone(f.pkeys)
 	}
 	return c
 }
 
 // copyInto makes dst a copy of st, reusing dst's memory.
 func (st *State) copyInto(dst *State) {
-	dst.done, dst.dead = st.done, st.dead
-	n := len(st.stack)
+	dst.dead = st.dead
+	n := len(st.paths)
+	if cap(dst.paths) < n {
+		dst.paths = append(dst.paths[:cap(dst.paths)], make([]path, n-cap(dst.paths))...)
+	}
+	dst.paths = dst.paths[:n]
+	for i := range st.paths {
+		st.paths[i].copyInto(&dst.paths[i])
+	}
+}
+
+func (p *path) copyInto(dst *path) {
+	dst.done = p.done
+	n := len(p.stack)
 	if cap(dst.stack) < n {
 		dst.stack = append(dst.stack[:cap(dst.stack)], make([]frame, n-cap(dst.stack))...)
 	}
 	dst.stack = dst.stack[:n]
-	for i := range st.stack {
-		buf, cands := dst.stack[i].buf, dst.stack[i].cands
-		dst.stack[i] = st.stack[i]
-		dst.stack[i].buf = append(buf[:0], st.stack[i].buf...)
-		if st.stack[i].cands == nil {
+	for i := range p.stack {
+		buf, cands, pkeys := dst.stack[i].buf, dst.stack[i].cands, dst.stack[i].pkeys
+		src := &p.stack[i]
+		dst.stack[i] = *src
+		dst.stack[i].buf = append(buf[:0], src.buf...)
+		if src.cands == nil {
 			dst.stack[i].cands = nil
 		} else {
-			dst.stack[i].cands = append(cands[:0], st.stack[i].cands...)
+			dst.stack[i].cands = append(cands[:0], src.cands...)
+		}
+		if src.pkeys == nil {
+			dst.stack[i].pkeys = nil
+		} else {
+			dst.stack[i].pkeys = append(pkeys[:0], src.pkeys...)
 		}
 	}
 }
@@ -97,13 +140,19 @@ func (st *State) Done() bool {
 	if st.dead {
 		return false
 	}
-	if st.done {
-		return true
-	}
-	if len(st.stack) == 1 && st.stack[0].kind == fNumber {
-		return numberComplete(&st.stack[0])
+	for i := range st.paths {
+		if st.paths[i].complete() {
+			return true
+		}
 	}
 	return false
+}
+
+func (p *path) complete() bool {
+	if p.done {
+		return true
+	}
+	return len(p.stack) == 1 && p.stack[0].kind == fNumber && numberComplete(&p.stack[0])
 }
 
 // Dead reports whether the bytes so far can no longer become a document.
@@ -126,9 +175,60 @@ func (st *State) Feed(c byte) bool {
 	if st.dead {
 		return false
 	}
-	if !st.feed(c) {
+	var forks []path
+	live := 0
+	for i := range st.paths {
+		p := st.paths[i]
+		if p.feed(c, &forks) {
+			st.paths[live] = p
+			live++
+		}
+		if i >= live {
+			st.paths[i] = path{} // moved or dead: no slot shares its memory
+		}
+	}
+	st.paths = append(st.paths[:live], forks...)
+	if len(st.paths) == 0 {
 		st.dead = true
 		return false
+	}
+	if len(st.paths) > 1 {
+		st.merge()
+	}
+	return true
+}
+
+// merge drops paths that equal an earlier one, and those beyond maxPaths.
+func (st *State) merge() {
+	keep := 0
+	for i := range st.paths {
+		dup := keep >= maxPaths
+		for j := 0; j < keep && !dup; j++ {
+			dup = st.paths[j].equal(&st.paths[i])
+		}
+		if !dup {
+			st.paths[keep] = st.paths[i]
+			keep++
+		}
+		if i >= keep {
+			st.paths[i] = path{}
+		}
+	}
+	st.paths = st.paths[:keep]
+}
+
+func (p *path) equal(q *path) bool {
+	if p.done != q.done || len(p.stack) != len(q.stack) {
+		return false
+	}
+	for i := range p.stack {
+		a, b := &p.stack[i], &q.stack[i]
+		if a.kind != b.kind || a.s != b.s || a.sub != b.sub || a.seen != b.seen || a.n != b.n || a.space != b.space ||
+			a.key != b.key || a.freeKey != b.freeKey || a.esc != b.esc || a.utf != b.utf || a.ulo != b.ulo || a.uhi != b.uhi ||
+			a.pos != b.pos || a.vs != b.vs || !bytes.Equal(a.buf, b.buf) || !slices.Equal(a.cands, b.cands) ||
+			!slices.Equal(a.litAll, b.litAll) || !slices.Equal(a.pkeys, b.pkeys) {
+			return false
+		}
 	}
 	return true
 }
@@ -149,12 +249,12 @@ func (f *frame) whitespace(c byte) (space, ok bool) {
 	return true, true
 }
 
-func (st *State) top() *frame { return &st.stack[len(st.stack)-1] }
+func (st *path) top() *frame { return &st.stack[len(st.stack)-1] }
 
-func (st *State) push(f frame) { st.stack = append(st.stack, f) }
+func (st *path) push(f frame) { st.stack = append(st.stack, f) }
 
 // pop closes the top frame: the parent goes on after a value.
-func (st *State) pop() {
+func (st *path) pop() {
 	st.stack = st.stack[:len(st.stack)-1]
 	if len(st.stack) == 0 {
 		st.done = true
@@ -171,7 +271,7 @@ func (st *State) pop() {
 	}
 }
 
-func (st *State) feed(c byte) bool {
+func (st *path) feed(c byte, forks *[]path) bool {
 	if st.done {
 		return false // nothing may follow the document
 	}
@@ -181,11 +281,11 @@ func (st *State) feed(c byte) bool {
 		if space, ok := f.whitespace(c); space {
 			return ok
 		}
-		return st.startValue(c)
+		return st.startValue(c, forks, 0)
 	case fObject:
 		return st.feedObject(f, c)
 	case fArray:
-		return st.feedArray(f, c)
+		return st.feedArray(f, c, forks)
 	case fString:
 		return st.feedString(f, c)
 	case fNumber:
@@ -199,7 +299,7 @@ func (st *State) feed(c byte) bool {
 		if len(st.stack) == 0 {
 			return false // the top-level number was complete: nothing follows
 		}
-		return st.feed(c)
+		return st.feed(c, forks)
 	case fLiteral:
 		cont, longer := false, false
 		for _, w := range f.litAll {
@@ -220,7 +320,7 @@ func (st *State) feed(c byte) bool {
 			if len(st.stack) == 0 {
 				return false
 			}
-			return st.feed(c)
+			return st.feed(c, forks)
 		}
 		f.buf = append(f.buf, c)
 		if slices.Contains(f.litAll, string(f.buf)) && !longer {
@@ -232,10 +332,25 @@ func (st *State) feed(c byte) bool {
 }
 
 // startValue replaces the fValue frame on top by the value that byte c
-// starts.
-func (st *State) startValue(c byte) bool {
+// starts. A choice forks the path: each branch that takes c after the
+// first goes to forks, the first stays here.
+func (st *path) startValue(c byte, forks *[]path, depth int) bool {
 	f := st.top()
 	s := f.s
+	if len(s.anyOf) > 0 {
+		if depth > maxDepth {
+			return false // a choice of choices without end
+		}
+		for _, b := range s.anyOf[1:] {
+			q := st.clone()
+			q.top().s = b
+			if q.startValue(c, forks, depth+1) {
+				*forks = append(*forks, q)
+			}
+		}
+		f.s = s.anyOf[0]
+		return st.startValue(c, forks, depth+1)
+	}
 	if s.enum != nil && s.strEnum == nil {
 		// Enum of non-string values: match the compact JSON texts.
 		var opts []string
@@ -248,7 +363,7 @@ func (st *State) startValue(c byte) bool {
 			return false
 		}
 		*f = frame{kind: fLiteral, s: s, litAll: opts}
-		return st.feed(c)
+		return st.feed(c, forks)
 	}
 	if s.strEnum != nil {
 		if c != '"' {
@@ -282,12 +397,12 @@ func (st *State) startValue(c byte) bool {
 			words = append(words, "null")
 		}
 		*f = frame{kind: fLiteral, s: s, litAll: words}
-		return st.feed(c)
+		return st.feed(c, forks)
 	}
 	return false
 }
 
-func (st *State) feedObject(f *frame, c byte) bool {
+func (st *path) feedObject(f *frame, c byte) bool {
 	if space, ok := f.whitespace(c); space {
 		return ok
 	}
@@ -300,7 +415,7 @@ func (st *State) feedObject(f *frame, c byte) bool {
 			return false
 		}
 		if free(f.s) {
-			st.push(frame{kind: fString, key: true, s: anyString})
+			st.push(frame{kind: fString, key: true, freeKey: true, s: anyString})
 			return true
 		}
 		var cands []int
@@ -309,7 +424,7 @@ func (st *State) feedObject(f *frame, c byte) bool {
 				cands = append(cands, i)
 			}
 		}
-		if len(cands) == 0 {
+		if len(cands) == 0 && len(f.s.patterns) == 0 {
 			return false
 		}
 		st.push(frame{kind: fString, key: true, cands: cands})
@@ -318,15 +433,11 @@ func (st *State) feedObject(f *frame, c byte) bool {
 		if c != ':' {
 			return false
 		}
-		// The key's property decides the value's schema.
+		// The key decided the value's schema.
 		if len(st.stack) > maxDepth {
 			return false
 		}
-		if free(f.s) {
-			st.push(frame{kind: fValue, s: anySchema})
-			return true
-		}
-		st.push(frame{kind: fValue, s: f.s.props[f.n].schema})
+		st.push(frame{kind: fValue, s: f.vs})
 		return true
 	case oCommaOrEnd:
 		switch c {
@@ -340,8 +451,11 @@ func (st *State) feedObject(f *frame, c byte) bool {
 	return false
 }
 
-// keysLeft reports whether a property is left to write.
-func (st *State) keysLeft(f *frame) bool {
+// keysLeft reports whether a key is left to write.
+func (st *path) keysLeft(f *frame) bool {
+	if len(f.s.patterns) > 0 {
+		return true
+	}
 	for i := range f.s.props {
 		if i >= 64 || f.seen&(1<<i) == 0 {
 			return true
@@ -350,7 +464,7 @@ func (st *State) keysLeft(f *frame) bool {
 	return false
 }
 
-func (st *State) closeObject(f *frame) bool {
+func (st *path) closeObject(f *frame) bool {
 	for _, i := range f.s.requiredIdx {
 		if i < 64 && f.seen&(1<<i) == 0 {
 			return false
@@ -360,7 +474,7 @@ func (st *State) closeObject(f *frame) bool {
 	return true
 }
 
-func (st *State) feedArray(f *frame, c byte) bool {
+func (st *path) feedArray(f *frame, c byte, forks *[]path) bool {
 	if space, ok := f.whitespace(c); space {
 		return ok
 	}
@@ -389,24 +503,29 @@ func (st *State) feedArray(f *frame, c byte) bool {
 			return false
 		}
 		st.push(frame{kind: fValue, s: items})
-		return st.feed(c)
+		return st.feed(c, forks)
 	}
 	return false
 }
 
 var (
-	anySchema = &Schema{types: tAny, maxItems: -1, maxLen: -1}
-	anyString = &Schema{types: tString, maxItems: -1, maxLen: -1}
+	anySchema = anyValue()
+	anyString = func() *Schema {
+		s := &Schema{types: tString, maxItems: -1, maxLen: -1}
+		measure([]*Schema{s})
+		return s
+	}()
 )
 
 // maxDepth bounds the nesting of generated documents.
 const maxDepth = 32
 
-// free reports whether an object schema declares no properties: any keys,
-// any values (json_object, or {"type": "object"}).
-func free(s *Schema) bool { return s.props == nil }
+// free reports whether an object schema declares no properties and no
+// patterns: any keys, with any values or those of additionalProperties
+// (json_object, or {"type": "object"}).
+func free(s *Schema) bool { return s.props == nil && s.patterns == nil }
 
-func (st *State) feedString(f *frame, c byte) bool {
+func (st *path) feedString(f *frame, c byte) bool {
 	// Escapes and UTF-8 continuation first.
 	switch {
 	case f.utf > 0:
@@ -429,7 +548,7 @@ func (st *State) feedString(f *frame, c byte) bool {
 			return st.stringViable(f)
 		case 'u':
 			f.esc = 5
-			return f.cands == nil && f.s != nil && f.s.strEnum == nil // no \u in keys and enums
+			return f.freeKey || !f.key // no \u in keys and enums
 		}
 		return false
 	case f.esc > 1:
@@ -448,9 +567,10 @@ func (st *State) feedString(f *frame, c byte) bool {
 	case c == '"':
 		return st.closeString(f)
 	case c == '\\':
-		// Declared keys and enum values hold no character that needs an
-		// escape (Compile refuses them).
-		if f.cands != nil || f.s == nil || f.s.strEnum != nil {
+		// Declared keys and string enum values hold no character that
+		// needs an escape (Compile refuses them); pattern keys and
+		// pattern strings take none (generation keeps to plain text).
+		if (f.key && !f.freeKey) || f.s == nil || f.s.strEnum != nil || f.s.pattern != nil {
 			return false
 		}
 		f.esc = 1
@@ -507,8 +627,8 @@ func unescape(c byte) byte {
 
 // stringViable checks a string's content so far against what it may
 // become: a key among the candidates, an enum value, a length limit.
-func (st *State) stringViable(f *frame) bool {
-	if f.key && f.cands != nil {
+func (st *path) stringViable(f *frame) bool {
+	if f.key && !f.freeKey {
 		parent := &st.stack[len(st.stack)-2]
 		keep := f.cands[:0]
 		for _, i := range f.cands {
@@ -517,7 +637,15 @@ func (st *State) stringViable(f *frame) bool {
 			}
 		}
 		f.cands = keep
-		return len(keep) > 0
+		if len(keep) > 0 {
+			return true
+		}
+		for _, pp := range parent.s.patterns {
+			if pp.re.viable(string(f.buf)) {
+				return true
+			}
+		}
+		return false
 	}
 	if f.s.strEnum != nil {
 		for _, e := range f.s.strEnum {
@@ -530,31 +658,23 @@ func (st *State) stringViable(f *frame) bool {
 	if f.s.maxLen >= 0 && f.n > f.s.maxLen {
 		return false
 	}
+	if f.s.pattern != nil && !f.s.pattern.viable(string(f.buf)) {
+		return false
+	}
 	return true
 }
 
-func (st *State) closeString(f *frame) bool {
-	if f.key && f.cands == nil { // a free object's key
+func (st *path) closeString(f *frame) bool {
+	if f.key {
 		parent := &st.stack[len(st.stack)-2]
+		vs := st.keySchema(parent, f)
+		if vs == nil {
+			return false
+		}
+		parent.vs = vs
 		st.stack = st.stack[:len(st.stack)-1]
 		parent.sub, parent.space = oColon, false
 		return true
-	}
-	if f.key {
-		parent := &st.stack[len(st.stack)-2]
-		for _, i := range f.cands {
-			if parent.s.props[i].name == string(f.buf) {
-				if i < 64 {
-					parent.seen |= 1 << i
-				}
-				parent.n = i
-				st.stack = st.stack[:len(st.stack)-1]
-				parent.sub = oColon
-				parent.space = false
-				return true
-			}
-		}
-		return false
 	}
 	if f.s.strEnum != nil && !slices.Contains(f.s.strEnum, string(f.buf)) {
 		return false
@@ -562,8 +682,46 @@ func (st *State) closeString(f *frame) bool {
 	if f.n < f.s.minLen {
 		return false
 	}
+	if f.s.pattern != nil && !f.s.pattern.matches(string(f.buf)) {
+		return false
+	}
 	st.pop()
 	return true
+}
+
+// keySchema ends the key f of object frame parent: the schema its value
+// takes, or nil when the key may not be written (undeclared, matching no
+// pattern or two that disagree, or already written).
+func (st *path) keySchema(parent, f *frame) *Schema {
+	if f.freeKey {
+		return valueSchema(parent.s)
+	}
+	name := string(f.buf)
+	for _, i := range f.cands {
+		if parent.s.props[i].name == name {
+			if i < 64 {
+				parent.seen |= 1 << i
+			}
+			return parent.s.props[i].schema
+		}
+	}
+	if len(parent.s.patterns) == 0 || slices.Contains(parent.pkeys, name) ||
+		slices.ContainsFunc(parent.s.props, func(p prop) bool { return p.name == name }) {
+		return nil
+	}
+	var vs *Schema
+	for _, pp := range parent.s.patterns {
+		if pp.re.matches(name) {
+			if vs != nil && vs != pp.schema {
+				return nil // the value would have to satisfy both
+			}
+			vs = pp.schema
+		}
+	}
+	if vs != nil {
+		parent.pkeys = append(parent.pkeys, name)
+	}
+	return vs
 }
 
 // Number states.
@@ -666,7 +824,7 @@ func numberInRange(f *frame) bool {
 // numberViable reports whether a bounded number (generated as an integer)
 // can still end within its bounds: some integer with these leading
 // characters lies in [min, max].
-func (st *State) numberViable(f *frame) bool {
+func (st *path) numberViable(f *frame) bool {
 	if f.s.min == nil && f.s.max == nil {
 		return true
 	}
@@ -703,13 +861,21 @@ func (st *State) numberViable(f *frame) bool {
 }
 
 // MinRemaining is the fewest bytes that complete the document from here
-// (closing quotes, required keys with their shortest values, brackets):
-// with at least that many bytes left to write, a generation can always
-// still finish a valid document.
+// (closing quotes, required keys with their shortest values, brackets),
+// over the branches still possible: with at least that many bytes left to
+// write, a generation can always still finish a valid document.
 func (st *State) MinRemaining() int {
 	if st.dead {
 		return math.MaxInt32
 	}
+	best := math.MaxInt32
+	for i := range st.paths {
+		best = min(best, st.paths[i].minRemaining())
+	}
+	return best
+}
+
+func (st *path) minRemaining() int {
 	if st.done {
 		return 0
 	}
@@ -719,91 +885,40 @@ func (st *State) MinRemaining() int {
 		top := i == len(st.stack)-1
 		switch f.kind {
 		case fValue:
-			total += minValue(f.s, 0)
+			total = add(total, f.s.shortest)
 		case fString:
 			if f.key {
 				continue // counted with its object, below
 			}
 			if f.s.strEnum != nil {
-				best := math.MaxInt32
+				best := infLen
 				for _, e := range f.s.strEnum {
 					if strings.HasPrefix(e, string(f.buf)) {
 						best = min(best, len(e)-len(f.buf))
 					}
 				}
-				total += best + 1
+				total = add(total, best+1)
 				continue
 			}
-			total += 1 + max(0, f.s.minLen-f.n) + pendingBytes(f)
+			need := max(0, f.s.minLen-f.n)
+			if f.s.pattern != nil {
+				need = max(need, f.s.pattern.shortest(string(f.buf)))
+			}
+			total = add(total, add(1+pendingBytes(f), need))
 		case fNumber:
 			if !numberComplete(f) {
 				total++
 			}
 		case fLiteral:
-			best := math.MaxInt32
+			best := infLen
 			for _, w := range f.litAll {
 				if strings.HasPrefix(w, string(f.buf)) {
 					best = min(best, len(w)-len(f.buf))
 				}
 			}
-			total += best
+			total = add(total, best)
 		case fObject:
-			var key *frame // a key being written, on top of the object
-			if i+1 < len(st.stack) && st.stack[i+1].kind == fString && st.stack[i+1].key {
-				key = &st.stack[i+1]
-			}
-			sub := f.sub
-			if !top && key == nil {
-				sub = oCommaOrEnd // its value on top completes first
-			}
-			// missing is the shortest text of the required keys left
-			// (besides except), each "key":value, with the commas between
-			// them and, when lead is set, one before the first.
-			missing := func(except int, lead bool) int {
-				n, k := 0, 0
-				for _, j := range f.s.requiredIdx {
-					if j != except && (j >= 64 || f.seen&(1<<j) == 0) {
-						n += len(f.s.props[j].name) + 3 + minValue(f.s.props[j].schema, 0)
-						k++
-					}
-				}
-				if k > 0 {
-					n += k - 1
-					if lead {
-						n++
-					}
-				}
-				return n
-			}
-			switch {
-			case key != nil && key.cands == nil: // a free object's key
-				total += pendingBytes(key) + 1 + 1 + minValue(anySchema, 0) + 1
-			case key != nil:
-				// The shortest way on: finish one candidate key, its value,
-				// and the required keys left besides it.
-				best := math.MaxInt32
-				for _, c := range key.cands {
-					p := f.s.props[c]
-					best = min(best, len(p.name)-len(key.buf)+1+1+minValue(p.schema, 0)+missing(c, true))
-				}
-				total += pendingBytes(key) + best + 1
-			case sub == oKey: // after a comma: a key must come
-				m := missing(-1, false)
-				if m == 0 {
-					m = minOptionalKey(f)
-				}
-				total += m + 1
-			case sub == oColon: // the key's value, then the rest
-				vs := anySchema
-				if !free(f.s) {
-					vs = f.s.props[f.n].schema
-				}
-				total += 1 + minValue(vs, 0) + missing(-1, true) + 1
-			case sub == oKeyOrEnd:
-				total += missing(-1, false) + 1
-			default: // after a value
-				total += missing(-1, true) + 1
-			}
+			total = add(total, st.objectRemaining(i, top))
 		case fArray:
 			sub := f.sub
 			if !top {
@@ -825,10 +940,84 @@ func (st *State) MinRemaining() int {
 			if sub != 1 && left > 0 {
 				commas = left - 1 // after '[' or ',' the first does not
 			}
-			total += left*minValue(items, 0) + commas + 1
+			total = add(total, add(left*min(items.shortest, infLen/(left+1)), commas+1))
 		}
 	}
 	return total
+}
+
+// objectRemaining is the fewest bytes that close the object frame at
+// index i (its value on top, if any, counted by the caller; a key being
+// written counted here).
+func (st *path) objectRemaining(i int, top bool) int {
+	f := &st.stack[i]
+	var key *frame // a key being written, on top of the object
+	if i+1 < len(st.stack) && st.stack[i+1].kind == fString && st.stack[i+1].key {
+		key = &st.stack[i+1]
+	}
+	sub := f.sub
+	if !top && key == nil {
+		sub = oCommaOrEnd // its value on top completes first
+	}
+	// missing is the shortest text of the required keys left (besides
+	// except), each "key":value, with the commas between them and, when
+	// lead is set, one before the first.
+	missing := func(except int, lead bool) int {
+		n, k := 0, 0
+		for _, j := range f.s.requiredIdx {
+			if j != except && (j >= 64 || f.seen&(1<<j) == 0) {
+				n = add(n, len(f.s.props[j].name)+3+f.s.props[j].schema.shortest)
+				k++
+			}
+		}
+		if k > 0 {
+			n += k - 1
+			if lead {
+				n++
+			}
+		}
+		return n
+	}
+	switch {
+	case key != nil && key.freeKey: // a free object's key
+		return add(pendingBytes(key)+1+1+1, valueSchema(f.s).shortest)
+	case key != nil:
+		// The shortest way on: finish one candidate key (declared, or
+		// matching a pattern), its value, and the required keys left
+		// besides it.
+		best := infLen
+		for _, c := range key.cands {
+			p := f.s.props[c]
+			best = min(best, add(len(p.name)-len(key.buf)+1+1, add(p.schema.shortest, missing(c, true))))
+		}
+		for _, pp := range f.s.patterns {
+			if sh := pp.re.shortest(string(key.buf)); sh < infLen {
+				best = min(best, add(sh+1+1, add(pp.schema.shortest, missing(-1, true))))
+			}
+		}
+		return add(pendingBytes(key)+1, best)
+	case sub == oKey: // after a comma: a key must come
+		m := missing(-1, false)
+		if m == 0 {
+			m = minOptionalKey(f)
+		}
+		return add(m, 1)
+	case sub == oColon: // the key's value, then the rest
+		return add(1+1, add(f.vs.shortest, missing(-1, true)))
+	case sub == oKeyOrEnd:
+		return add(missing(-1, false), 1)
+	default: // after a value
+		return add(missing(-1, true), 1)
+	}
+}
+
+// valueSchema is the schema of the values of an object that declares no
+// keys.
+func valueSchema(s *Schema) *Schema {
+	if s.addl != nil {
+		return s.addl
+	}
+	return anySchema
 }
 
 // pendingBytes is how many bytes a string frame needs before it may close:
@@ -845,63 +1034,16 @@ func pendingBytes(f *frame) int {
 // minOptionalKey is the shortest "key": value an object may still take.
 func minOptionalKey(f *frame) int {
 	if free(f.s) {
-		return 2 + 1 + minValue(anySchema, 0)
+		return add(2+1, valueSchema(f.s).shortest)
 	}
-	best := math.MaxInt32
+	best := infLen
 	for j, p := range f.s.props {
 		if j >= 64 || f.seen&(1<<j) == 0 {
-			best = min(best, len(p.name)+3+minValue(p.schema, 0))
+			best = min(best, add(len(p.name)+3, p.schema.shortest))
 		}
 	}
-	return best
-}
-
-// minValue is the length of the shortest document of s.
-func minValue(s *Schema, depth int) int {
-	if depth > maxDepth {
-		return math.MaxInt32 / 4
-	}
-	if s.enum != nil {
-		best := math.MaxInt32
-		for _, e := range s.enum {
-			best = min(best, len(e))
-		}
-		return best
-	}
-	best := math.MaxInt32
-	if s.types&(tNumber|tInteger) != 0 {
-		n := 1
-		if s.min != nil && *s.min > 0 {
-			n = len(strconv.FormatFloat(math.Ceil(*s.min), 'f', -1, 64))
-		} else if s.max != nil && *s.max < 0 {
-			n = len(strconv.FormatFloat(math.Floor(*s.max), 'f', -1, 64))
-		}
-		best = min(best, n)
-	}
-	if s.types&(tNull|tBoolean) != 0 {
-		best = min(best, 4)
-	}
-	if s.types&tString != 0 {
-		best = min(best, 2+s.minLen)
-	}
-	if s.types&tArray != 0 {
-		items := s.items
-		if items == nil {
-			items = anySchema
-		}
-		n := 2
-		if s.minItems > 0 {
-			n += s.minItems*minValue(items, depth+1) + s.minItems - 1
-		}
-		best = min(best, n)
-	}
-	if s.types&tObject != 0 {
-		n, k := 2, 0
-		for _, j := range s.requiredIdx {
-			n += len(s.props[j].name) + 3 + minValue(s.props[j].schema, depth+1)
-			k++
-		}
-		best = min(best, n+max(k-1, 0))
+	for _, pp := range f.s.patterns {
+		best = min(best, add(add(pp.re.shortest(""), 3), pp.schema.shortest))
 	}
 	return best
 }
