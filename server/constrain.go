@@ -16,17 +16,34 @@ import (
 // grammar): after the prefilled "<tool_call>" opening, only a declared
 // function's name, arguments valid for its parameters' JSON Schema and
 // the closing tag can come, then the end of the turn; a structured output
-// is one JSON document of the schema. The schemas are compiled when the
-// request is parsed, so an unsupported keyword is a 400 naming it.
+// is one JSON document of the schema. With tool_choice "auto" the reply
+// is free until the model opens a tool call; from "<tool_call>" on, the
+// call is held to the same grammar (a lazy grammar, as llama.cpp's), so a
+// call names a declared function with arguments of its schema, and the
+// reply goes on free after it. The schemas are compiled when the request
+// is parsed: a schema that cannot be followed is a 400 naming the keyword
+// where the request needs it followed (the forced function, or a tool
+// declared strict), and is otherwise set aside: left out of "required"'s
+// choices, or, in auto mode, its calls' arguments are any JSON object.
 
-// toolSchemas compiles the parameters of the declared tools, by name.
-func toolSchemas(tools []json.RawMessage) (map[string]*grammar.Schema, []string, *apiError) {
-	out := map[string]*grammar.Schema{}
-	var order []string
-	for i, raw := range tools {
+// compileToolSchemas compiles the parameters of the tools a call may
+// name under the tool choice: the forced function only, or every
+// declared tool ("required", "auto").
+func (conv *conversation) compileToolSchemas() *apiError {
+	mode := conv.choice.mode
+	if mode == "none" || len(conv.tools) == 0 {
+		return nil
+	}
+	conv.schemas, conv.toolOrder = map[string]*grammar.Schema{}, nil
+	var setAside *apiError
+	for i, raw := range conv.tools {
 		var t chatTool
 		if err := json.Unmarshal(raw, &t); err != nil {
 			continue // parseChatTools reported it
+		}
+		name := t.Function.Name
+		if _, dup := conv.schemas[name]; dup || (mode == "function" && name != conv.choice.name) {
+			continue
 		}
 		param := fmt.Sprintf("tools[%d].function.parameters", i)
 		params := t.Function.Parameters
@@ -35,15 +52,37 @@ func toolSchemas(tools []json.RawMessage) (map[string]*grammar.Schema, []string,
 		}
 		s, err := grammar.Compile(params)
 		if err != nil {
-			return nil, nil, invalid(param, "invalid_value", "Invalid schema for '%s': %v", param, err)
+			strict := isTrue(t.Function.Strict)
+			e := invalid(param, "invalid_value", "Invalid schema for '%s': %v", param, err)
+			switch {
+			case strict:
+				e.Message += " (the tool is strict: its calls must follow the schema)"
+				return e
+			case mode == "function":
+				return e
+			case mode == "required":
+				if setAside == nil {
+					setAside = e
+				}
+				continue // not among the choices
+			default:
+				s = anyObject // auto: its calls' arguments are any object
+			}
 		}
-		if _, dup := out[t.Function.Name]; !dup {
-			order = append(order, t.Function.Name)
-		}
-		out[t.Function.Name] = s
+		conv.schemas[name] = s
+		conv.toolOrder = append(conv.toolOrder, name)
 	}
-	return out, order, nil
+	if len(conv.toolOrder) == 0 && setAside != nil {
+		return setAside
+	}
+	return nil
 }
+
+// anyObject is the schema of any JSON object.
+var anyObject, _ = grammar.Compile(json.RawMessage(`{"type":"object"}`))
+
+// isTrue reports whether raw is JSON true.
+func isTrue(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "true" }
 
 // parseResponseFormat reads a chat request's response_format (or a
 // Responses request's text.format, flat): nil for text.
@@ -93,8 +132,9 @@ func parseResponseFormat(raw json.RawMessage, param string) (*grammar.Schema, *a
 	return nil, invalid(param+".type", "invalid_value", "Invalid value for '%s.type': %q. Supported values are: 'text', 'json_object' and 'json_schema'.", param, f.Type)
 }
 
-// grammarFor is the grammar a request's choices follow after the prefill,
-// or nil when they are free.
+// grammarFor is the grammar a request's choices follow after the prefill
+// (in auto mode: after each "<tool_call>" the model opens), or nil when
+// they are free.
 func grammarFor(conv *conversation) *grammar.Grammar {
 	closing := grammar.Part{Text: "}\n" + tagToolClose}
 	switch conv.choice.mode {
@@ -125,6 +165,18 @@ func grammarFor(conv *conversation) *grammar.Grammar {
 		}
 		seqs(nil, calls)
 		return g
+	case "auto":
+		if len(conv.toolOrder) > 0 {
+			// What follows "<tool_call>": one call, as the template
+			// renders calls.
+			g := &grammar.Grammar{}
+			for _, name := range conv.toolOrder {
+				quoted, _ := json.Marshal(name)
+				g.Alts = append(g.Alts, []grammar.Part{{Text: "\n{\"name\": " + string(quoted) + ", \"arguments\": "},
+					{Schema: conv.schemas[name]}, closing})
+			}
+			return g
+		}
 	}
 	if conv.format != nil && (conv.choice.mode == "none" || len(conv.tools) == 0) {
 		return &grammar.Grammar{Alts: [][]grammar.Part{{{Schema: conv.format}}}}
@@ -158,10 +210,16 @@ func (s *Server) vocab() grammar.Vocab {
 	return s.vocabBytes
 }
 
-// constraint is a fresh Constraint of g for one choice (nil: none).
-func (s *Server) constraint(g *grammar.Grammar) rollout.Constraint {
-	if g == nil {
+// constraint is a fresh constraint of g for one choice of conv (nil:
+// none): lazy in auto mode, where g is a tool call's grammar and starts
+// at each "<tool_call>" outside reasoning (reasoning: the prompt opened
+// a reasoning block).
+func (s *Server) constraint(conv *conversation, g *grammar.Grammar, reasoning bool) rollout.Constraint {
+	switch {
+	case g == nil:
 		return nil
+	case conv.choice.mode == "auto" && len(conv.toolOrder) > 0:
+		return grammar.NewLazy(tagToolCall, g, s.vocab(), s.opts.StopTokens, reasoning)
 	}
 	return grammar.NewConstraint(g, s.vocab(), s.opts.StopTokens)
 }

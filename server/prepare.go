@@ -25,23 +25,16 @@ type conversation struct {
 	oneCall  bool // parallel_tool_calls: false
 	vars     map[string]any
 	// format is response_format's schema (nil: free text); schemas and
-	// toolOrder are the declared tools' parameters, compiled when a call
-	// is forced (see constrain.go).
+	// toolOrder are the parameters of the tools a call may name, compiled
+	// unless tool_choice is none (see constrain.go).
 	format    *grammar.Schema
 	schemas   map[string]*grammar.Schema
 	toolOrder []string
 }
 
-// compileTools compiles the tools' parameter schemas when the tool choice
-// forces a call, which is then generated under them.
-func (conv *conversation) compileTools() *apiError {
-	if conv.choice.mode != "function" && conv.choice.mode != "required" {
-		return nil
-	}
-	var e *apiError
-	conv.schemas, conv.toolOrder, e = toolSchemas(conv.tools)
-	return e
-}
+// compileTools compiles the parameter schemas of the tools a call may
+// name, which calls are then generated under (constrain.go).
+func (conv *conversation) compileTools() *apiError { return conv.compileToolSchemas() }
 
 // sampling is how a request wants its choices generated.
 type sampling struct {
@@ -169,7 +162,7 @@ func (s *Server) prepareChat(conv *conversation, smp sampling) (*prepared, *apiE
 		}
 		p.jobs = append(p.jobs, job{
 			index:     i,
-			req:       rollout.Request{Prompt: prompt, Sampling: params, MaxTokens: maxTokens, StopTokens: s.opts.StopTokens, Constraint: s.constraint(g)},
+			req:       rollout.Request{Prompt: prompt, Sampling: params, MaxTokens: maxTokens, StopTokens: s.opts.StopTokens, Constraint: s.constraint(conv, g, reasoning)},
 			stops:     smp.stops,
 			chat:      true,
 			tools:     len(tools) > 0,

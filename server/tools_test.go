@@ -1,0 +1,137 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/clawrl/clawrl/grammar"
+	"github.com/clawrl/clawrl/rollout"
+)
+
+// Tool schemas as clients send them: OpenClaw-style tools with anyOf
+// (Pydantic's Optional) and patternProperties, a tool with a keyword
+// constrained decoding cannot follow, and a strict tool.
+const (
+	toolWeather = `{"type":"function","function":{"name":"get_weather","strict":true,"parameters":{"type":"object",` +
+		`"properties":{"city":{"type":"string","maxLength":20},"unit":{"anyOf":[{"type":"string","enum":["c","f"]},{"type":"null"}]}},` +
+		`"required":["city","unit"],"additionalProperties":false}}}`
+	toolExec = `{"type":"function","function":{"name":"exec","parameters":{"type":"object","properties":{"cmd":{"type":"string"},` +
+		`"env":{"type":"object","patternProperties":{"^[A-Z_]+$":{"type":"string"}},"additionalProperties":false},` +
+		`"timeout":{"anyOf":[{"type":"integer"},{"type":"null"}]}},"required":["cmd"]}}}`
+	toolUnique = `{"type":"function","function":{"name":"tag","parameters":{"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}}}}}`
+	toolUniqueStrict = `{"type":"function","function":{"name":"tag","strict":true,"parameters":{"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}}}}}`
+)
+
+// The tool choice decides which schemas must be followed: the forced
+// function's only (another tool's schema does not matter), a strict
+// tool's always; in auto mode a call is constrained once it starts.
+func TestToolSchemasByChoice(t *testing.T) {
+	e := newEnv(t)
+	forced := func(name string) string { return fmt.Sprintf(`{"type":"function","function":{"name":%q}}`, name) }
+	for _, c := range []struct {
+		name, tools, choice string
+		status              int
+		want                string // in the error, or the constraint's type
+	}{
+		{"forced, another tool has anyOf and patternProperties", toolWeather + "," + toolExec, forced("get_weather"), 200, "*grammar.Constraint"},
+		{"forced tool with anyOf and patternProperties", toolWeather + "," + toolExec, forced("exec"), 200, "*grammar.Constraint"},
+		{"forced, another tool has an unsupported keyword", toolWeather + "," + toolUnique, forced("get_weather"), 200, "*grammar.Constraint"},
+		{"forced tool has an unsupported keyword", toolWeather + "," + toolUnique, forced("tag"), 400, "uniqueItems"},
+		{"required sets aside a tool it cannot follow", toolUnique + "," + toolExec, `"required"`, 200, "*grammar.Constraint"},
+		{"required with no tool it can follow", toolUnique, `"required"`, 400, "uniqueItems"},
+		{"auto, strict tool it cannot follow", toolWeather + "," + toolUniqueStrict, `"auto"`, 400, "strict"},
+		{"auto, non-strict tool it cannot follow", toolWeather + "," + toolUnique, `"auto"`, 200, "*grammar.Lazy"},
+		{"auto by default", toolWeather, `null`, 200, "*grammar.Lazy"},
+		{"none", toolWeather + "," + toolUniqueStrict, `"none"`, 200, "<nil>"},
+	} {
+		before := len(e.gen.requests())
+		resp, body := e.post("/v1/chat/completions", `{"model":"clawrl-test",`+okMsgs+`,"max_tokens":5,"tools":[`+c.tools+`],"tool_choice":`+c.choice+`}`)
+		if resp.StatusCode != c.status {
+			t.Errorf("%s: %d %s", c.name, resp.StatusCode, body)
+			continue
+		}
+		if c.status != 200 {
+			if !strings.Contains(body, c.want) {
+				t.Errorf("%s: %s does not name %q", c.name, body, c.want)
+			}
+			continue
+		}
+		reqs := e.gen.requests()
+		if len(reqs) != before+1 {
+			t.Fatalf("%s: %d generations", c.name, len(reqs)-before)
+		}
+		if got := fmt.Sprintf("%T", reqs[len(reqs)-1].Constraint); got != c.want {
+			t.Errorf("%s: constraint %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// allowedPrefix feeds the tokens of text to c as far as it allows them
+// and returns the text it took.
+func allowedPrefix(e *env, c rollout.Constraint, text string) string {
+	var took []int32
+	for _, id := range e.srv.tok.Encode(text) {
+		if !c.Allow(id) {
+			break
+		}
+		c.Accept(id)
+		took = append(took, id)
+	}
+	return e.srv.tok.Decode(took)
+}
+
+// In auto mode the reply is free text until the model opens a tool call;
+// from "<tool_call>" on it can only name a declared tool with arguments
+// of its schema (strict or not), and it is free again after the call.
+func TestAutoToolCallConstrained(t *testing.T) {
+	e := newEnv(t)
+	resp, body := e.post("/v1/chat/completions", `{"model":"clawrl-test",`+okMsgs+`,"max_tokens":5,"tools":[`+toolWeather+`,`+toolExec+`]}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	req := e.gen.requests()[0]
+	if _, ok := req.Constraint.(*grammar.Lazy); !ok {
+		t.Fatalf("auto mode generates without a tool-call grammar: %T", req.Constraint)
+	}
+	for _, tc := range []struct{ text, took string }{
+		{"Sure, let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>\nDone.",
+			"Sure, let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>\nDone."},
+		{"<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\", \"env\": {\"HOME\": \"/\"}, \"timeout\": null}}\n</tool_call>",
+			"<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\", \"env\": {\"HOME\": \"/\"}, \"timeout\": null}}\n</tool_call>"},
+		// An undeclared function, an undeclared key, a value outside
+		// the enum, a lower-case environment name: cut where they start.
+		{"<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>", "<tool_call>\n{\"name\": \""},
+		{"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\""},
+		{"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"k\"}}", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \""},
+		{"<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\", \"env\": {\"home\": \"/\"}}}", "<tool_call>\n{\"name\": \"exec\", \"arguments\": {\"cmd\": \"ls\", \"env\": {\""},
+		// A call may not be left open: the required unit is missing.
+		{"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+			"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\""},
+	} {
+		conv := mustConv(t, e)
+		got := allowedPrefix(e, e.srv.constraint(conv, grammarFor(conv), false), tc.text)
+		// Tokens may cross the cut: the text taken is the longest
+		// allowed token prefix, which ends at or before the cut.
+		if !strings.HasPrefix(tc.took, got) || len(tc.took)-len(got) > 12 || (tc.took == tc.text && got != tc.text) {
+			t.Errorf("%q:\n took %q\n want %q", tc.text, got, tc.took)
+		}
+	}
+}
+
+// mustConv is the conversation of an auto-mode request with the weather
+// and exec tools.
+func mustConv(t *testing.T, e *env) *conversation {
+	t.Helper()
+	var req chatRequest
+	r, _ := http.NewRequest(http.MethodPost, "/", strings.NewReader(`{"model":"clawrl-test",`+okMsgs+`,"tools":[`+toolWeather+`,`+toolExec+`]}`))
+	if ae := decodeBody(r, 1<<20, &req); ae != nil {
+		t.Fatal(ae)
+	}
+	conv, ae := req.conversation()
+	if ae != nil {
+		t.Fatal(ae)
+	}
+	return conv
+}
