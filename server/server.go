@@ -29,7 +29,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -549,30 +548,6 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, s.withOwner(r, sum))
 	})
-}
-
-// limitBody bounds the request body.
-func (s *Server) limitBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > s.opts.MaxBodyBytes {
-			// A client still sending its body would read a connection
-			// reset, not the 413: read (and drop) a bounded amount first,
-			// within the server's read timeout, then close.
-			w.Header().Set("Connection", "close")
-			if r.ContentLength <= min(2*s.opts.MaxBodyBytes, 64<<20) {
-				_, _ = io.CopyN(io.Discard, r.Body, r.ContentLength)
-			}
-			writeError(w, tooLarge(s.opts.MaxBodyBytes))
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
-		next.ServeHTTP(w, r)
-	})
-}
-
-func tooLarge(limit int64) *apiError {
-	return &apiError{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest, Code: "request_too_large",
-		Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", limit)}
 }
 
 // requireReady answers 503 until the model is loaded.
