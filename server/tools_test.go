@@ -20,7 +20,7 @@ const (
 	toolExec = `{"type":"function","function":{"name":"exec","parameters":{"type":"object","properties":{"cmd":{"type":"string"},` +
 		`"env":{"type":"object","patternProperties":{"^[A-Z_]+$":{"type":"string"}},"additionalProperties":false},` +
 		`"timeout":{"anyOf":[{"type":"integer"},{"type":"null"}]}},"required":["cmd"]}}}`
-	toolUnique = `{"type":"function","function":{"name":"tag","parameters":{"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}}}}}`
+	toolUnique       = `{"type":"function","function":{"name":"tag","parameters":{"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}}}}}`
 	toolUniqueStrict = `{"type":"function","function":{"name":"tag","strict":true,"parameters":{"type":"object","properties":{"tags":{"type":"array","uniqueItems":true}}}}}`
 )
 
