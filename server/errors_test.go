@@ -92,7 +92,10 @@ func TestBadRequests(t *testing.T) {
 		{name: "responses: temperature", path: "/v1/responses", body: `{"input":"x","temperature":3}`, want: bad("temperature", "invalid_value")},
 
 		{name: "completions: no prompt", path: "/v1/completions", body: `{"model":"clawrl-test"}`, want: bad("prompt", "missing_required_parameter")},
-		{name: "completions: echo", path: "/v1/completions", body: `{"prompt":"x","echo":true}`, want: bad("echo", "unsupported_parameter")},
+		{name: "completions: token id outside the vocabulary", path: "/v1/completions", body: `{"prompt":[1,99999999]}`, want: bad("prompt", "invalid_value")},
+		{name: "completions: token id in a list", path: "/v1/completions", body: `{"prompt":[[1],[-1]]}`, want: bad("prompt[1]", "invalid_value")},
+		{name: "completions: prompt of the wrong type", path: "/v1/completions", body: `{"prompt":[{"a":1}]}`, want: bad("prompt", "invalid_type")},
+		{name: "completions: max_tokens zero without echo", path: "/v1/completions", body: `{"prompt":"x","max_tokens":0}`, want: bad("max_tokens", "invalid_value")},
 		{name: "completions: logprobs", path: "/v1/completions", body: `{"prompt":"x","logprobs":6}`, want: bad("logprobs", "invalid_value")},
 		{name: "completions: too many choices", path: "/v1/completions", body: `{"prompt":["a","b","c"],"n":3}`, want: bad("prompt", "invalid_value")},
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,11 @@ func (f *fakeGen) Generate(ctx context.Context, req rollout.Request) (<-chan rol
 	f.mu.Unlock()
 	sc := f.reply(f.tok.Decode(req.Prompt), req)
 	toks := f.tok.Encode(sc.text)
+	if fp, ok := req.Constraint.(*forcePrompt); ok {
+		// An echo with log-probs: the prompt's forced tokens come first,
+		// as a constrained model would write them.
+		toks = append(slices.Clone(fp.ids), toks...)
+	}
 	filler := f.tok.Encode(" la")
 	ch := make(chan rollout.Event, 4)
 	f.active.Add(1)
