@@ -255,7 +255,7 @@ type choiceLogprobs struct {
 // collect waits for all choices and writes the completion.
 func (c *chatCall) collect(ctx context.Context, w http.ResponseWriter, gens []*generation, promptLen int) []*output {
 	outs := make([]*output, len(gens))
-	for ev := range c.s.runAll(ctx, gens, false) {
+	for ev := range c.s.runAll(gens, false) {
 		outs[ev.index] = ev.done
 	}
 	if err := firstError(outs); err != nil {
@@ -263,7 +263,10 @@ func (c *chatCall) collect(ctx context.Context, w http.ResponseWriter, gens []*g
 		return outs
 	}
 	if cancelled(outs) {
-		return outs // the client is gone
+		if c.s.base.Err() != nil {
+			writeError(w, c.s.shutdownError())
+		}
+		return outs // the client is gone, or the server is going
 	}
 	version := outs[0].version(c.s.opts.Version())
 	resp := chatCompletion{
@@ -352,7 +355,7 @@ func (c *chatCall) stream(ctx context.Context, cancel context.CancelFunc, w http
 	tick, stopTick := c.s.keepAlive()
 	defer stopTick()
 	outs := make([]*output, len(gens))
-	events := c.s.runAll(ctx, gens, true)
+	events := c.s.runAll(gens, true)
 	for open := true; open; {
 		var err error
 		select {
@@ -380,6 +383,19 @@ func (c *chatCall) stream(ctx context.Context, cancel context.CancelFunc, w http
 	if err := firstError(outs); err != nil {
 		e := internalError(err)
 		_ = sse.data("", e.body())
+		return outs
+	}
+	if cut := c.s.cut(outs); cut != nil {
+		// The shutdown cut it: finish reasons, the error, [DONE].
+		for _, i := range cut {
+			finish := wireFinish(outs[i].finish)
+			_ = sse.data("", chunk(chunkChoice{Index: i, FinishReason: &finish}))
+		}
+		_ = sse.data("", c.s.shutdownError().body())
+		if c.complete != nil {
+			c.complete(outs)
+		}
+		_ = sse.done()
 		return outs
 	}
 	if cancelled(outs) {

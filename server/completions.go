@@ -422,7 +422,7 @@ func (cc *completionCall) prefix(i int) (string, *completionLogprobs, int) {
 func (cc *completionCall) collect(ctx context.Context, w http.ResponseWriter) []*output {
 	s, c := cc.s, cc.c
 	outs := make([]*output, len(cc.gens))
-	for ev := range s.runAll(ctx, cc.gens, false) {
+	for ev := range s.runAll(cc.gens, false) {
 		outs[ev.index] = ev.done
 	}
 	if err := firstError(outs); err != nil {
@@ -430,6 +430,9 @@ func (cc *completionCall) collect(ctx context.Context, w http.ResponseWriter) []
 		return outs
 	}
 	if cancelled(outs) {
+		if s.base.Err() != nil {
+			writeError(w, s.shutdownError())
+		}
 		return outs
 	}
 	version := outs[0].version(s.opts.Version())
@@ -464,7 +467,7 @@ func (cc *completionCall) stream(ctx context.Context, cancel context.CancelFunc,
 	outs := make([]*output, len(cc.gens))
 	offsets := make([]int, len(cc.gens))
 	started := make([]bool, len(cc.gens))
-	events := s.runAll(ctx, cc.gens, true)
+	events := s.runAll(cc.gens, true)
 	for open := true; open; {
 		var err error
 		select {
@@ -511,6 +514,18 @@ func (cc *completionCall) stream(ctx context.Context, cancel context.CancelFunc,
 	}
 	if err := firstError(outs); err != nil {
 		_ = sse.data("", internalError(err).body())
+		return outs
+	}
+	if cut := s.cut(outs); cut != nil {
+		// The shutdown cut it: finish reasons, the error, [DONE].
+		for _, i := range cut {
+			ck := c
+			finish := wireFinish(outs[i].finish)
+			ck.Choices = []completionChoice{{Index: i, FinishReason: &finish}}
+			_ = sse.data("", ck)
+		}
+		_ = sse.data("", s.shutdownError().body())
+		_ = sse.done()
 		return outs
 	}
 	if cancelled(outs) {

@@ -94,27 +94,21 @@ func (s *Server) start(ctx context.Context, jobs []job) ([]*generation, *apiErro
 
 // runAll runs the generations, each in its own goroutine, and returns
 // their events on one channel, which is closed when all have ended. With
-// deltas false only the ends are sent. Every goroutine stops sending once
-// ctx ends; the caller cancels ctx if it stops reading.
-func (s *Server) runAll(ctx context.Context, gens []*generation, deltas bool) <-chan event {
+// deltas false only the ends are sent. The caller reads the channel to
+// its end (it cancels the generations if its client is gone): every
+// delta and every end is delivered, so a stream cut by the server's
+// shutdown still has all it generated.
+func (s *Server) runAll(gens []*generation, deltas bool) <-chan event {
 	out := make(chan event, 16)
 	var wg sync.WaitGroup
 	for _, g := range gens {
 		wg.Go(func() {
-			send := func(ev event) bool {
-				select {
-				case out <- ev:
-					return true
-				case <-ctx.Done():
-					return false
-				}
-			}
 			var emit func(delta) bool
 			if deltas {
-				emit = func(d delta) bool { return send(event{index: g.index, d: d}) }
+				emit = func(d delta) bool { out <- event{index: g.index, d: d}; return true }
 			}
 			o := s.runSafe(g, emit)
-			send(event{index: g.index, done: o})
+			out <- event{index: g.index, done: o}
 		})
 	}
 	go func() {

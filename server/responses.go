@@ -382,9 +382,13 @@ type responseCall struct {
 func (rc *responseCall) finished(o *output, items []any) responseObject {
 	resp := rc.base
 	resp.Status = "completed"
-	if o.finish == "length" {
+	switch o.finish {
+	case "length":
 		resp.Status = "incomplete"
 		resp.IncompleteDetails = &incompleteDetails{Reason: "max_output_tokens"}
+	case finishInterrupted:
+		resp.Status = "incomplete"
+		resp.IncompleteDetails = &incompleteDetails{Reason: "interrupted"}
 	}
 	resp.Output = items
 	u := &responseUsage{InputTokens: len(rc.p.prompt), OutputTokens: len(o.tokens)}
@@ -396,7 +400,7 @@ func (rc *responseCall) finished(o *output, items []any) responseObject {
 
 func (rc *responseCall) collect(ctx context.Context, w http.ResponseWriter, gens []*generation) []*output {
 	outs := make([]*output, len(gens))
-	for ev := range rc.s.runAll(ctx, gens, false) {
+	for ev := range rc.s.runAll(gens, false) {
 		outs[ev.index] = ev.done
 	}
 	if err := firstError(outs); err != nil {
@@ -404,6 +408,9 @@ func (rc *responseCall) collect(ctx context.Context, w http.ResponseWriter, gens
 		return outs
 	}
 	if cancelled(outs) {
+		if rc.s.base.Err() != nil {
+			writeError(w, rc.s.shutdownError())
+		}
 		return outs
 	}
 	o := outs[0]
@@ -543,7 +550,7 @@ func (rc *responseCall) stream(ctx context.Context, cancel context.CancelFunc, w
 	tick, stopTick := rc.s.keepAlive()
 	defer stopTick()
 	outs := make([]*output, len(gens))
-	events := rc.s.runAll(ctx, gens, true)
+	events := rc.s.runAll(gens, true)
 	for open := true; open; {
 		select {
 		case ev, ok := <-events:
@@ -573,7 +580,8 @@ func (rc *responseCall) stream(ctx context.Context, cancel context.CancelFunc, w
 		st.send("response.failed", map[string]any{"response": failed})
 		return outs
 	}
-	if cancelled(outs) {
+	cut := rc.s.cut(outs) != nil
+	if !cut && cancelled(outs) {
 		return outs
 	}
 	o := outs[0]
@@ -585,6 +593,10 @@ func (rc *responseCall) stream(ctx context.Context, cancel context.CancelFunc, w
 		rc.complete(outs)
 	}
 	resp := rc.finished(o, st.items)
+	if cut {
+		e := rc.s.shutdownError()
+		st.send("error", map[string]any{"code": e.Code, "message": e.Message, "param": nil})
+	}
 	if resp.Status == "incomplete" {
 		st.send("response.incomplete", map[string]any{"response": resp})
 	} else {

@@ -407,8 +407,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancel()
 	err := hs.Shutdown(sctx)
 	if err != nil {
+		// The generations still running are cut; their handlers end
+		// each stream properly (a finish reason, an error event, [DONE])
+		// and record the turns, before the connections close.
 		s.log.Warn().Err(err).Msg("shutdown deadline reached: cancelling in-flight requests")
 		s.cancelBase()
+		waitTimeout(&s.inflight, 5*time.Second)
 		_ = hs.Close()
 	}
 	<-errc // http.ErrServerClosed
