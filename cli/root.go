@@ -82,6 +82,7 @@ it with a judge, and trains the served model in the background.`,
 
 	root.AddCommand(
 		a.versionCmd(),
+		a.devicesCmd(),
 		a.generateCmd(),
 		a.testmodelCmd(),
 		a.benchCmd(),

@@ -57,9 +57,16 @@ func newBench(b *testing.B, be *Backend, dt compute.DType, shape ...int) compute
 	return t
 }
 
+// BenchmarkLinearBF16 times products with BF16 weights on the shapes of a
+// Qwen3-4B layer (q 2560→4096, k and v 2560→1024, o 4096→2560, gate and
+// up 2560→9728, down 9728→2560) at decode (1 and 32 rows) and prefill
+// (2048 rows), the LM head's GEMV, and 4096³; scripts/gpu-check times
+// torch.matmul on the same shapes.
 func BenchmarkLinearBF16(b *testing.B) {
 	for _, c := range []struct{ m, n, k int }{
-		{1, 9728, 2560}, {32, 9728, 2560}, {1, 2560, 9728}, {2048, 9728, 2560}, {4096, 4096, 4096},
+		{1, 9728, 2560}, {32, 9728, 2560}, {1, 2560, 9728}, {1, 151936, 2560},
+		{2048, 4096, 2560}, {2048, 1024, 2560}, {2048, 2560, 4096}, {2048, 9728, 2560}, {2048, 2560, 9728},
+		{4096, 4096, 4096},
 	} {
 		b.Run(fmt.Sprintf("m%d_n%d_k%d", c.m, c.n, c.k), func(b *testing.B) {
 			be := benchBackend(b)
