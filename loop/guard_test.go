@@ -34,6 +34,7 @@ func guardLoop(t *testing.T, r *rig, db *store.DB, g GuardOptions, measureKL boo
 	opts := trainer.DefaultOptions()
 	opts.LR, opts.WarmupSteps, opts.LoRARank = 5e-2, 0, 4
 	opts.MeasureKL = measureKL
+	opts.TargetKL = 0 // these steps must move the policy far enough to trip the guard
 	tr, err := trainer.New(r.m, r.m.Weights(), opts)
 	if err != nil {
 		t.Fatal(err)

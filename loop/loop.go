@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,14 +152,14 @@ func New(opts Options) (*Loop, error) {
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_versions_published_total",
 			Help: "Weight versions published by training."}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_samples_stale_total",
-			Help: "Queued samples dropped because their generating version was more than max_staleness versions old."}),
+			Help: "Queued samples dropped because their generating version was more than max_staleness optimizer steps of the lineage behind."}),
 		replayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_replay_samples_total",
 			Help: "Replay samples (trainer.replay) added to training steps."}),
 		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "clawrl_train_step",
-			Help: "The last applied training step: clip_fraction (updates after the first, trainer.ppo_epochs > 1), importance_weight (mean truncated behaviour-to-proximal weight), kl, entropy, grad_norm, lr, advantage, samples, tokens."},
+			Help: "The last applied training step: clip_fraction (updates after the first, trainer.ppo_epochs > 1), importance_weight (mean truncated behaviour-to-proximal weight), kl (to the reference, at the step's start), step_kl (from the step's start to its result: the trust region's), trust_scale (share of the update kept), entropy, grad_norm, lr, advantage, samples, tokens."},
 			[]string{"stat"}),
 		staleness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "clawrl_train_sample_staleness_versions",
-			Help: "Versions between the one that generated a trained sample and the trainer's.", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 16}}, nil),
+			Help: "Optimizer steps of the lineage between the version that generated a trained sample and the trainer's (a rollback adds none).", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 16}}, nil),
 		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "clawrl_loop_scoring_inflight",
 			Help: "Turns submitted to the scorer and not yet scored."}, func() float64 {
 			l.mu.Lock()
@@ -339,6 +340,7 @@ func (l *Loop) collect() {
 // train steps the trainer whenever a full batch is queued, or a partial
 // one has waited MaxWait.
 func (l *Loop) train(ctx context.Context) {
+	l.loadLineage()
 	l.guardStart(ctx)
 	tick := time.NewTicker(l.opts.Poll)
 	defer tick.Stop()
@@ -408,19 +410,34 @@ func (l *Loop) doRollback(c *weights.Checkpoint) (uint64, error) {
 	return v.Number(), nil
 }
 
+// loadLineage gives the trainer the store's record of versions, so that
+// staleness is counted in optimizer steps along the lineage across
+// restarts and rollbacks (trainer.Lineage); the trainer adds the versions
+// it publishes from then on.
+func (l *Loop) loadLineage() {
+	vs, err := l.opts.DB.Versions()
+	if err != nil {
+		l.warn.Warn("lineage", err, "loop: reading the versions failed; staleness counts version numbers for the versions before this start")
+		return
+	}
+	lin := l.opts.Trainer.Lineage()
+	for _, v := range vs {
+		lin.Add(v.Number, v.Parent, v.Step)
+	}
+}
+
 // maybeStep trains one batch if one is due; it reports whether it did.
 func (l *Loop) maybeStep(ctx context.Context) bool {
 	tr := l.opts.Trainer
-	if cur, keep := tr.Version(), uint64(tr.Options().MaxStaleness); cur > keep {
-		n, err := l.opts.DB.DropStale(cur - keep)
-		if err != nil {
-			l.warn.Warn("drop_stale", err, "loop: dropping stale samples failed")
-		}
-		if n > 0 {
-			l.met.stale.Add(float64(n))
-			l.warn.Warn("stale", fmt.Errorf("%d samples older than version %d", n, cur-keep),
-				"loop: stale samples dropped (scoring is behind training)")
-		}
+	keep := tr.Options().MaxStaleness
+	n, err := l.opts.DB.DropStale(func(v uint64) bool { return tr.Staleness(v) > keep })
+	if err != nil {
+		l.warn.Warn("drop_stale", err, "loop: dropping stale samples failed")
+	}
+	if n > 0 {
+		l.met.stale.Add(float64(n))
+		l.warn.Warn("stale", fmt.Errorf("%d samples more than %d steps behind version %d", n, keep, tr.Version()),
+			"loop: stale samples dropped (scoring is behind training)")
 	}
 	queued, oldest, err := l.opts.DB.Queued(l.opts.BatchSize)
 	if err != nil {
@@ -435,10 +452,10 @@ func (l *Loop) maybeStep(ctx context.Context) bool {
 	}
 	batch := make([]trainer.Sample, len(queued))
 	ids := make([]string, len(queued))
-	cur, keep := tr.Version(), uint64(tr.Options().MaxStaleness)
+	cur := tr.Version()
 	for i, s := range queued {
 		batch[i], ids[i] = ToTrainerSample(s), s.ID
-		if s.Source == string(reward.SourceFeedback) && s.Version+keep < cur {
+		if s.Source == string(reward.SourceFeedback) && tr.Staleness(s.Version) > keep {
 			// Late explicit feedback on a turn of a version long gone: its
 			// behaviour log-probs say nothing about the current policy, so
 			// the step takes the response as if the current version had
@@ -504,6 +521,7 @@ func (l *Loop) step(ctx context.Context, batch []trainer.Sample, ids []string) {
 	l.met.loss.Set(met.Loss)
 	for stat, v := range map[string]float64{
 		"clip_fraction": met.ClipFraction, "importance_weight": met.ImportanceWeight, "kl": met.KL,
+		"step_kl": met.StepKL, "trust_scale": met.TrustScale,
 		"entropy": met.Entropy, "grad_norm": met.GradNorm, "lr": met.LR, "advantage": met.Advantage,
 		"samples": float64(met.Samples), "tokens": float64(met.Tokens),
 	} {
@@ -528,7 +546,8 @@ func (l *Loop) step(ctx context.Context, batch []trainer.Sample, ids []string) {
 	}
 	l.opts.Log.Info().Uint64("version", v.Number()).Int64("step", met.Step).Int("samples", met.Samples).
 		Int("tokens", met.Tokens).Float64("loss", met.Loss).Float64("grad_norm", met.GradNorm).
-		Float64("entropy", met.Entropy).Dur("took", time.Since(start).Round(time.Millisecond)).
+		Float64("entropy", met.Entropy).Float64("kl", met.KL).Float64("step_kl", met.StepKL).
+		Float64("trust_scale", met.TrustScale).Dur("took", time.Since(start).Round(time.Millisecond)).
 		Msg("trained and published a new version")
 	if l.opts.CheckpointEvery > 0 && met.Step%int64(l.opts.CheckpointEvery) == 0 {
 		l.checkpoint()
@@ -598,7 +617,11 @@ func storeRollouts(rs []reward.HintedRollout) []store.Rollout {
 	return out
 }
 
-// ToTrainerSample adapts a queued sample to the trainer's input.
+// ToTrainerSample adapts a queued sample to the trainer's input. The
+// behaviour log-probs are those of the distribution the tokens were drawn
+// from (a turn recorded before they were kept has only the model's own,
+// which were drawn from at temperature 1 without truncation); the tokens a
+// grammar forced are masked out of the loss.
 func ToTrainerSample(s store.Sample) trainer.Sample {
 	ts := trainer.Sample{
 		TurnID:          s.ID,
@@ -606,6 +629,15 @@ func ToTrainerSample(s store.Sample) trainer.Sample {
 		Response:        s.Response,
 		Version:         s.Version,
 		RolloutLogProbs: s.LogProbs,
+	}
+	if len(s.SampleLogProbs) == len(s.Response) {
+		ts.RolloutLogProbs = s.SampleLogProbs
+	}
+	if len(s.Forced) == len(s.Response) && slices.Contains(s.Forced, true) {
+		ts.Mask = make([]bool, len(s.Forced))
+		for i, f := range s.Forced {
+			ts.Mask[i] = !f
+		}
 	}
 	if s.Kind == reward.KindBinary.String() || s.Kind == reward.KindBoth.String() {
 		ts.Reward = float32(s.Reward)
@@ -616,7 +648,7 @@ func ToTrainerSample(s store.Sample) trainer.Sample {
 	if s.Kind == store.KindRollout {
 		// The teacher generated the response: there are no behaviour
 		// log-probs to correct for; the advantage is teacher − current.
-		ts.RolloutLogProbs = nil
+		ts.RolloutLogProbs, ts.Mask, ts.TeacherDrawn = nil, nil, true
 	}
 	return ts
 }

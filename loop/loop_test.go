@@ -383,8 +383,26 @@ func TestToTrainerSample(t *testing.T) {
 	s := base
 	s.Kind, s.LogProbs = store.KindRollout, nil
 	got := ToTrainerSample(s)
-	if got.Reward != 0 || !slices.Equal(got.TeacherLogProbs, base.Teacher) || got.RolloutLogProbs != nil {
+	if got.Reward != 0 || !slices.Equal(got.TeacherLogProbs, base.Teacher) || got.RolloutLogProbs != nil || !got.TeacherDrawn || got.Mask != nil {
 		t.Errorf("rollout: got %+v", got)
+	}
+}
+
+// TestToTrainerSampleBehaviour: the behaviour log-probs are those of the
+// distribution the tokens were drawn from when the turn recorded them
+// (else the model's own, as before), and the tokens a grammar forced are
+// masked out of the loss.
+func TestToTrainerSampleBehaviour(t *testing.T) {
+	s := store.Sample{ID: "g/0#0", Kind: reward.KindBinary.String(), Reward: -1, Prompt: []int32{1}, Response: []int32{2, 3, 4},
+		LogProbs: []float32{-1, -2, -3}, SampleLogProbs: []float32{-0.5, 0, -1}, Forced: []bool{false, true, false}}
+	got := ToTrainerSample(s)
+	if !slices.Equal(got.RolloutLogProbs, s.SampleLogProbs) || !slices.Equal(got.Mask, []bool{true, false, true}) {
+		t.Errorf("behaviour %v mask %v; want the sampling log-probs and the forced token masked", got.RolloutLogProbs, got.Mask)
+	}
+	s.SampleLogProbs, s.Forced = nil, []bool{false, false, false}
+	got = ToTrainerSample(s)
+	if !slices.Equal(got.RolloutLogProbs, s.LogProbs) || got.Mask != nil {
+		t.Errorf("a turn recorded before: behaviour %v mask %v; want the model's own and no mask", got.RolloutLogProbs, got.Mask)
 	}
 }
 

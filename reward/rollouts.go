@@ -30,8 +30,12 @@ type HintedRollout struct {
 	// TeacherLogProbs[i] is the teacher's log-prob of Tokens[i] (at
 	// temperature 1, under the weights that generated it).
 	TeacherLogProbs []float32
-	// Version is the weight version that generated it (the live policy's
-	// for teacher "policy"; the checkpoint's for a frozen teacher).
+	// Version is the policy version that generated it, for teacher
+	// "policy"; 0 for a frozen teacher ("reference", "judge"), whose
+	// checkpoint weights are no version of the lineage: the store dates
+	// such a rollout by the turn it corrects (store.Rollout), so that it
+	// ages in training steps like the turn's own sample rather than from
+	// the first version.
 	Version uint64
 }
 
@@ -87,7 +91,11 @@ func (sr *SchedulerRollouts) Rollouts(ctx context.Context, prompt []int32, n, ma
 		case o.Finish != rollout.FinishStop:
 			firstErr = cmpOr(firstErr, fmt.Errorf("a rollout ended with %q, not a stop token", o.Finish))
 		default:
-			out = append(out, HintedRollout{Tokens: o.Tokens, TeacherLogProbs: o.LogProbs, Version: o.Version})
+			v := o.Version
+			if sr.Frozen {
+				v = 0 // the checkpoint's weights, whatever the generator reports
+			}
+			out = append(out, HintedRollout{Tokens: o.Tokens, TeacherLogProbs: o.LogProbs, Version: v})
 		}
 	}
 	if len(out) == 0 {

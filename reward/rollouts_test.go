@@ -181,7 +181,9 @@ func TestSchedulerRollouts(t *testing.T) {
 	if len(rs) != 1 {
 		t.Fatalf("%d rollouts; want 1 (one empty, one failed, one cut by max tokens)", len(rs))
 	}
-	if !slices.Equal(rs[0].Tokens, []int32{5, 6, eos}) || !slices.Equal(rs[0].TeacherLogProbs, []float32{-0.1, -0.2, -0.3}) || rs[0].Version != 4 {
+	// Frozen: version 0 (the checkpoint's weights; the store dates it by
+	// its turn), whatever the generator stamped.
+	if !slices.Equal(rs[0].Tokens, []int32{5, 6, eos}) || !slices.Equal(rs[0].TeacherLogProbs, []float32{-0.1, -0.2, -0.3}) || rs[0].Version != 0 {
 		t.Errorf("first rollout %+v", rs[0])
 	}
 	for _, r := range g.reqs {
@@ -195,5 +197,11 @@ func TestSchedulerRollouts(t *testing.T) {
 	}
 	if _, err := (&SchedulerRollouts{Gen: g}).Rollouts(context.Background(), []int32{1}, 1, 1, 1); err == nil {
 		t.Error("no error without stop tokens")
+	}
+	// The policy teacher's rollouts keep the version that generated them.
+	g.streams = [][]rollout.Event{{ev(5, -0.1), done(ev(eos, -0.3), rollout.FinishStop)}}
+	policy := &SchedulerRollouts{Gen: g, StopTokens: []int32{eos}}
+	if rs, err := policy.Rollouts(context.Background(), []int32{1, 2, 3}, 1, 16, 0.7); err != nil || len(rs) != 1 || rs[0].Version != 4 {
+		t.Errorf("policy rollouts %+v, %v; want one of version 4", rs, err)
 	}
 }

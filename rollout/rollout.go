@@ -40,9 +40,10 @@ type Request struct {
 	Background bool
 	// Constraint, if set, decides which tokens may come next (constrained
 	// decoding: grammar.Constraint). The token is drawn from the model's
-	// distribution restricted to the allowed ones, with the sampling
-	// settings; the log-probs reported are the model's own. Each
-	// generation needs its own.
+	// distribution restricted to the allowed ones, then tempered and
+	// truncated with the sampling settings; Event.LogProb is the model's
+	// own log-prob, Event.SampleLogProb the one under that restricted
+	// distribution. Each generation needs its own.
 	Constraint Constraint
 }
 
@@ -71,8 +72,19 @@ type Event struct {
 	Token    int32
 	HasToken bool
 	// LogProb is log p(Token) under the weights that produced it
-	// (temperature 1, before any truncation).
+	// (temperature 1, before any truncation): the policy's own log-prob,
+	// reported to clients and recomputed by the trainer.
 	LogProb float32
+	// SampleLogProb is log q(Token) under the distribution it was drawn
+	// from: the same weights' logits restricted to what the Constraint
+	// allows, divided by the temperature, truncated by top-k and top-p and
+	// renormalised (0 for greedy decoding and forced tokens). It is the
+	// behaviour policy of the turn, which the trainer's importance weights
+	// divide by (sample.Result.SampleLogProb).
+	SampleLogProb float32
+	// Forced reports a token that the Constraint left no alternative to
+	// (sample.Result.Forced): not the model's choice, and not trained on.
+	Forced bool
 	// Top holds the requested alternatives, most likely first.
 	Top []sample.TokenLogProb
 	// Version is the weight version that produced this token.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -645,58 +644,16 @@ func (s *Scheduler) start(j *job) bool {
 // before max_tokens).
 type budgeted interface{ SetBudget(tokens int) }
 
-// constrainedTries is how many drawn tokens sampleConstrained checks
-// before it masks the whole vocabulary.
-const constrainedTries = 16
-
-// sampleConstrained draws a token c allows: from the logits, then, while
-// the token drawn is refused, from the logits with it masked out (which
-// draws from the model's distribution restricted to the allowed tokens,
-// exactly, with few checks where the model mostly agrees with the
-// grammar); after constrainedTries refusals every token is checked at
-// once. The log-probs reported are the model's own.
-//
-// The first draw is from the row itself (Sample leaves it as it is and
-// reports the model's log-probs), so when the model agrees with the
-// grammar, as it mostly does, a constrained token costs one Allow check
-// more than an unconstrained one; the copy is made at the first refusal.
-func sampleConstrained(smp *sample.Sampler, row []float32, c Constraint, topK int) (sample.Result, error) {
-	r, err := smp.Sample(row)
-	if err != nil || c.Allow(r.Token) {
-		return r, err
-	}
-	masked := slices.Clone(row)
-	ninf := float32(math.Inf(-1))
-	masked[r.Token] = ninf
-	for range constrainedTries - 1 {
-		r, err := smp.Sample(masked)
-		if err != nil {
-			return r, err
-		}
-		if c.Allow(r.Token) {
-			r.LogProb, r.Top = sample.ModelLogProbs(row, r.Token, topK)
-			return r, nil
-		}
-		masked[r.Token] = ninf
-	}
-	left := false
-	for t := range masked {
-		if masked[t] != ninf {
-			if c.Allow(int32(t)) {
-				left = true
-			} else {
-				masked[t] = ninf
-			}
-		}
-	}
-	if !left {
-		return sample.Result{}, errors.New("constrained decoding: the grammar allows no token here")
-	}
-	r, err = smp.Sample(masked)
+// sampleConstrained draws a token c allows, from the model's distribution
+// restricted to the allowed tokens (sample.Sampler.SampleAllowed: the
+// mask, then temperature and truncation), and reports the model's own
+// log-probs beside the log-prob under that restricted distribution, and
+// whether c allowed no other token.
+func sampleConstrained(smp *sample.Sampler, row []float32, c Constraint) (sample.Result, error) {
+	r, err := smp.SampleAllowed(row, c.Allow)
 	if err != nil {
-		return r, err
+		return r, fmt.Errorf("constrained decoding: %w", err)
 	}
-	r.LogProb, r.Top = sample.ModelLogProbs(row, r.Token, topK)
 	return r, nil
 }
 
@@ -815,7 +772,7 @@ func (s *Scheduler) step() error {
 					if b, ok := j.req.Constraint.(budgeted); ok {
 						b.SetBudget(j.req.MaxTokens - (len(j.tokens) - j.nPrompt))
 					}
-					results[i], errs[i] = sampleConstrained(j.sampler, rows[i], j.req.Constraint, j.req.Sampling.TopLogProbs)
+					results[i], errs[i] = sampleConstrained(j.sampler, rows[i], j.req.Constraint)
 				} else {
 					results[i], errs[i] = j.sampler.Sample(rows[i])
 				}
@@ -836,7 +793,7 @@ func (s *Scheduler) step() error {
 			done[j] = true
 			continue
 		}
-		ev := Event{Token: r.Token, HasToken: true, LogProb: r.LogProb, Top: r.Top, Version: j.version}
+		ev := Event{Token: r.Token, HasToken: true, LogProb: r.LogProb, SampleLogProb: r.SampleLogProb, Forced: r.Forced, Top: r.Top, Version: j.version}
 		if !j.started {
 			j.started = true
 			ev.CachedTokens = j.cached

@@ -3,10 +3,15 @@
 // that the OpenAI API reports and the trainer records. It also holds the
 // stop-string matcher that decides, on decoded text, where a generation ends.
 //
-// Log-probs are always those of the model's own distribution (softmax of
-// the raw logits, temperature 1, no truncation), whatever the sampling
-// settings: that is the distribution the trainer recomputes and the one
-// OpenAI-compatible servers report.
+// Each drawn token carries two log-probs. Result.LogProb is the model's
+// own (softmax of the raw logits: temperature 1, the whole vocabulary),
+// whatever the sampling settings: the distribution the trainer recomputes
+// and optimises, and the one OpenAI-compatible servers report.
+// Result.SampleLogProb is the log-prob of the token under the distribution
+// it was really drawn from (the logits divided by the temperature,
+// truncated by top-k and top-p, restricted to what a grammar allows, and
+// renormalised; 0 for a greedy or forced choice): the behaviour policy
+// that the trainer's importance weights divide by (package trainer).
 package sample
 
 import (
@@ -14,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/clawrl/clawrl/cpu/kernels"
 )
@@ -57,8 +63,16 @@ type TokenLogProb struct {
 // Result is one sampled token.
 type Result struct {
 	Token   int32
-	LogProb float32        // log p(Token) under the model (temperature 1)
-	Top     []TokenLogProb // the TopLogProbs most likely tokens, best first
+	LogProb float32 // log p(Token) under the model (temperature 1, whole vocabulary)
+	// SampleLogProb is log q(Token) under the distribution the token was
+	// drawn from: softmax(logits/T) restricted to the top-k and top-p
+	// candidates (and, with SampleAllowed, to the allowed tokens), and
+	// renormalised. Greedy decoding and a forced token give 0 (q = 1).
+	SampleLogProb float32
+	// Forced reports a token that was the only one allowed (SampleAllowed):
+	// the model had no choice.
+	Forced bool
+	Top    []TokenLogProb // the TopLogProbs most likely tokens, best first
 }
 
 // Sampler draws tokens for one sequence. It is not safe for concurrent use;
@@ -67,9 +81,11 @@ type Sampler struct {
 	p   Params
 	rng *rand.Rand
 	// scratch, reused across calls
-	probs []float32
-	idx   []int32
-	hist  *histogram
+	probs  []float32
+	idx    []int32
+	hist   *histogram
+	masked []float32           // SampleAllowed's logits of the allowed tokens
+	counts *[histBuckets]int32 // SampleAllowed's counting sort
 }
 
 // New returns a sampler for p (which should have been validated).
@@ -119,12 +135,18 @@ func (s *Sampler) Sample(logits []float32) (Result, error) {
 	logp := func(t int32) float32 { return float32(float64(logits[t]) - logZ) }
 
 	var tok int32
-	if s.p.Temperature == 0 {
+	var slp float32 // 0: greedy is deterministic
+	if t := s.p.Temperature; t == 0 {
 		tok = firstIndex(logits, maxv)
 	} else {
-		tok = s.draw(logits, maxv, sum)
+		var mass float64
+		tok, mass = s.draw(logits, maxv, sum)
+		// q(tok) = exp((logit − max)/T) / mass, mass the sum of the same
+		// terms over the candidates the draw kept.
+		slp = float32((float64(logits[tok])-float64(maxv))/float64(t) - math.Log(mass))
+		slp = min(slp, 0) // rounding in the sums: q ≤ 1
 	}
-	r := Result{Token: tok, LogProb: logp(tok)}
+	r := Result{Token: tok, LogProb: logp(tok), SampleLogProb: slp}
 	if k := s.p.TopLogProbs; k > 0 {
 		for _, t := range topK(logits, min(k, n), s.indices(n)[:0]) {
 			r.Top = append(r.Top, TokenLogProb{Token: t, LogProb: logp(t)})
@@ -146,6 +168,238 @@ func ModelLogProbs(logits []float32, tok int32, k int) (float32, []TokenLogProb)
 	var top []TokenLogProb
 	if k > 0 {
 		for _, t := range topK(logits, min(k, len(logits)), make([]int32, 0, len(logits))) {
+			top = append(top, TokenLogProb{Token: t, LogProb: lp(t)})
+		}
+	}
+	return lp(tok), top
+}
+
+// allowedTail bounds what SampleAllowed leaves out: it checks tokens from
+// the most likely down and stops once the tokens left unchecked carry at
+// most this share of the allowed mass found (at temperature 1, or the
+// sampling temperature when higher), counting them as refused. The
+// distribution drawn from, whose log-prob is reported, is then exactly the
+// model's restricted to the allowed tokens it checked: within a total
+// variation of allowedTail of the one over every allowed token, for a few
+// dozen checks where the model mostly agrees with the grammar instead of
+// one per vocabulary entry. A token is Forced when it is the only allowed
+// one found: any other allowed token carried less than allowedTail of the
+// allowed mass, so the sampler had no choice to speak of.
+const allowedTail = 1e-3
+
+// SampleAllowed chooses the next token among those allow accepts, drawn
+// from the model's distribution restricted to them (the mask first, then
+// temperature, top-k and top-p over what is left, renormalised: the order
+// of vLLM's structured outputs and llama.cpp's grammar sampler). Tokens
+// are offered to allow from the most likely down until the rest carry
+// less than allowedTail of the allowed mass (see allowedTail), so allow is
+// called a few dozen times where the model agrees with the grammar, and
+// at worst once per token of the vocabulary.
+//
+// Result.LogProb and Result.Top are the model's own (temperature 1, whole
+// vocabulary), as Sample reports them; Result.SampleLogProb is the token's
+// log-prob under the restricted distribution it was drawn from; a token
+// that was the only one allowed is Forced, with SampleLogProb 0. It fails
+// when allow accepts no token.
+func (s *Sampler) SampleAllowed(logits []float32, allow func(tok int32) bool) (Result, error) {
+	n := len(logits)
+	if n == 0 {
+		return Result{}, ErrBadLogits
+	}
+	maxv := kernels.Max(logits)
+	if math.IsNaN(float64(maxv)) || math.IsInf(float64(maxv), 0) {
+		return Result{}, ErrBadLogits
+	}
+	if cap(s.probs) < n {
+		s.probs = make([]float32, n)
+	}
+	if s.counts == nil {
+		s.counts = new([histBuckets]int32)
+	}
+	probs, order := s.probs[:n], s.indices(n)
+	// The walk measures mass at temperature 1, or at the sampling
+	// temperature where that is higher (a flatter distribution gives the
+	// tail more weight): not at a lower one, where the tail's mass
+	// vanishes and a token the model merely prefers would look forced.
+	invT := float32(1)
+	if t := s.p.Temperature; t > 1 {
+		invT = 1 / t
+	}
+	if sum := expSum(probs, logits, maxv, invT); math.IsNaN(sum) {
+		return Result{}, ErrBadLogits
+	}
+	// Tokens by decreasing magnitude (a counting sort on the histogram
+	// buckets of nucleusDraw: each spans a factor of at most 9/8), and the
+	// total mass added in the same float64 terms as the walk's.
+	counts := s.counts
+	*counts = [histBuckets]int32{}
+	var total float64
+	for _, v := range probs {
+		counts[bucketOf(v)]++
+		total += float64(v)
+	}
+	var at int32
+	for b := histBuckets - 1; b >= 0; b-- {
+		c := counts[b]
+		counts[b] = at
+		at += c
+	}
+	for i, v := range probs {
+		b := bucketOf(v)
+		order[counts[b]] = int32(i)
+		counts[b]++
+	}
+	// The allowed tokens found are gathered at the front of order (the
+	// walk has read every entry before it).
+	var checked, allowed float64
+	nAllowed := 0
+	for _, t := range order {
+		p := float64(probs[t])
+		checked += p
+		if allow(t) {
+			allowed += p
+			order[nAllowed] = t
+			nAllowed++
+		}
+		if allowed > 0 && total-checked <= allowedTail*allowed {
+			break
+		}
+	}
+	if nAllowed == 0 {
+		return Result{}, errors.New("sample: no token is allowed here")
+	}
+	cand := order[:nAllowed]
+	var r Result
+	switch {
+	case nAllowed == 1:
+		r = Result{Token: cand[0], Forced: true}
+	case nAllowed <= compactMax:
+		r = s.drawAmong(logits, cand)
+	default:
+		if cap(s.masked) < n {
+			s.masked = make([]float32, n)
+		}
+		masked := s.masked[:n]
+		ninf := float32(math.Inf(-1))
+		for i := range masked {
+			masked[i] = ninf
+		}
+		for _, t := range cand {
+			masked[t] = logits[t]
+		}
+		var err error
+		if r, err = s.sampleDrawn(masked); err != nil {
+			return r, err
+		}
+	}
+	logZ := math.NaN() // the model's normaliser, when the walk's mass was at temperature 1
+	if invT == 1 {
+		logZ = float64(maxv) + math.Log(total)
+	}
+	r.LogProb, r.Top = s.modelLogProbs(logits, maxv, logZ, r.Token, s.p.TopLogProbs)
+	return r, nil
+}
+
+// compactMax is the most allowed tokens SampleAllowed draws among as a
+// list (drawAmong); beyond it, it masks a copy of the logits and draws as
+// Sample does.
+const compactMax = 1024
+
+// drawAmong draws from the model's distribution restricted to cand (at
+// least two tokens), with the sampling settings, as Sample draws from the
+// whole vocabulary: temperature, then top-k, then top-p (the smallest
+// prefix by descending probability, ties by ascending id, whose mass
+// reaches p), renormalised. Greedy takes the most likely (the lowest id
+// among ties). It reports the token and its log-prob under that
+// distribution.
+func (s *Sampler) drawAmong(logits []float32, cand []int32) Result {
+	best := cand[0]
+	for _, t := range cand[1:] {
+		if l, b := logits[t], logits[best]; l > b || (l == b && t < best) {
+			best = t
+		}
+	}
+	temp := s.p.Temperature
+	if temp == 0 {
+		return Result{Token: best}
+	}
+	top := float64(logits[best])
+	w := func(t int32) float64 { return math.Exp((float64(logits[t]) - top) / float64(temp)) }
+	k, p := s.p.TopK, s.p.TopP
+	if (k > 0 && k < len(cand)) || (p > 0 && p < 1) {
+		slices.SortFunc(cand, func(a, b int32) int {
+			if la, lb := logits[a], logits[b]; la != lb {
+				return cmpDesc(la, lb)
+			}
+			return int(a - b)
+		})
+		if k > 0 && k < len(cand) {
+			cand = cand[:k]
+		}
+		if p > 0 && p < 1 {
+			var mass float64
+			for _, t := range cand {
+				mass += w(t)
+			}
+			var acc float64
+			for i, t := range cand {
+				if acc >= float64(p)*mass {
+					cand = cand[:i]
+					break
+				}
+				acc += w(t)
+			}
+		}
+	}
+	var mass float64
+	for _, t := range cand {
+		mass += w(t)
+	}
+	u := s.rng.Float64() * mass
+	tok := cand[len(cand)-1]
+	var acc float64
+	for _, t := range cand {
+		if acc += w(t); u < acc {
+			tok = t
+			break
+		}
+	}
+	slp := math.Min((float64(logits[tok])-top)/float64(temp)-math.Log(mass), 0)
+	return Result{Token: tok, SampleLogProb: float32(slp)}
+}
+
+// cmpDesc orders larger values first.
+func cmpDesc(a, b float32) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
+}
+
+// sampleDrawn is Sample without the model's log-probs and alternatives
+// (which SampleAllowed takes from the unmasked logits).
+func (s *Sampler) sampleDrawn(logits []float32) (Result, error) {
+	k := s.p.TopLogProbs
+	s.p.TopLogProbs = 0
+	r, err := s.Sample(logits)
+	s.p.TopLogProbs = k
+	return r, err
+}
+
+// modelLogProbs is ModelLogProbs on the sampler's scratch, with the
+// logits' maximum known, and their log-normaliser unless it is NaN.
+func (s *Sampler) modelLogProbs(logits []float32, maxv float32, logZ float64, tok int32, k int) (float32, []TokenLogProb) {
+	n := len(logits)
+	if math.IsNaN(logZ) {
+		logZ = float64(maxv) + math.Log(expSum(s.probs[:n], logits, maxv, 1))
+	}
+	lp := func(t int32) float32 { return float32(float64(logits[t]) - logZ) }
+	var top []TokenLogProb
+	if k > 0 {
+		for _, t := range topK(logits, min(k, n), s.indices(n)[:0]) {
 			top = append(top, TokenLogProb{Token: t, LogProb: lp(t)})
 		}
 	}
@@ -193,21 +447,25 @@ func firstIndex(x []float32, v float32) int32 {
 }
 
 // draw samples from softmax(logits/T) restricted by top-k and top-p. On
-// entry s.probs holds exp(logits − maxv), whose sum is sum.
-func (s *Sampler) draw(logits []float32, maxv float32, sum float64) int32 {
+// entry s.probs holds exp(logits − maxv), whose sum is sum. It returns
+// the token and the mass of the candidates it drew from (the sum of
+// exp((logits − maxv)/T) over them), which normalises the token's
+// sampling probability.
+func (s *Sampler) draw(logits []float32, maxv float32, sum float64) (int32, float64) {
 	n := len(logits)
 	probs := s.probs[:n]
-	total := float32(sum)
+	total64 := sum
 	if t := s.p.Temperature; t != 1 {
-		total = float32(expSum(probs, logits, maxv, 1/t))
+		total64 = expSum(probs, logits, maxv, 1/t)
 	}
+	total := float32(total64)
 	k, p := s.p.TopK, s.p.TopP
 	topK := k > 0 && k < n
 	if !topK && (p <= 0 || p >= 1) {
-		return s.scanDraw(probs, total)
+		return s.scanDraw(probs, total), total64
 	}
 	if !topK && n >= histMinVocab {
-		return s.nucleusDraw(probs, total, p)
+		return s.nucleusDraw(probs, total, total64, p)
 	}
 	cand := s.indices(n)
 	for i := range cand {
@@ -223,7 +481,11 @@ func (s *Sampler) draw(logits []float32, maxv float32, sum float64) int32 {
 	if p > 0 && p < 1 {
 		cand, total = nucleus(cand, probs, p*total)
 	}
-	return s.pick(cand, probs, s.rng.Float32()*total)
+	var mass float64
+	for _, t := range cand {
+		mass += float64(probs[t])
+	}
+	return s.pick(cand, probs, s.rng.Float32()*total), mass
 }
 
 // pick returns the candidate at which the running sum of probs passes u.
@@ -302,8 +564,10 @@ func bucketOf(v float32) int { return int(math.Float32bits(v)>>histShift) & (his
 //     picks the token.
 //
 // The nucleus is the one the partition of the whole vocabulary found; the
-// draw goes through the nucleus in another order, which is as random.
-func (s *Sampler) nucleusDraw(probs []float32, total, p float32) int32 {
+// draw goes through the nucleus in another order, which is as random. It
+// returns the token and the nucleus' mass (total64, the float64 sum of
+// probs, when it falls back to the whole vocabulary).
+func (s *Sampler) nucleusDraw(probs []float32, total float32, total64 float64, p float32) (int32, float64) {
 	if s.hist == nil {
 		s.hist = new(histogram)
 	}
@@ -332,7 +596,7 @@ func (s *Sampler) nucleusDraw(probs []float32, total, p float32) int32 {
 		above += mass[b]
 	}
 	if last < 0 { // rounding: the buckets add up to less than p·total
-		return s.scanDraw(probs, total)
+		return s.scanDraw(probs, total), total64
 	}
 	// The last bucket's values, and of them the largest that complete the
 	// nucleus.
@@ -345,9 +609,10 @@ func (s *Sampler) nucleusDraw(probs []float32, total, p float32) int32 {
 		}
 	}
 	cand, kept := nucleus(cand[:j], probs, float32(target-above))
-	u := s.rng.Float64() * (above + float64(kept))
+	nmass := above + float64(kept)
+	u := s.rng.Float64() * nmass
 	if u >= above {
-		return s.pick(cand, probs, float32(u-above))
+		return s.pick(cand, probs, float32(u-above)), nmass
 	}
 	// A bucket above the last one: the one where the running mass, from
 	// the top, passes u; then the value of that bucket where the running
@@ -377,7 +642,7 @@ func (s *Sampler) nucleusDraw(probs []float32, total, p float32) int32 {
 			}
 		}
 	}
-	return picked
+	return picked, nmass
 }
 
 // topK returns the k indices of the largest x, best first (ties: lower id first).

@@ -54,6 +54,12 @@ type output struct {
 	cached  int
 	firstAt time.Time
 	endAt   time.Time
+
+	// sampleLogProbs are the log-probs under the distribution each token
+	// was drawn from (the behaviour policy), forced the tokens a grammar
+	// left no alternative to; both per token, for the turn record.
+	sampleLogProbs []float32
+	forced         []bool
 }
 
 // version is the weight version of the first token (or def without tokens).
@@ -199,6 +205,8 @@ func (s *Server) run(g *generation, emit func(delta) bool) *output {
 		}
 		o.tokens = append(o.tokens, ev.Token)
 		o.logProbs = append(o.logProbs, ev.LogProb)
+		o.sampleLogProbs = append(o.sampleLogProbs, ev.SampleLogProb)
+		o.forced = append(o.forced, ev.Forced)
 		o.versions = append(o.versions, ev.Version)
 		if ev.Finish == rollout.FinishStop && s.stopSet[ev.Token] {
 			continue // the end-of-turn token is not text

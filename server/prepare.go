@@ -371,6 +371,8 @@ func (s *Server) record(b *session.Binding, meta turnMeta, endpoint, responseID 
 			PromptTokens:   p.prompt,
 			ResponseTokens: o.tokens,
 			LogProbs:       o.logProbs,
+			SampleLogProbs: o.sampleLogProbs,
+			Forced:         o.forced,
 			Version:        o.version(s.opts.Version()),
 			FinishReason:   o.finish,
 			Received:       received,

@@ -95,10 +95,16 @@ type Turn struct {
 	// PromptTokens is the whole prompt, chat template applied.
 	PromptTokens []int32
 	// ResponseTokens are the sampled tokens, the final stop token included
-	// when one was sampled; LogProbs[i] is the rollout log-prob of
-	// ResponseTokens[i].
+	// when one was sampled; LogProbs[i] is the model's own log-prob of
+	// ResponseTokens[i] (temperature 1, whole vocabulary), and
+	// SampleLogProbs[i] its log-prob under the distribution it was drawn
+	// from (temperature, top-k/top-p, grammar mask: the behaviour policy
+	// the trainer corrects for; rollout.Event.SampleLogProb). Forced[i]
+	// reports a token the grammar left no alternative to (nil: none).
 	ResponseTokens []int32
 	LogProbs       []float32
+	SampleLogProbs []float32
+	Forced         []bool
 	// Version is the weight version that produced the first response token.
 	Version uint64
 	// Versions is nil when every response token came from Version;

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -36,9 +37,16 @@ type Sample struct {
 	// RolloutID(turn, gen, i), with the same status rules as this one.
 	Rollouts []Rollout
 
-	// Filled when read back for training.
+	// Filled when read back for training: the turn's tokens, the model's
+	// own log-probs of the response (LogProbs), those under the
+	// distribution each token was drawn from (SampleLogProbs: the
+	// behaviour policy; nil for a turn recorded before they were kept) and
+	// which tokens a grammar forced (Forced; nil: none). A hinted rollout
+	// has its own response and none of them.
 	Prompt, Response []int32
 	LogProbs         []float32
+	SampleLogProbs   []float32
+	Forced           []bool
 }
 
 // KindRollout is the kind of a hinted-rollout sample: its response is the
@@ -49,7 +57,11 @@ const KindRollout = "rollout"
 type Rollout struct {
 	Tokens  []int32
 	Teacher []float32 // the teacher's log-prob of each token
-	Version uint64    // the weights that generated it
+	// Version is the policy version that generated it; 0 for a frozen
+	// teacher (the checkpoint's weights are no version of the lineage):
+	// such a rollout dates from the turn it corrects and is stored with
+	// its sample's Version, so that it ages in steps like the turn.
+	Version uint64
 }
 
 // RolloutID is the id of rollout i of a turn's sample of generation gen.
@@ -101,6 +113,9 @@ func (d *DB) AddSample(s Sample) error {
 			if len(r.Tokens) == 0 || len(r.Teacher) != len(r.Tokens) {
 				return fmt.Errorf("store: sample %s: rollout %d has %d tokens and %d teacher log-probs", id, i, len(r.Tokens), len(r.Teacher))
 			}
+			if r.Version == 0 {
+				r.Version = s.Version // a frozen teacher's: dated by its turn
+			}
 			if _, err := tx.Exec(`INSERT INTO samples(id, turn_id, gen, created, version, kind, reward, source, votes, hint, teacher, status, reason, response)
 				VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING`,
 				RolloutID(s.TurnID, s.Gen, i), s.TurnID, s.Gen, d.now(), int64(r.Version), KindRollout, s.Source, string(votes), s.Hint,
@@ -121,22 +136,48 @@ func (d *DB) AddSample(s Sample) error {
 	})
 }
 
-// DropStale marks queued samples generated before version minVersion as
-// dropped (reason stale) and returns how many. Samples the judge scored
-// are dropped rather than re-scored: their behaviour log-probs belong to
-// weights too far from the ones being trained for the importance weights
-// to correct, and fresher turns keep coming. Samples that explicit
-// feedback decided (source feedback) are kept: they are rare and the
-// user's own word, so the trainer takes them against the current policy
-// instead (see the loop).
-func (d *DB) DropStale(minVersion uint64) (int, error) {
-	var n int64
-	err := d.enqueue("stale", true, false, func(tx *sql.Tx) error {
-		res, err := tx.Exec("UPDATE samples SET status = 'dropped', reason = 'stale' WHERE status = 'queued' AND version < ? AND source != 'feedback'", int64(minVersion))
-		if err != nil {
-			return err
+// DropStale marks the queued samples of every version for which stale
+// reports true as dropped (reason stale) and returns how many. The caller
+// decides staleness (in optimizer steps of the lineage, not in version
+// numbers: see trainer.Lineage). Samples the judge scored are dropped
+// rather than re-scored: their behaviour log-probs belong to weights too
+// far from the ones being trained for the importance weights to correct,
+// and fresher turns keep coming. Samples that explicit feedback decided
+// (source feedback) are kept: they are rare and the user's own word, so
+// the trainer takes them against the current policy instead (see the
+// loop).
+func (d *DB) DropStale(stale func(version uint64) bool) (int, error) {
+	// The versions first, read outside the writer: most calls find none
+	// stale and write nothing.
+	rows, err := d.db.Query("SELECT DISTINCT version FROM samples WHERE status = 'queued' AND source != 'feedback'")
+	if err != nil {
+		return 0, fmt.Errorf("store: stale samples: %w", err)
+	}
+	var old []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("store: stale samples: %w", err)
 		}
-		n, _ = res.RowsAffected()
+		if stale(uint64(v)) {
+			old = append(old, v)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(old) == 0 {
+		return 0, err
+	}
+	var n int64
+	err = d.enqueue("stale", true, false, func(tx *sql.Tx) error {
+		for _, v := range old {
+			res, err := tx.Exec("UPDATE samples SET status = 'dropped', reason = 'stale' WHERE status = 'queued' AND version = ? AND source != 'feedback'", v)
+			if err != nil {
+				return err
+			}
+			k, _ := res.RowsAffected()
+			n += k
+		}
 		return nil
 	})
 	if n > 0 {
@@ -157,7 +198,8 @@ func (d *DB) Queued(limit int) ([]Sample, time.Time, error) {
 		return nil, time.Time{}, nil
 	}
 	rows, err := d.db.Query(`SELECT s.id, s.turn_id, s.gen, s.version, s.kind, s.reward, s.source, s.votes, s.hint, s.teacher, s.created,
-		t.prompt, COALESCE(s.response, t.response), CASE WHEN s.response IS NULL THEN t.logprobs END
+		t.prompt, COALESCE(s.response, t.response), CASE WHEN s.response IS NULL THEN t.logprobs END,
+		CASE WHEN s.response IS NULL THEN t.sample_logprobs END, CASE WHEN s.response IS NULL THEN t.forced END
 		FROM samples s JOIN turns t ON t.id = s.turn_id WHERE s.status = 'queued' ORDER BY s.version DESC, s.created DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("store: queued samples: %w", err)
@@ -168,15 +210,16 @@ func (d *DB) Queued(limit int) ([]Sample, time.Time, error) {
 		var s Sample
 		var version, created int64
 		var votes string
-		var teacher, prompt, response, logprobs []byte
+		var teacher, prompt, response, logprobs, slogprobs, forced []byte
 		if err := rows.Scan(&s.ID, &s.TurnID, &s.Gen, &version, &s.Kind, &s.Reward, &s.Source, &votes, &s.Hint, &teacher, &created,
-			&prompt, &response, &logprobs); err != nil {
+			&prompt, &response, &logprobs, &slogprobs, &forced); err != nil {
 			return nil, time.Time{}, fmt.Errorf("store: queued samples: %w", err)
 		}
 		s.Version, s.Created = uint64(version), time.UnixMilli(created)
 		_ = json.Unmarshal([]byte(votes), &s.Votes)
 		s.Teacher = decodeFloat32s(teacher)
 		s.Prompt, s.Response, s.LogProbs = decodeInt32s(prompt), decodeInt32s(response), decodeFloat32s(logprobs)
+		s.SampleLogProbs, s.Forced = decodeFloat32s(slogprobs), decodeBools(forced)
 		out = append(out, s)
 	}
 	return out, time.UnixMilli(oldest.Int64), rows.Err()
@@ -251,6 +294,38 @@ func insertVersion(tx *sql.Tx, number, parent uint64, step int64, note string, n
 	return err
 }
 
+// VersionRecord is a version as the store records it: the version it was
+// trained or restored from (0: none) and the trainer's optimizer step
+// count at it.
+type VersionRecord struct {
+	Number, Parent uint64
+	Step           int64
+}
+
+// Versions returns every recorded version, oldest first: the lineage that
+// staleness is measured on (trainer.Lineage).
+func (d *DB) Versions() ([]VersionRecord, error) {
+	rows, err := d.db.Query("SELECT number, parent, step FROM versions ORDER BY number")
+	if err != nil {
+		return nil, fmt.Errorf("store: versions: %w", err)
+	}
+	defer rows.Close()
+	var out []VersionRecord
+	for rows.Next() {
+		var n, p int64
+		var v VersionRecord
+		if err := rows.Scan(&n, &p, &v.Step); err != nil {
+			return nil, fmt.Errorf("store: versions: %w", err)
+		}
+		v.Number, v.Parent = uint64(n), uint64(p)
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: versions: %w", err)
+	}
+	return out, nil
+}
+
 // LastVersion is the largest version number the store has seen issued (0
 // for none).
 func (d *DB) LastVersion() (uint64, error) {
@@ -321,4 +396,29 @@ func (d *DB) Resume(checkpointStep int64, rolledBack bool) (Resumed, error) {
 		d.met.samples.WithLabelValues("requeued").Add(float64(r.Requeued))
 	}
 	return r, err
+}
+
+// encodeBools stores flags one byte each; nil (and all false) as NULL.
+func encodeBools(v []bool) []byte {
+	if !slices.Contains(v, true) {
+		return nil
+	}
+	b := make([]byte, len(v))
+	for i, x := range v {
+		if x {
+			b[i] = 1
+		}
+	}
+	return b
+}
+
+func decodeBools(b []byte) []bool {
+	if b == nil {
+		return nil
+	}
+	v := make([]bool, len(b))
+	for i, x := range b {
+		v[i] = x != 0
+	}
+	return v
 }

@@ -70,16 +70,24 @@ import (
 // FileName is the database file inside the data directory.
 const FileName = "clawrl.db"
 
-// schemaVersion is the layout of the tables below; a database of another
-// version is refused.
-const schemaVersion = 2
+// schemaVersion is the layout of the tables below; a database of a newer
+// version is refused (an older binary cannot read it), an older one is
+// migrated.
+const schemaVersion = 3
 
-// migrations[v] brings a database of schema version v to v+1.
-var migrations = map[int]string{
+// migrations[v] brings a database of schema version v to v+1, statement
+// by statement, in one transaction.
+var migrations = map[int][]string{
 	// 1 → 2: a sample may carry its own response (a hinted rollout: the
 	// teacher's response to the turn's prompt), trained instead of the
 	// turn's.
-	1: "ALTER TABLE samples ADD COLUMN response BLOB",
+	1: {"ALTER TABLE samples ADD COLUMN response BLOB"},
+	// 2 → 3: a turn records, beside the model's own log-probs, those of
+	// the distribution each token was really drawn from (temperature,
+	// truncation, grammar mask: the behaviour policy) and which tokens a
+	// grammar forced. Turns recorded before have neither: they train with
+	// their model log-probs as behaviour and no token masked, as before.
+	2: {"ALTER TABLE turns ADD COLUMN sample_logprobs BLOB", "ALTER TABLE turns ADD COLUMN forced BLOB"},
 }
 
 // indexes are made at every open if missing: they serve reads only (the
@@ -112,7 +120,9 @@ CREATE TABLE IF NOT EXISTS turns (
 	next_state  BLOB,                      -- JSON: the messages that followed
 	prompt      BLOB,                      -- int32 LE token ids (NULL: not trainable)
 	response    BLOB,
-	logprobs    BLOB                       -- float32 LE
+	logprobs    BLOB,                      -- float32 LE: the model's own (temperature 1)
+	sample_logprobs BLOB,                  -- float32 LE: under the distribution drawn from (NULL: logprobs)
+	forced      BLOB                       -- one byte per response token, 1: a grammar forced it (NULL: none)
 );
 CREATE INDEX IF NOT EXISTS turns_status ON turns(status, completed);
 CREATE INDEX IF NOT EXISTS turns_session ON turns(session_id, idx);
@@ -377,14 +387,16 @@ func (d *DB) migrate() error {
 
 // migrateStep runs one migration and records the new schema version, in
 // one transaction: a crash leaves the database at either version.
-func (d *DB) migrateStep(step string, to int) error {
+func (d *DB) migrateStep(step []string, to int) error {
 	tx, err := d.db.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.Exec(step); err != nil {
-		return err
+	for _, st := range step {
+		if _, err := tx.Exec(st); err != nil {
+			return err
+		}
 	}
 	if _, err := tx.Exec(fmt.Sprintf("PRAGMA user_version = %d", to)); err != nil {
 		return err

@@ -171,7 +171,7 @@ func TestExactlyOnce(t *testing.T) {
 	if v, _ := db.LastVersion(); v != 4 {
 		t.Errorf("a lost step's version must stay issued: last %d", v)
 	}
-	if n, err := db.DropStale(4); err != nil || n != 3 {
+	if n, err := db.DropStale(func(v uint64) bool { return v < 4 }); err != nil || n != 3 {
 		t.Errorf("DropStale: %d, %v", n, err)
 	}
 }
@@ -563,34 +563,50 @@ func TestRolloutSamples(t *testing.T) {
 	}
 }
 
-func TestMigrateSchema1(t *testing.T) {
-	dir := t.TempDir()
-	db := open(t, dir, Options{})
-	record(t, db, testTurn("m1", "s", 0, "hi"), []tokenizer.Message{{Role: "user", Content: "thanks"}})
-	db.AddSample(Sample{TurnID: "m1/0", Version: 3, Kind: "binary", Reward: 1})
-	// Make it a schema-1 database, as an earlier clawrl left it.
-	for _, q := range []string{"ALTER TABLE samples DROP COLUMN response", "PRAGMA user_version = 1"} {
-		if _, err := db.SQL().Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	db.Close()
-	db = open(t, dir, Options{})
-	var v int
-	db.SQL().QueryRow("PRAGMA user_version").Scan(&v)
-	if v != schemaVersion {
-		t.Errorf("schema version %d after opening; want %d", v, schemaVersion)
-	}
-	q, _, err := db.Queued(10)
-	if err != nil || len(q) != 1 || !slices.Equal(q[0].Response, []int32{4, 5}) || q[0].LogProbs == nil {
-		t.Errorf("the old sample after migration: %+v, %v", q, err)
-	}
-	db.Close()
-	// A database from a newer clawrl is refused, with its path.
-	db = open(t, dir, Options{})
-	db.SQL().Exec("PRAGMA user_version = 99")
-	db.Close()
-	if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "newer") {
-		t.Errorf("a newer schema opened: %v", err)
+// TestMigrate: a database an earlier clawrl left (schema 1: no sample
+// responses; schema 2: no sampling log-probs or forced tokens on turns) is
+// migrated on opening and its queued samples still read, the new fields
+// absent; one from a newer clawrl is refused.
+func TestMigrate(t *testing.T) {
+	for _, tt := range []struct {
+		version int
+		drop    []string // what the layout of that version lacks
+	}{
+		{1, []string{"ALTER TABLE samples DROP COLUMN response", "ALTER TABLE turns DROP COLUMN sample_logprobs", "ALTER TABLE turns DROP COLUMN forced"}},
+		{2, []string{"ALTER TABLE turns DROP COLUMN sample_logprobs", "ALTER TABLE turns DROP COLUMN forced"}},
+	} {
+		t.Run(fmt.Sprint("schema ", tt.version), func(t *testing.T) {
+			dir := t.TempDir()
+			db := open(t, dir, Options{})
+			turn := testTurn("m1", "s", 0, "hi")
+			turn.SampleLogProbs, turn.Forced = []float32{-0.1, -0.2}, []bool{true, false}
+			record(t, db, turn, []tokenizer.Message{{Role: "user", Content: "thanks"}})
+			db.AddSample(Sample{TurnID: "m1/0", Version: 3, Kind: "binary", Reward: 1})
+			for _, q := range append(tt.drop, fmt.Sprintf("PRAGMA user_version = %d", tt.version)) {
+				if _, err := db.SQL().Exec(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			db.Close()
+			db = open(t, dir, Options{})
+			var v int
+			db.SQL().QueryRow("PRAGMA user_version").Scan(&v)
+			if v != schemaVersion {
+				t.Errorf("schema version %d after opening; want %d", v, schemaVersion)
+			}
+			q, _, err := db.Queued(10)
+			if err != nil || len(q) != 1 || !slices.Equal(q[0].Response, []int32{4, 5}) || q[0].LogProbs == nil ||
+				q[0].SampleLogProbs != nil || q[0].Forced != nil {
+				t.Errorf("the old sample after migration: %+v, %v", q, err)
+			}
+			db.Close()
+			// A database from a newer clawrl is refused, with its path.
+			db = open(t, dir, Options{})
+			db.SQL().Exec("PRAGMA user_version = 99")
+			db.Close()
+			if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), "newer") {
+				t.Errorf("a newer schema opened: %v", err)
+			}
+		})
 	}
 }

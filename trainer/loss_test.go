@@ -29,7 +29,7 @@ func TestPPOTokenBranches(t *testing.T) {
 		{"zero advantage", 0.3, 0, 0, 0, 0, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := ppoToken(testClip, tt.logp, tt.old, tt.adv, 1, 0, false)
+			got := ppoToken(testClip, tt.logp, tt.old, tt.adv, 1, 1, 0, false)
 			if math.Abs(got.loss-tt.wantLoss) > 1e-12 || math.Abs(got.grad-tt.wantGrad) > 1e-12 || got.clipped != tt.wantClipped {
 				t.Errorf("got loss %g grad %g clipped %v, want %g %g %v", got.loss, got.grad, got.clipped, tt.wantLoss, tt.wantGrad, tt.wantClipped)
 			}
@@ -46,10 +46,10 @@ func TestPPOGradientFiniteDifference(t *testing.T) {
 	for _, logp := range []float64{-3, -1.2, -0.7, -0.5, -0.3, -0.1} {
 		for _, adv := range []float64{-1.5, -0.2, 0.4, 1} {
 			for _, w := range []float64{0.5, 1, 2} {
-				old, ref := -0.6, -0.9
-				got := ppoToken(c, logp, old, adv, w, ref, true)
-				up := ppoToken(c, logp+h, old, adv, w, ref, true).loss
-				down := ppoToken(c, logp-h, old, adv, w, ref, true).loss
+				old, ref, kw := -0.6, -0.9, 0.7
+				got := ppoToken(c, logp, old, adv, w, kw, ref, true)
+				up := ppoToken(c, logp+h, old, adv, w, kw, ref, true).loss
+				down := ppoToken(c, logp-h, old, adv, w, kw, ref, true).loss
 				fd := (up - down) / (2 * h)
 				if math.Abs(fd-got.grad) > 1e-6*math.Max(1, math.Abs(fd)) {
 					t.Errorf("logp %g adv %g w %g: analytic %g, finite difference %g", logp, adv, w, got.grad, fd)
@@ -140,11 +140,11 @@ func TestK3(t *testing.T) {
 	c := clipConfig{epsLow: 0.2, epsHigh: 0.28, klCoef: 1}
 	// k3 is zero where the policy equals the reference and positive
 	// elsewhere.
-	if got := ppoToken(c, -1, -1, 0, 1, -1, true); got.kl != 0 || got.grad != 0 {
+	if got := ppoToken(c, -1, -1, 0, 1, 1, -1, true); got.kl != 0 || got.grad != 0 {
 		t.Errorf("at the reference: kl %g grad %g, want 0 0", got.kl, got.grad)
 	}
 	for _, logp := range []float64{-3, -2, -0.5, -0.1} {
-		if got := ppoToken(c, logp, logp, 0, 1, -1, true); !(got.kl > 0) {
+		if got := ppoToken(c, logp, logp, 0, 1, 1, -1, true); !(got.kl > 0) {
 			t.Errorf("logp %g: kl %g, want > 0", logp, got.kl)
 		}
 	}
@@ -217,6 +217,7 @@ func TestValidateOptions(t *testing.T) {
 		{"micro_batch_tokens", func(o *Options) { o.MicroBatchTokens = 0 }},
 		{"lora.targets", func(o *Options) { o.LoRARank = 4; o.LoRATargets = []string{"qq"} }},
 		{"kl_coef", func(o *Options) { o.KLCoef = math.NaN() }},
+		{"target_kl", func(o *Options) { o.TargetKL = -0.1 }},
 	} {
 		o := DefaultOptions()
 		tt.mod(&o)

@@ -26,9 +26,18 @@ type Metrics struct {
 	// averaged over the updates after the first (0 with PPOEpochs 1: the
 	// first update's ratio is 1).
 	ClipFraction float64
-	// KL is the mean k3 estimate of KL(π‖ref) per unmasked token (0
-	// without reference log-probs).
+	// KL is the k3 estimate of KL(π‖ref) per unmasked token, at the
+	// step's start, each token weighted by the importance of the
+	// distribution that drew it (klWeight; 0 without reference log-probs).
 	KL float64
+	// StepKL is the trust region's estimate of the KL from the step's
+	// start to the parameters it published, per trained token (0 when
+	// TargetKL is off). Backtracks counts the halvings that brought it
+	// within TargetKL, and TrustScale is the share of the optimizer's
+	// update that was kept (1: whole; 0: undone).
+	StepKL     float64
+	Backtracks int
+	TrustScale float64
 	// Entropy is the mean entropy of the policy per unmasked token, in
 	// nats.
 	Entropy float64
@@ -51,13 +60,14 @@ type Metrics struct {
 	// MicroBatches is the number of forward/backward passes.
 	MicroBatches int
 	// Dropped counts samples not trained on: Stale (more than
-	// max_staleness versions old), NoSignal (no reward, teacher or
-	// advantage), Empty (every token masked).
+	// max_staleness optimizer steps of the lineage old), NoSignal (no
+	// reward, teacher or advantage), Empty (every token masked).
 	Dropped  int
 	Stale    int
 	NoSignal int
 	Empty    int
-	// Staleness[k] counts the trained samples generated k versions before
-	// the trainer's current version (k = 0 … max_staleness).
+	// Staleness[k] counts the trained samples generated k optimizer steps
+	// of the lineage before the trainer's parameters (k = 0 …
+	// max_staleness).
 	Staleness []int
 }

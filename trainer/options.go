@@ -36,7 +36,7 @@ type Options struct {
 	MeasureKL bool
 
 	// Off-policy samples.
-	MaxStaleness  int     // max_staleness: samples more versions behind are dropped
+	MaxStaleness  int     // max_staleness: samples more optimizer steps of the lineage behind are dropped
 	ImportanceCap float64 // importance_cap: cap of the truncated importance weight; ≤ 0 disables
 	// PPOEpochs (ppo_epochs) is the number of optimizer updates one Step
 	// makes on its batch, all against the proximal policy (the parameters
@@ -44,6 +44,12 @@ type Options struct {
 	// never binds (the proximal policy is the one being updated); with
 	// more it bounds how far one batch moves each token.
 	PPOEpochs int
+	// TargetKL (target_kl) is the trust region of a step: the largest KL
+	// from the parameters at the step's start to those after an update,
+	// per trained token (importance-weighted k3 over the batch); an update
+	// that goes further is halved until it is within, or undone (see
+	// Trainer.Step). 0 turns it off, and saves a forward pass per update.
+	TargetKL float64
 
 	// Batching.
 	MicroBatchTokens int // micro_batch_tokens: token budget of one forward/backward pass
@@ -67,12 +73,16 @@ func DefaultOptions() Options {
 		LR: 1e-5, Beta1: 0.9, Beta2: 0.98, AdamEps: 1e-8, WeightDecay: 0.1,
 		GradClip: 1.0, WarmupSteps: 10,
 		EpsLow: 0.2, EpsHigh: 0.28, KLCoef: 0, RLWeight: 1, OPDWeight: 1, AdvantageClip: 0,
-		MaxStaleness: 4, ImportanceCap: 2, PPOEpochs: 1,
+		MaxStaleness: 4, ImportanceCap: 2, PPOEpochs: 1, TargetKL: DefaultTargetKL,
 		MicroBatchTokens: 4096,
 		LoRARank:         0, LoRAAlpha: 32, LoRATargets: []string{"q", "k", "v", "o", "gate", "up", "down"}, LoRASeed: 1,
 		LoRAMergeDType: "float32",
 	}
 }
+
+// DefaultTargetKL is target_kl's default (see config.yaml for how it was
+// measured).
+const DefaultTargetKL = 0.05
 
 // maxMaxStaleness bounds max_staleness (Metrics.Staleness has one bin per
 // version).
@@ -133,6 +143,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxStaleness < 0 || o.MaxStaleness > maxMaxStaleness {
 		bad("max_staleness", o.MaxStaleness, fmt.Sprintf("must lie in [0, %d]", maxMaxStaleness))
+	}
+	if !(o.TargetKL >= 0) || !finite(o.TargetKL) {
+		bad("target_kl", o.TargetKL, "must be ≥ 0 (0 disables)")
 	}
 	if !finite(o.ImportanceCap) {
 		bad("importance_cap", o.ImportanceCap, "must be finite (≤ 0 disables)")

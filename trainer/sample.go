@@ -17,14 +17,26 @@ type Sample struct {
 	Response []int32 // the generated tokens
 
 	// Version is the weight version that generated Response; it sets the
-	// sample's staleness against the trainer's version (a version ahead of
-	// the trainer's, as after a rollback, counts as fresh).
+	// sample's staleness: the optimizer steps between its weights and the
+	// trainer's along the lineage (see Lineage), or, for a version the
+	// lineage does not know, the difference of the version numbers (a
+	// version ahead of the trainer's counts as fresh).
 	Version uint64
-	// RolloutLogProbs are the log-probabilities of the response tokens as
-	// served (under Version). With them the loss is importance-corrected
-	// for the gap between the serving policy and the policy being updated;
-	// nil skips the correction.
+	// RolloutLogProbs are the log-probabilities of the response tokens
+	// under the distribution they were drawn from: the behaviour policy,
+	// Version's weights with the request's temperature, top-k, top-p and
+	// grammar mask applied (rollout.Event.SampleLogProb), not the model's
+	// own distribution. With them each token's loss is weighted by
+	// min(π_prox/μ, importance_cap), which corrects both for the versions
+	// between the rollout and the step and for the sampler (see the
+	// package doc); nil skips the correction.
 	RolloutLogProbs []float32
+	// TeacherDrawn marks a response the teacher generated (a hinted
+	// rollout) rather than the policy: its loss takes no importance weight
+	// (the advantage teacher − π says how far the policy is from it), and
+	// the KL estimates weight its tokens by min(π/teacher, cap), the
+	// teacher's log-probs standing for the distribution that drew them.
+	TeacherDrawn bool
 
 	// Reward is the binary RL reward: +1 or −1 from the judge or a thumb,
 	// 0 for none. Its advantage is Options.RLWeight·Reward on every token.
@@ -40,15 +52,16 @@ type Sample struct {
 	// reference policy, for the KL penalty. When the penalty is on and
 	// they are nil, the trainer computes them with the reference weights.
 	RefLogProbs []float32
-	// Supervised marks an example the policy did not generate (a replay
-	// sample, package replay), learnt through explicit Advantages. The KL
-	// to the reference is estimated on the policy's own tokens (k3), so it
-	// is neither measured nor penalized on such a sample: on tokens the
-	// policy has learnt to avoid it would read as a huge divergence (and
-	// trip the guard's kl_max) where none was sampled.
+	// Supervised marks an example no policy drew (a replay sample, package
+	// replay), learnt through explicit Advantages. The KL estimates are
+	// importance-weighted by the distribution that drew each token, and an
+	// example has none, so it is neither measured nor penalized: unweighted,
+	// k3 on tokens the policy has learnt to avoid reads as a huge
+	// divergence (and trips the guard's kl_max) where none was sampled.
 	Supervised bool
-	// Mask selects the response tokens that count in the loss (tool output
-	// pasted into a response, for instance, should not); nil counts all.
+	// Mask selects the response tokens that count in the loss; nil counts
+	// all. A token a grammar forced (rollout.Event.Forced) is masked: the
+	// model had no choice, and a reward must not push it up or down.
 	Mask []bool
 }
 

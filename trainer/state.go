@@ -240,6 +240,9 @@ func (t *Trainer) Restore(c *weights.Checkpoint) error {
 	info := c.Info()
 	info.Meta.Note = "resumed from " + c.Dir()
 	t.version, t.dirty, t.restored = info.Version, false, &info
+	if !t.lineage.Known(info.Version) {
+		t.lineage.Add(info.Version, info.Parent, st.Step)
+	}
 	return nil
 }
 

@@ -44,6 +44,8 @@ type Trainer struct {
 
 	refCache  *model.KVCache // for reference log-probs (KL), made on first use
 	refTokens int            // tokens refCache holds
+	lineage   *Lineage
+	start     []compute.Tensor // the parameters at a step's start (trust region), made on first use
 	closed    bool
 }
 
@@ -77,7 +79,7 @@ func New(m *model.Model, base *model.Weights, opts Options) (*Trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
-	t := &Trainer{m: m, b: b, opts: opts, base: base, tr: tr, params: tr.Params(), lrScale: 1}
+	t := &Trainer{m: m, b: b, opts: opts, base: base, tr: tr, params: tr.Params(), lrScale: 1, lineage: NewLineage()}
 	t.opts.LoRATargets = append([]string(nil), opts.LoRATargets...)
 	for _, p := range t.params {
 		var mm moments
@@ -105,7 +107,7 @@ func (t *Trainer) Options() Options {
 
 // Version is the number of the weight version the trainer's parameters
 // are: the last one it published or restored, or the one set by
-// SetVersion. A sample's staleness is Version − Sample.Version.
+// SetVersion. A sample's staleness is Staleness(Sample.Version).
 func (t *Trainer) Version() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -113,11 +115,40 @@ func (t *Trainer) Version() uint64 {
 }
 
 // SetVersion tells the trainer which published version its parameters
-// are (the store's version of the base weights, at start).
+// are (the store's version of the base weights, at start). The lineage
+// records it, at the trainer's step count, unless it knows it already.
 func (t *Trainer) SetVersion(n uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.version = n
+	if !t.lineage.Known(n) {
+		t.lineage.Add(n, 0, t.step)
+	}
+}
+
+// Lineage is the version tree staleness is measured on. The trainer adds
+// the versions it publishes and restores; add the ones published before a
+// restart (the store's record) before the first Step.
+func (t *Trainer) Lineage() *Lineage { return t.lineage }
+
+// Staleness is how far behind the trainer's parameters the weights of
+// version v are: the optimizer steps between them along the lineage, or,
+// when the lineage does not know v, the difference of the version numbers
+// (0 for a version ahead of the trainer's).
+func (t *Trainer) Staleness(v uint64) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stalenessLocked(v)
+}
+
+func (t *Trainer) stalenessLocked(v uint64) int {
+	if n, ok := t.lineage.Steps(v, t.version); ok {
+		return n
+	}
+	if v >= t.version {
+		return 0
+	}
+	return int(min(t.version-v, uint64(math.MaxInt32)))
 }
 
 // ScaleLR multiplies the learning rate of every later step by f (the
@@ -171,6 +202,10 @@ func (t *Trainer) Close() {
 	if t.refCache != nil {
 		t.refCache.Close()
 	}
+	for _, x := range t.start {
+		t.b.Free(x)
+	}
+	t.start = nil
 }
 
 // SetSlicer makes training passes share the machine with serving through
@@ -194,10 +229,21 @@ var errSkip = errors.New("non-finite")
 // decides nothing. Later updates (PPOEpochs > 1) reuse those log-probs, so
 // ρ moves away from 1 and the clip bounds how far one batch moves a token
 // (Metrics.ClipFraction reports those updates). The behaviour policy (the
-// version that generated the turn, whose log-probs the rollout recorded)
-// enters through the truncated importance weight from behaviour to
-// proximal, which corrects for the versions between the rollout and now;
-// MaxStaleness bounds that gap.
+// distribution the rollout really drew each token from: the generating
+// version's, tempered, truncated and masked) enters through the truncated
+// importance weight from behaviour to proximal, which corrects for the
+// versions between the rollout and now and for the sampler; MaxStaleness
+// bounds the gap, in optimizer steps of the lineage (Staleness).
+//
+// With TargetKL > 0 every update stays inside a trust region: after it, a
+// forward pass over the batch estimates the KL from the step's start to
+// the new parameters (k3, importance-weighted as the KL to the reference
+// is, see klWeight), and while it exceeds TargetKL the update is scaled
+// back (the same AdamW step at a lower learning rate: by 0.9·√(target/KL),
+// at most ½, as KL grows as the square of a small step), at most
+// maxBacktracks times, then undone; a step that had to shrink makes no
+// further updates (PPO's early stop at target_kl). Metrics.StepKL,
+// Backtracks and TrustScale report it.
 //
 // Samples are processed in micro-batches of at most MicroBatchTokens
 // tokens; each micro-batch's gradient is scaled so that their sum is the
@@ -213,7 +259,7 @@ var errSkip = errors.New("non-finite")
 func (t *Trainer) Step(batch []Sample) (Metrics, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	met := Metrics{Step: t.step, SkippedTotal: t.skipped, Staleness: make([]int, t.opts.MaxStaleness+1)}
+	met := Metrics{Step: t.step, SkippedTotal: t.skipped, Staleness: make([]int, t.opts.MaxStaleness+1), TrustScale: 1}
 	if t.closed {
 		return met, errors.New("trainer: closed")
 	}
@@ -228,14 +274,11 @@ func (t *Trainer) Step(batch []Sample) (Metrics, error) {
 	var keep []*Sample
 	for i := range batch {
 		s := &batch[i]
-		var stale uint64
-		if s.Version < t.version {
-			stale = t.version - s.Version
-		}
+		stale := t.stalenessLocked(s.Version)
 		switch {
 		case !s.hasSignal():
 			met.NoSignal++
-		case stale > uint64(t.opts.MaxStaleness):
+		case stale > t.opts.MaxStaleness:
 			met.Stale++
 		case s.unmasked() == 0:
 			met.Empty++
@@ -278,12 +321,143 @@ func (t *Trainer) Step(batch []Sample) (Metrics, error) {
 			// The clip can bind from the second update on: report it there.
 			met.ClipFraction += float64(acc.clipped) / float64(max(acc.tokens, 1)) / float64(t.opts.PPOEpochs-1)
 		}
+		if t.opts.TargetKL > 0 {
+			if err := t.saveStart(); err != nil {
+				t.tr.ZeroGrad()
+				return met, err
+			}
+		}
 		applied, err := t.update(&met)
 		if err != nil || !applied {
 			return met, err
 		}
+		if t.opts.TargetKL > 0 {
+			within, err := t.trustRegion(keep, prox, &met)
+			if err != nil {
+				return met, err
+			}
+			if !within {
+				break // the update had to shrink: no further updates on this batch
+			}
+		}
 	}
 	return met, nil
+}
+
+// maxBacktracks is how many times the trust region shrinks an update
+// before it undoes it.
+const maxBacktracks = 5
+
+// saveStart copies the parameters before an update, for the trust region.
+func (t *Trainer) saveStart() error {
+	if t.start == nil {
+		for _, p := range t.params {
+			c, err := t.b.NewTensor(compute.F32, p.Value.Shape()...)
+			if err != nil {
+				for _, x := range t.start {
+					t.b.Free(x)
+				}
+				t.start = nil
+				return fmt.Errorf("trainer: trust region: a copy of %s: %w", p.Name, err)
+			}
+			t.start = append(t.start, c)
+		}
+	}
+	for i, p := range t.params {
+		t.b.Copy(t.start[i], p.Value)
+	}
+	return nil
+}
+
+// trustRegion measures the KL from the proximal policy (prox, the step's
+// start) to the parameters after an update and, while it exceeds
+// TargetKL, shrinks the update (at most maxBacktracks times, then undoes
+// it). It reports whether the update stood whole.
+func (t *Trainer) trustRegion(keep []*Sample, prox [][]float32, met *Metrics) (bool, error) {
+	kl, err := t.stepKL(keep, prox)
+	if err != nil {
+		return false, err
+	}
+	scale := 1.0
+	for kl > t.opts.TargetKL {
+		if met.Backtracks == maxBacktracks {
+			// Undo it: the parameters are the step's start again (the
+			// moments keep the gradient).
+			for i, p := range t.params {
+				t.b.Copy(p.Value, t.start[i])
+			}
+			if err := t.b.Synchronize(); err != nil {
+				return false, fmt.Errorf("trainer: trust region: %w", err)
+			}
+			scale, kl = 0, 0
+			break
+		}
+		// θ ← start + f·(θ − start): the AdamW step at f times the rate
+		// (it is linear in the rate for given moments). KL grows as the
+		// square of a small step, so f = 0.9·√(target/KL) should land
+		// inside; at most ½, so that a step far from quadratic still
+		// shrinks fast.
+		f := min(0.5, 0.9*math.Sqrt(t.opts.TargetKL/kl))
+		for i, p := range t.params {
+			t.b.AddScaled(p.Value, t.start[i], -1)
+			t.b.Scale(p.Value, float32(f))
+			t.b.AddScaled(p.Value, t.start[i], 1)
+		}
+		if err := t.b.Synchronize(); err != nil {
+			return false, fmt.Errorf("trainer: trust region: %w", err)
+		}
+		met.Backtracks++
+		scale *= f
+		if kl, err = t.stepKL(keep, prox); err != nil {
+			return false, err
+		}
+	}
+	met.StepKL, met.TrustScale = kl, met.TrustScale*scale
+	return scale == 1, nil
+}
+
+// stepKL runs a forward pass over keep with the current parameters and
+// returns the k3 estimate of KL(π_start‖π) per trained token, where
+// π_start's log-probs are start (per sample of keep), each token weighted
+// by klWeight against π_start. Supervised samples are left out; 0 when
+// nothing is measured.
+func (t *Trainer) stepKL(keep []*Sample, start [][]float32) (float64, error) {
+	var sum, wsum float64
+	bounds := microBatches(keep, t.opts.MicroBatchTokens)
+	for g := 0; g+1 < len(bounds); g++ {
+		mb := keep[bounds[g]:bounds[g+1]]
+		ts := make([]model.TrainSample, len(mb))
+		for i, s := range mb {
+			ts[i] = model.TrainSample{Prompt: s.Prompt, Response: s.Response}
+		}
+		pass, err := t.tr.Forward(ts)
+		if err != nil {
+			return 0, fmt.Errorf("trainer: trust region: forward pass: %w", err)
+		}
+		for i, s := range mb {
+			logp, old := pass.LogProbs[i], start[bounds[g]+i]
+			for k := range s.Response {
+				if s.Mask != nil && !s.Mask[k] {
+					continue
+				}
+				w, ok := klWeight(s, k, float64(old[k]), t.opts.ImportanceCap)
+				if !ok {
+					continue
+				}
+				d := float64(logp[k]) - float64(old[k]) // log(π/π_start)
+				sum += w * (math.Expm1(d) - d)
+				wsum += w
+			}
+		}
+		pass.Free()
+	}
+	switch {
+	case math.IsNaN(sum):
+		return math.Inf(1), nil // broken parameters: as far as can be
+	case wsum == 0:
+		return 0, nil
+	}
+	return sum / wsum, nil
 }
 
 // update takes the optimizer step on the gradients accumulated in the
@@ -348,8 +522,7 @@ type accumulation struct {
 	samples, tokens, clipped     int
 	loss                         float64 // sum over samples of the token-mean loss
 	klSum, entSum, lpSum, advSum float64
-	wSum                         float64
-	klTokens                     int
+	wSum, klW                    float64
 	reason                       string
 	logps                        [][]float32 // per sample of keep: the pass's log-probs (the proximal policy's, on a first update)
 }
@@ -365,8 +538,8 @@ func (a *accumulation) fill(m *Metrics) {
 		m.Advantage = a.advSum / n
 		m.ImportanceWeight = a.wSum / n
 	}
-	if a.klTokens > 0 {
-		m.KL = a.klSum / float64(a.klTokens)
+	if a.klW > 0 {
+		m.KL = a.klSum / a.klW
 	}
 }
 
@@ -432,7 +605,7 @@ func (t *Trainer) accumulate(keep []*Sample, prox [][]float32) (accumulation, er
 			acc.clipped += st.clipped
 			acc.loss += st.loss
 			acc.klSum += st.klSum
-			acc.klTokens += st.klTokens
+			acc.klW += st.klW
 			acc.advSum += st.advSum
 			acc.wSum += st.wSum
 			for k := range s.Response {
@@ -540,6 +713,7 @@ func (t *Trainer) Publish(store *weights.Store) (*weights.Version, error) {
 		w.Free()
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
+	t.lineage.Add(v.Number(), v.Parent(), t.step)
 	t.version, t.dirty, t.restored = v.Number(), false, nil
 	return v, nil
 }
