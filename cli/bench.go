@@ -55,7 +55,7 @@ func (a *app) benchCmd() *cobra.Command {
 		Long: `bench measures, in one run: the CPU's FP32 FMA peak and, where the
 products use it, the BF16 dot-product instruction's (register-only loops),
 and memory bandwidth; matrix multiply GFLOP/s at 512, 1024 and 2048 and a
-BF16 matrix-vector product's GB/s; and decode (batch 1 and 8) and prefill
+BF16 matrix-vector product's GB/s; and decode (batch 1 and 8, --batch) and prefill
 tokens/s of a model, against the limit that memory bandwidth sets for decode
 (bytes of weights read per token / copy bandwidth).
 
