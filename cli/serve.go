@@ -351,6 +351,7 @@ func (a *app) newServer(e *engine.Engine, db *store.DB, reg *prometheus.Registry
 		ShutdownTimeout:  sc.ShutdownTimeout,
 		Sink:             db,
 		Data:             forgetter{db},
+		Responses:        responseStore{db},
 		Dashboard:        dash,
 		Sessions: session.Options{
 			MaxSessions:        a.cfg.Sessions.MaxSessions,

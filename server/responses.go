@@ -13,9 +13,10 @@ import (
 	"github.com/clawrl/clawrl/tokenizer"
 )
 
-// responsesRequest is the body of POST /v1/responses. Stateful features
-// (previous_response_id, conversation, background) are not supported;
-// other fields clawrl does not use are ignored.
+// responsesRequest is the body of POST /v1/responses. Responses are kept
+// unless store is false (stored.go), so previous_response_id and item
+// references resolve; conversations and background responses are not
+// supported; other fields clawrl does not use are ignored.
 type responsesRequest struct {
 	Model             string            `json:"model"`
 	Input             json.RawMessage   `json:"input"`
@@ -29,6 +30,7 @@ type responsesRequest struct {
 	MaxOutputTokens    *int                       `json:"max_output_tokens"`
 	Stream             bool                       `json:"stream"`
 	PreviousResponseID string                     `json:"previous_response_id"`
+	Store              *bool                      `json:"store"`
 	Background         bool                       `json:"background"`
 	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
 	samplingFields
@@ -49,10 +51,6 @@ type inputItem struct {
 
 // conversation turns the input items, instructions and tools into a chat.
 func (req *responsesRequest) conversation() (*conversation, *apiError) {
-	if req.PreviousResponseID != "" {
-		return nil, invalid("previous_response_id", "unsupported_parameter",
-			"previous_response_id is not supported: this server keeps no responses; send the whole input.")
-	}
 	if req.Background {
 		return nil, invalid("background", "unsupported_parameter", "background responses are not supported.")
 	}
@@ -325,11 +323,17 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if !s.decodeRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
+	given, e := s.expandInput(r, &req)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
 	conv, e := req.conversation()
 	if e != nil {
 		writeError(w, e)
 		return
 	}
+	keep := s.opts.Responses != nil && (req.Store == nil || *req.Store)
 	smp := sampling{n: 1}
 	if smp.maxTokens, e = checkMaxTokens(req.MaxOutputTokens, "max_output_tokens"); e != nil {
 		writeError(w, e)
@@ -346,14 +350,18 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	id := newID("resp_", 32)
 	s.serveTurn(w, r, turnRequest{endpoint: "responses", id: id, received: received, fields: req.sessionFields, conv: conv, smp: smp,
 		write: func(ctx context.Context, cancel context.CancelFunc, l *launched, complete func([]*output)) []*output {
-			rc := &responseCall{s: s, req: &req, p: l.p, complete: complete, base: responseObject{
-				ID: id, Object: "response", CreatedAt: received.Unix(), Status: "in_progress",
-				Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Model: s.opts.ModelID,
-				Output: []any{}, ParallelToolCalls: !conv.oneCall, Temperature: f64(smp.params.Temperature),
-				TopP: f64(smp.params.TopP), ToolChoice: toolChoiceValue(conv.choice), Tools: orEmpty(req.Tools),
-				Text: map[string]any{"format": format}, Metadata: map[string]string{},
-				User: req.User,
-			}}
+			rc := &responseCall{s: s, req: &req, p: l.p, complete: complete, keep: keep, owner: responseOwner(r), given: given,
+				received: received, base: responseObject{
+					ID: id, Object: "response", CreatedAt: received.Unix(), Status: "in_progress",
+					Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Model: s.opts.ModelID,
+					Output: []any{}, ParallelToolCalls: !conv.oneCall, Temperature: f64(smp.params.Temperature),
+					TopP: f64(smp.params.TopP), ToolChoice: toolChoiceValue(conv.choice), Tools: orEmpty(req.Tools),
+					Text: map[string]any{"format": format}, Metadata: map[string]string{},
+					User: req.User, Store: keep,
+				}}
+			if l.binding != nil {
+				rc.session = l.binding.SessionID
+			}
 			if req.Stream {
 				return rc.stream(ctx, cancel, w, l.gens)
 			}
@@ -376,6 +384,13 @@ type responseCall struct {
 	base responseObject
 	// complete is chatCall.complete for the Responses API.
 	complete func(outs []*output)
+	// keep says the response is stored (stored.go), under owner, with
+	// the session its turn went to and the input as given.
+	keep     bool
+	owner    string
+	session  string
+	given    json.RawMessage
+	received time.Time
 }
 
 // finished fills in the final status, output and usage.
@@ -430,8 +445,10 @@ func (rc *responseCall) collect(ctx context.Context, w http.ResponseWriter, gens
 	if rc.complete != nil {
 		rc.complete(outs)
 	}
+	resp := rc.finished(o, items)
+	rc.keepResponse(resp)
 	w.Header().Set("X-Weight-Version", strconv.FormatUint(o.version(rc.s.opts.Version()), 10))
-	writeJSON(w, rc.finished(o, items))
+	writeJSON(w, resp)
 	return outs
 }
 
@@ -593,6 +610,7 @@ func (rc *responseCall) stream(ctx context.Context, cancel context.CancelFunc, w
 		rc.complete(outs)
 	}
 	resp := rc.finished(o, st.items)
+	rc.keepResponse(resp)
 	if cut {
 		e := rc.s.shutdownError()
 		st.send("error", map[string]any{"code": e.Code, "message": e.Message, "param": nil})

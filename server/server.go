@@ -121,6 +121,11 @@ type Options struct {
 	// Data, if set, deletes a user's records: DELETE /v1/sessions/{id}.
 	// Without it the route answers 501.
 	Data DataStore
+	// Responses, if set, keeps Responses API responses (unless a request
+	// says store: false) so that previous_response_id and item
+	// references resolve, and serves GET and DELETE /v1/responses/{id}
+	// (stored.go). Without it those are refused or not found.
+	Responses ResponseStore
 	// Dashboard, if set, serves the web dashboard: its page at GET
 	// /dashboard (static, no data: no key needed) and its data at GET
 	// /dashboard/state (behind the API keys). Without it /dashboard is 404.
@@ -341,6 +346,8 @@ func (s *Server) routes() http.Handler {
 		r.Get("/v1/models/*", s.handleModel) // model ids may hold slashes
 		r.Post("/v1/feedback", s.handleFeedback)
 		r.Delete("/v1/sessions/{id}", s.handleForgetSession)
+		r.Get("/v1/responses/{id}", s.handleGetResponse)
+		r.Delete("/v1/responses/{id}", s.handleDeleteResponse)
 		r.Group(func(r chi.Router) {
 			r.Use(s.limitBody, s.requireReady)
 			r.Post("/v1/chat/completions", s.handleChat)

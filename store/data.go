@@ -14,22 +14,26 @@ import (
 
 // Forgotten counts what ForgetSession or Purge deleted.
 type Forgotten struct {
-	Turns    int `json:"turns"`
-	Feedback int `json:"feedback"`
-	Samples  int `json:"samples"`
+	Turns     int `json:"turns"`
+	Feedback  int `json:"feedback"`
+	Samples   int `json:"samples"`
+	Responses int `json:"responses"` // stored Responses API responses
 }
 
 // ForgetSession deletes a session's turns, their feedback and their
 // samples (trained ones too: the weights keep what they learned, the
-// store keeps no record of the text), then checkpoints and truncates the
-// WAL so that no copy of the text stays in the files (secure_delete
-// overwrites the freed pages). It waits for the commit.
+// store keeps no record of the text) and its stored responses, then
+// checkpoints and truncates the WAL so that no copy of the text stays in
+// the files (secure_delete overwrites the freed pages). It waits for the
+// commit.
 func (d *DB) ForgetSession(id string) (Forgotten, error) {
 	var f Forgotten
 	err := d.enqueue("forget", true, false, func(tx *sql.Tx) error {
 		var err error
-		f, err = deleteTurns(tx, "session_id = ?", id)
-		return err
+		if f, err = deleteTurns(tx, "session_id = ?", id); err != nil {
+			return err
+		}
+		return deleteResponses(tx, "session_id = ?", id, &f.Responses)
 	})
 	if err != nil {
 		return f, fmt.Errorf("store: forgetting session %s: %w", id, err)
@@ -39,18 +43,20 @@ func (d *DB) ForgetSession(id string) (Forgotten, error) {
 }
 
 // Purge deletes the records of turns received before cutoff (retention),
-// as ForgetSession does.
+// as ForgetSession does, and the responses stored before it.
 func (d *DB) Purge(cutoff time.Time) (Forgotten, error) {
 	var f Forgotten
 	err := d.enqueue("purge", true, false, func(tx *sql.Tx) error {
 		var err error
-		f, err = deleteTurns(tx, "received < ?", cutoff.UnixMilli())
-		return err
+		if f, err = deleteTurns(tx, "received < ?", cutoff.UnixMilli()); err != nil {
+			return err
+		}
+		return deleteResponses(tx, "created < ?", cutoff.UnixMilli(), &f.Responses)
 	})
 	if err != nil {
 		return f, fmt.Errorf("store: purging records before %s: %w", cutoff.Format(time.RFC3339), err)
 	}
-	if f.Turns > 0 {
+	if f.Turns > 0 || f.Responses > 0 {
 		d.met.turns.WithLabelValues("purged").Add(float64(f.Turns))
 		return f, d.scrub()
 	}

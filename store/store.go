@@ -287,6 +287,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	if _, err := d.db.Exec(indexes); err != nil {
 		return fail(fmt.Errorf("store: %s: creating indexes: %w", d.path, err))
 	}
+	if _, err := d.db.Exec(responsesSchema); err != nil {
+		return fail(fmt.Errorf("store: %s: creating the responses tables: %w", d.path, err))
+	}
 	if err := d.checkBase(); err != nil {
 		return fail(err)
 	}
