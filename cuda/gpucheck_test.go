@@ -139,7 +139,7 @@ func TestGPUCheckDryRun(t *testing.T) {
 	}
 	want := map[string]string{
 		"devices": "ok", "conformance": "skipped", "testmodel": "ok", "write-model": "skipped", "prompt": "ok",
-		"logits": "ok", "compare": "skipped", "bench-gpu": "ok", "kernels": "ok", "torch-bench": "skipped",
+		"logits": "ok", "compare": "skipped", "bench-gpu": "ok", "bench-16k": "ok", "kernels": "ok", "torch-bench": "skipped",
 		"bench-cpu": "ok", "export-train": "ok", "export": "ok", "export-prompt": "ok", "export-logits": "ok",
 		"export-check": "skipped", "logits-cpu": "ok", "compare-cpu": "ok", "selftest": "ok",
 	}

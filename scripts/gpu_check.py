@@ -126,6 +126,9 @@ def cmd_write_model(a):
             src = os.path.join(a.tokenizer_from, f)
             if os.path.exists(src):
                 shutil.copy(src, os.path.join(a.out, f))
+    c = read_config(a.out)
+    rope = {k: v for k, v in c.items() if "rope" in k or k in ("torch_dtype", "dtype", "tie_word_embeddings")}
+    print(f"config.json: {json.dumps(rope, sort_keys=True)}")
     files = sorted(os.listdir(a.out))
     size = sum(os.path.getsize(os.path.join(a.out, f)) for f in files)
     n = sum(p.numel() for p in model.parameters())
@@ -614,6 +617,9 @@ def cmd_report(a):
     else:
         p(f"  nvidia-smi: {status.get('nvidia-smi', 'not run')}")
     p("\n".join("  " + ln for ln in log("devices").strip().splitlines()) or "  clawrl devices: no output")
+    for ln in log("write-model").splitlines():
+        if ln.startswith(("wrote ", "config.json:")):
+            p("  checkpoint: " + ln)
     p("")
 
     p("== Steps")
@@ -653,6 +659,9 @@ def cmd_report(a):
     # Performance.
     cfg = read_json(os.path.join(w, "model", "config.json")) or {}
     gpu = bench_rows(os.path.join(w, "bench-gpu.json"))
+    for name, r in bench_rows(os.path.join(w, "bench-16k.json")).items():
+        if "context" in name or "after" in name:
+            gpu[name] = r
     cpu = bench_rows(os.path.join(w, "bench-cpu.json"))
     tb = read_json(os.path.join(w, "torch-bench.json")) or {}
     kb = parse_go_bench(log("kernels"))
