@@ -3,6 +3,9 @@ package model
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/safetensors"
@@ -110,9 +113,7 @@ func copyTensor(to, from compute.Backend, t compute.Tensor, toBF16 bool) (comput
 		}
 		if toBF16 {
 			bits := make([]uint16, n)
-			for i, v := range vals {
-				bits[i] = safetensors.Float32ToBF16(v)
-			}
+			toBF16Bits(bits, vals)
 			return to.WeightBF16(bits, shape...)
 		}
 		return to.WeightF32(vals, shape...)
@@ -131,10 +132,33 @@ func copyTensor(to, from compute.Backend, t compute.Tensor, toBF16 bool) (comput
 			return nil, err
 		}
 		bits := make([]uint16, n)
-		for i, v := range vals {
-			bits[i] = safetensors.Float32ToBF16(v) // exact: v came from BF16
-		}
+		toBF16Bits(bits, vals) // exact: the values came from BF16
 		return to.WeightBF16(bits, shape...)
 	}
 	return nil, fmt.Errorf("cannot copy a %v tensor", t.DType())
+}
+
+// toBF16Bits rounds src to BF16 bits in dst (nearest even), on every core:
+// a version of a multi-billion-parameter model is gigabytes of them.
+func toBF16Bits(dst []uint16, src []float32) {
+	const chunk = 1 << 18
+	parts := (len(src) + chunk - 1) / chunk
+	workers := min(parts, runtime.GOMAXPROCS(0))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				p := int(next.Add(1)) - 1
+				if p >= parts {
+					return
+				}
+				lo, hi := p*chunk, min(len(src), (p+1)*chunk)
+				for i, v := range src[lo:hi] {
+					dst[lo+i] = safetensors.Float32ToBF16(v)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
