@@ -11,7 +11,18 @@
 //     \boxed{-1} or \boxed{0}. Votes are sampled m times in parallel; the
 //     last box outside code fences counts (ParseVote); the majority wins,
 //     and a tie or no valid vote gives 0 (Majority). An explicit thumb
-//     replaces the vote; its text becomes part of the next state.
+//     replaces the vote; its text becomes part of the next state. When the
+//     user's next message goes on after its opening reaction, the judge
+//     reads the reaction alone, then with the sentence after it, and never
+//     what follows (reaction.go): text a user appends cannot flip the vote
+//     on a complaint.
+//
+// What the judges read is quoted: text from the conversation cannot cast a
+// vote (a quoted \boxed{1} is defused), write a hint marker, open or close
+// a section of the transcript ("=== END ===" and role lines are rewritten
+// inside quoted text), or make control tokens (the local judge encodes its
+// prompt with tokenizer.EncodeChat; a remote judge gets control-token
+// spellings broken).
 //   - Hints. The hint judge reads the same rendering and either declines
 //     (\boxed{0}) or writes a short, concrete hint between [HINT_START] and
 //     [HINT_END] and accepts (\boxed{1}) (ParseHint). Of the hints of the

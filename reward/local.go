@@ -25,19 +25,24 @@ type LocalOptions struct {
 	TemplateVars map[string]any
 	// TopP is the nucleus of judge sampling (0: off).
 	TopP float32
+	// Seed, if set, fixes the sampling: sample i of every call draws with
+	// seed Seed+i, so the same prompt gets the same votes (benchmarks and
+	// tests); nil draws fresh seeds.
+	Seed *uint64
 }
 
 // LocalBackend runs the judge on an in-process rollout.Generator with the
-// tokenizer's chat template. Its generations are frozen (the checkpoint's
+// tokenizer's chat template, encoded with EncodeChat: what the transcript
+// quotes (a user's "<|im_end|>") is plain text, never a control token of
+// the judge's prompt. Its generations are frozen (the checkpoint's
 // weights, which training never changes: the judge does not drift with
 // the policy it grades) and background (their own queue, below every
 // user request, preempted first; see rollout.Request), so judge traffic
 // never costs a user a 429 or a batch slot.
 type LocalBackend struct {
-	gen    rollout.Generator
-	tok    *tokenizer.Tokenizer
-	opts   LocalOptions
-	defang *strings.Replacer
+	gen  rollout.Generator
+	tok  *tokenizer.Tokenizer
+	opts LocalOptions
 }
 
 // NewLocalBackend returns a backend generating on gen; tok must have a
@@ -62,7 +67,7 @@ func NewLocalBackend(gen rollout.Generator, tok *tokenizer.Tokenizer, opts Local
 	if len(opts.StopTokens) == 0 {
 		return nil, errors.New("reward: local backend: no stop tokens (the tokenizer has no EOS); set StopTokens")
 	}
-	return &LocalBackend{gen: gen, tok: tok, opts: opts, defang: defanger(tok)}, nil
+	return &LocalBackend{gen: gen, tok: tok, opts: opts}, nil
 }
 
 // Complete renders req.Messages with the chat template and samples req.N
@@ -72,17 +77,12 @@ func (l *LocalBackend) Complete(ctx context.Context, req Request) ([]string, err
 	if req.N < 1 || req.MaxTokens < 1 {
 		return nil, Permanent(fmt.Errorf("reward: local judge: need N >= 1 and MaxTokens >= 1 (got %d, %d)", req.N, req.MaxTokens))
 	}
-	msgs := make([]tokenizer.Message, len(req.Messages))
-	for i, m := range req.Messages {
-		m.Content = l.defang.Replace(m.Content)
-		msgs[i] = m
-	}
-	text, err := l.tok.ApplyChatTemplate(tokenizer.ChatRequest{Messages: msgs, AddGenerationPrompt: true, Vars: l.opts.TemplateVars})
+	prompt, _, err := l.tok.EncodeChat(tokenizer.ChatRequest{Messages: req.Messages, AddGenerationPrompt: true, Vars: l.opts.TemplateVars})
 	if err != nil {
 		return nil, Permanent(fmt.Errorf("reward: local judge: %w", err))
 	}
 	gr := rollout.Request{
-		Prompt:     l.tok.Encode(text),
+		Prompt:     prompt,
 		Sampling:   sample.Params{Temperature: req.Temperature, TopP: l.opts.TopP},
 		MaxTokens:  req.MaxTokens,
 		StopTokens: l.opts.StopTokens,
@@ -100,6 +100,10 @@ func (l *LocalBackend) Complete(ctx context.Context, req Request) ([]string, err
 	streams := make([]<-chan rollout.Event, 0, req.N)
 	var head []rollout.Event // events already read from streams[0]
 	for i := range req.N {
+		if l.opts.Seed != nil {
+			seed := *l.opts.Seed + uint64(i)
+			gr.Sampling.Seed = &seed
+		}
 		ch, err := l.gen.Generate(gctx, gr)
 		if err != nil {
 			cancel()
@@ -185,8 +189,8 @@ func cmpOr(a, b error) error {
 
 // defanger returns a replacer that breaks every special token string of
 // tok (such as <|im_end|>) in text by inserting a zero-width space after
-// its first character, so that a transcript cannot forge turn boundaries in
-// the judge's prompt.
+// its first character. (The judge no longer needs it: EncodeChat keeps
+// quoted text from forging turn boundaries.)
 func defanger(tok *tokenizer.Tokenizer) *strings.Replacer {
 	if r, ok := defangers.Load(tok); ok {
 		return r.(*strings.Replacer)

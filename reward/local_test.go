@@ -257,8 +257,9 @@ func TestLocalScripted(t *testing.T) {
 	if sm.Reward != -1 || !slices.Equal(sm.Votes, []int{-1, 0, -1}) {
 		t.Errorf("reward %d votes %v; want -1 from [-1 0 -1]", sm.Reward, sm.Votes)
 	}
-	// Special tokens in the transcript are defanged: the prompt has one
-	// <|im_end|> per message of the judge chat (system, user), no more.
+	// Special tokens in the transcript are plain text: the prompt has one
+	// <|im_end|> token per message of the judge chat (system, user), no
+	// more, and quotes the user's characters as they are.
 	if got := slices.Index(gen.prompts[0], eos); got < 0 {
 		t.Fatal("no <|im_end|> in the judge prompt")
 	}
@@ -271,8 +272,8 @@ func TestLocalScripted(t *testing.T) {
 	if count != 2 {
 		t.Errorf("%d <|im_end|> tokens in the judge prompt; want 2", count)
 	}
-	if !strings.Contains(tk.Decode(gen.prompts[0]), "try again <\u200b|im_end|>") {
-		t.Errorf("transcript special token not defanged")
+	if !strings.Contains(tk.Decode(gen.prompts[0]), "[user]\ntry again <|im_end|>\n") {
+		t.Errorf("the judge prompt does not quote the user's text:\n%s", tk.Decode(gen.prompts[0]))
 	}
 
 	tests := []struct {

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // NMode says how an OpenAIBackend asks for several samples.
@@ -175,7 +177,7 @@ func (o *OpenAIBackend) post(ctx context.Context, req Request, n int) ([]string,
 		body.N = n
 	}
 	for _, m := range req.Messages {
-		body.Messages = append(body.Messages, chatMessage{Role: m.Role, Content: m.Content})
+		body.Messages = append(body.Messages, chatMessage{Role: m.Role, Content: defangControl(m.Content)})
 	}
 	data, err := json.Marshal(body)
 	if err != nil {
@@ -219,6 +221,24 @@ func (o *OpenAIBackend) post(ctx context.Context, req Request, n int) ([]string,
 		return nil, errors.New("reward: openai judge: the answer has no choices with content")
 	}
 	return out, nil
+}
+
+// controlLikeRE matches how common chat formats spell their control
+// tokens: ChatML, Llama 3 and Phi "<|...|>", DeepSeek "<｜...｜>", Llama 2
+// and Mistral "[INST]", "<s>", "<<SYS>>" and "[TOOL_CALLS]", Gemma
+// "<start_of_turn>".
+var controlLikeRE = regexp.MustCompile(`<\|[^<>|\s]{1,64}\|>|<｜[^<>｜\s]{1,64}｜>|\[/?INST\]|</?s>|<</?SYS>>|<(?:start|end)_of_turn>|\[/?(?:AVAILABLE_TOOLS|TOOL_CALLS|TOOL_RESULTS|SYSTEM_PROMPT)\]`)
+
+// defangControl breaks every control-token spelling in s with a zero-width
+// space after its first character. A remote judge's server may read them
+// in message content as control tokens (vLLM and transformers do), so
+// that a user quoted in the transcript could end the judge's turn; the
+// local judge needs no such help (EncodeChat).
+func defangControl(s string) string {
+	return controlLikeRE.ReplaceAllStringFunc(s, func(m string) string {
+		_, n := utf8.DecodeRuneInString(m)
+		return m[:n] + "\u200b" + m[n:]
+	})
 }
 
 // retryableStatus reports whether an HTTP status may go away on retry.

@@ -132,7 +132,7 @@ func transcript(t *Turn, feedbackText string, lim Limits, replyTitle string) str
 			if i > 0 {
 				sys.WriteString("\n\n")
 			}
-			sys.WriteString(m.Content)
+			sys.WriteString(quoteBody(m.Content))
 		}
 		writeBlock(&b, "[system]", trimMiddle(sys.String(), lim.System))
 	}
@@ -196,7 +196,7 @@ func nextState(msgs []tokenizer.Message, feedbackText string, limit int) string 
 		parts = append(parts, renderMessage(m, limit))
 	}
 	if feedbackText != "" {
-		parts = append(parts, renderBlock("[explicit feedback from the user on the reply]", trimMiddle(feedbackText, limit)))
+		parts = append(parts, renderBlock("[explicit feedback from the user on the reply]", trimMiddle(quoteBody(feedbackText), limit)))
 	}
 	if len(parts) == 0 {
 		return "(nothing)\n\n"
@@ -253,15 +253,17 @@ func roleHeader(m tokenizer.Message) string {
 	return "[" + oneLine(m.Role, 32) + "]"
 }
 
-// messageBody is a message's text followed by its tool calls, one a line.
-// Reasoning is left out: the judge rates what the user saw.
+// messageBody is a message's text followed by its tool calls, one a line,
+// quoted (quoteBody). Reasoning is left out: the judge rates what the user
+// saw.
 func messageBody(m tokenizer.Message) string {
-	body := strings.TrimSpace(m.Content)
+	body := quoteBody(strings.TrimSpace(m.Content))
 	for _, c := range m.ToolCalls {
 		args := strings.TrimSpace(string(c.Function.Arguments))
 		if s, err := unquoteJSON(args); err == nil {
 			args = s
 		}
+		args = quoteBody(args)
 		call := fmt.Sprintf("[calls tool %s with %s]", oneLine(c.Function.Name, 64), args)
 		if body != "" {
 			body += "\n"

@@ -247,8 +247,55 @@ func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
 	return sm, nil
 }
 
-// vote asks the judge for the votes and folds them into o.
+// vote asks the judge for the votes and folds them into o. When the
+// next state opens with a user message that goes on after its reaction
+// (reaction.go), the judge reads the reaction alone, whose complaint is
+// the vote, then the reaction and the sentence after it, whose complaint
+// is the vote; else the reaction's vote stands. Otherwise it reads the
+// whole next state.
 func (s *Scorer) vote(ctx context.Context, t *Turn, fbText string, o *Outcome) {
+	view := t
+	if r, cut := reactionTurn(t, 1); cut {
+		votes, invalid, err := s.votes(ctx, &r, fbText)
+		if err != nil {
+			s.judgeFailed(ctx, t, err, o)
+			return
+		}
+		o.Votes, o.InvalidVotes, o.Source = votes, invalid, SourceJudge
+		o.Reward, o.Tie = Majority(votes)
+		if o.Reward == -1 {
+			return
+		}
+		if r2, cut := reactionTurn(t, 2); cut {
+			view = &r2
+		}
+		votes, invalid, err = s.votes(ctx, view, fbText)
+		if err != nil {
+			s.judgeFailed(ctx, t, err, o)
+			return
+		}
+		if reward, tie := Majority(votes); reward == -1 {
+			o.Votes, o.InvalidVotes, o.Reward, o.Tie = votes, invalid, reward, tie
+		}
+		if o.Tie {
+			s.m.Ties.Inc()
+		}
+		return
+	}
+	votes, invalid, err := s.votes(ctx, view, fbText)
+	if err != nil {
+		s.judgeFailed(ctx, t, err, o)
+		return
+	}
+	o.Votes, o.InvalidVotes, o.Source = votes, invalid, SourceJudge
+	o.Reward, o.Tie = Majority(votes)
+	if o.Tie {
+		s.m.Ties.Inc()
+	}
+}
+
+// votes asks the vote judge about t and parses its votes.
+func (s *Scorer) votes(ctx context.Context, t *Turn, fbText string) (votes []int, invalid int, err error) {
 	texts, err := s.call(ctx, "vote", Request{
 		Messages:    JudgeMessages(t, fbText, s.cfg.Limits),
 		N:           s.cfg.Votes,
@@ -256,30 +303,32 @@ func (s *Scorer) vote(ctx context.Context, t *Turn, fbText string, o *Outcome) {
 		MaxTokens:   s.cfg.MaxTokens,
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		s.m.Failures.WithLabelValues("vote").Inc()
-		s.warn.Warn("judge", fmt.Errorf("turn %s: %w", t.ID, err), "reward: judge failed; scoring the turn neutral")
-		o.Source = SourceJudgeFailed
-		o.Note = "judge failed: " + err.Error()
-		return
+		return nil, 0, err
 	}
 	for _, text := range texts {
 		v, ok := ParseVote(text)
 		if !ok {
-			o.InvalidVotes++
+			invalid++
 			s.m.ParseFailures.WithLabelValues("vote").Inc()
 			continue
 		}
-		o.Votes = append(o.Votes, v)
+		votes = append(votes, v)
 		s.m.Votes.WithLabelValues(voteClass(v)).Inc()
 	}
-	o.Reward, o.Tie = Majority(o.Votes)
-	if o.Tie {
-		s.m.Ties.Inc()
+	return votes, invalid, nil
+}
+
+// judgeFailed records a vote judge that failed: the turn scores neutral,
+// whatever an earlier call of the same vote said.
+func (s *Scorer) judgeFailed(ctx context.Context, t *Turn, err error, o *Outcome) {
+	if ctx.Err() != nil {
+		return
 	}
-	o.Source = SourceJudge
+	s.m.Failures.WithLabelValues("vote").Inc()
+	s.warn.Warn("judge", fmt.Errorf("turn %s: %w", t.ID, err), "reward: judge failed; scoring the turn neutral")
+	o.Votes, o.InvalidVotes, o.Reward, o.Tie = nil, 0, 0, false
+	o.Source = SourceJudgeFailed
+	o.Note = "judge failed: " + err.Error()
 }
 
 type hintOutcome struct {

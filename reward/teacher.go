@@ -40,7 +40,7 @@ func TeacherPrompt(tok *tokenizer.Tokenizer, t *Turn, hint string) ([]int32, err
 	}
 	msgs := slices.Clone(t.Messages)
 	msgs[last].Content += "\n\n" + HintMarker + "\n" + defanger(tok).Replace(hint)
-	text, err := tok.ApplyChatTemplate(tokenizer.ChatRequest{
+	ids, _, err := tok.EncodeChat(tokenizer.ChatRequest{
 		Messages:            msgs,
 		Tools:               t.Tools,
 		Vars:                t.TemplateVars,
@@ -49,7 +49,7 @@ func TeacherPrompt(tok *tokenizer.Tokenizer, t *Turn, hint string) ([]int32, err
 	if err != nil {
 		return nil, fmt.Errorf("reward: teacher prompt: %w", err)
 	}
-	return tok.Encode(text), nil
+	return ids, nil
 }
 
 // ModelTeacher is a Teacher over a local model: the judge model, the frozen

@@ -128,13 +128,6 @@ func (s *Server) prepareChat(conv *conversation, smp sampling) (*prepared, *apiE
 	for k, v := range conv.vars {
 		vars[k] = v
 	}
-	text, err := s.tok.ApplyChatTemplate(tokenizer.ChatRequest{
-		Messages: conv.messages, Tools: tools, AddGenerationPrompt: true, Vars: vars,
-	})
-	if err != nil {
-		return nil, invalid("messages", "invalid_messages", "The messages could not be rendered with the model's chat template: %v", err)
-	}
-	reasoning := strings.HasSuffix(strings.TrimRight(text, "\n"), tagThink)
 	var prefill string
 	switch conv.choice.mode {
 	case "required":
@@ -143,11 +136,15 @@ func (s *Server) prepareChat(conv *conversation, smp sampling) (*prepared, *apiE
 		name, _ := json.Marshal(conv.choice.name)
 		prefill = tagToolCall + "\n{\"name\": " + string(name) + ", \"arguments\": "
 	}
-	if prefill != "" {
-		text += prefill
-		reasoning = false
+	// Only the template's own text makes control tokens: a "<|im_end|>"
+	// in a message, a tool result or a tool's arguments is plain text.
+	prompt, text, err := s.tok.EncodeChat(tokenizer.ChatRequest{
+		Messages: conv.messages, Tools: tools, AddGenerationPrompt: true, Vars: vars, Prefill: prefill,
+	})
+	if err != nil {
+		return nil, invalid("messages", "invalid_messages", "The messages could not be rendered with the model's chat template: %v", err)
 	}
-	prompt := s.tok.Encode(text)
+	reasoning := prefill == "" && strings.HasSuffix(strings.TrimRight(text, "\n"), tagThink)
 	maxTokens, e := s.fit(len(prompt), smp.maxTokens)
 	if e != nil {
 		return nil, e

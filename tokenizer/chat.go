@@ -58,6 +58,10 @@ type ChatRequest struct {
 	// list of them. Empty picks "tool_use" when tools are given and it
 	// exists, else "default", as transformers does.
 	Template string
+	// Prefill is text appended after the rendered template: the start of
+	// the assistant's answer that the prompt forces (the opening of a
+	// required tool call). It counts as text from the request.
+	Prefill string
 }
 
 // chatTemplates holds the compiled chat templates of a tokenizer by name.
@@ -134,23 +138,36 @@ func (t *Tokenizer) pickTemplate(name string, tools bool) (*chatTemplate, error)
 // conversation, giving the prompt text; Encode turns it into ids (special
 // tokens in it are recognised). The template also sees bos_token,
 // eos_token, pad_token and unk_token from tokenizer_config.json.
+//
+// Encoding its result with Encode lets text from the request (a user
+// typing "<|im_end|>") become control tokens; EncodeChat renders and
+// encodes without that.
 func (t *Tokenizer) ApplyChatTemplate(req ChatRequest) (string, error) {
-	ct, err := t.pickTemplate(req.Template, len(req.Tools) > 0)
+	ct, vars, err := t.prepareChat(req)
 	if err != nil {
-		return "", fmt.Errorf("chat template: %w", err)
-	}
-	if ct.err != nil {
-		return "", fmt.Errorf("chat template: compile: %w", ct.err)
-	}
-	vars, err := t.templateVars(req)
-	if err != nil {
-		return "", fmt.Errorf("chat template: %w", err)
+		return "", err
 	}
 	out, err := ct.tmpl.RenderValues(vars)
 	if err != nil {
 		return "", fmt.Errorf("chat template: render: %w", err)
 	}
-	return out, nil
+	return out + req.Prefill, nil
+}
+
+// prepareChat picks req's template and builds its variables.
+func (t *Tokenizer) prepareChat(req ChatRequest) (*chatTemplate, map[string]jinja.Value, error) {
+	ct, err := t.pickTemplate(req.Template, len(req.Tools) > 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chat template: %w", err)
+	}
+	if ct.err != nil {
+		return nil, nil, fmt.Errorf("chat template: compile: %w", ct.err)
+	}
+	vars, err := t.templateVars(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("chat template: %w", err)
+	}
+	return ct, vars, nil
 }
 
 func (t *Tokenizer) templateVars(req ChatRequest) (map[string]jinja.Value, error) {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -281,11 +282,25 @@ func isRawTag(tag string) bool {
 }
 
 // tojsonValue is the template function behind the rewritten filter.
-var tojsonValue = jinja.NewCallable(tojsonFunc, func(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+var tojsonValue = tojsonCallable("")
+
+// tojsonCallable is tojsonValue writing mark (see EncodeChat) as it is,
+// even with ensure_ascii.
+func tojsonCallable(mark string) jinja.Value {
+	keep, _ := utf8.DecodeRuneInString(mark)
+	if mark == "" {
+		keep = -1
+	}
+	return jinja.NewCallable(tojsonFunc, func(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+		return tojson(args, kwargs, keep)
+	})
+}
+
+func tojson(args []jinja.Value, kwargs map[string]jinja.Value, keep rune) (jinja.Value, error) {
 	if len(args) == 0 {
 		return jinja.Undefined(), errors.New("tojson: no value")
 	}
-	o := pyJSONOptions{itemSep: ", ", keySep: ": "}
+	o := pyJSONOptions{itemSep: ", ", keySep: ": ", keep: keep}
 	if v, ok := kwargs["indent"]; ok && !v.IsNone() && !v.IsUndefined() {
 		switch {
 		case v.IsInt():
@@ -310,7 +325,7 @@ var tojsonValue = jinja.NewCallable(tojsonFunc, func(args []jinja.Value, kwargs 
 		return jinja.Undefined(), err
 	}
 	return jinja.NewString(sb.String()), nil
-})
+}
 
 type pyJSONOptions struct {
 	itemSep, keySep string
@@ -318,6 +333,7 @@ type pyJSONOptions struct {
 	indented        bool
 	sortKeys        bool
 	ensureASCII     bool
+	keep            rune // written as it is even with ensureASCII (-1: none)
 }
 
 // pyJSON writes v as Python's json.dumps does.
@@ -343,7 +359,7 @@ func pyJSON(sb *strings.Builder, v jinja.Value, o *pyJSONOptions, depth int) err
 	case v.IsFloat():
 		sb.WriteString(pyFloat(v.AsFloat()))
 	case v.IsString():
-		pyString(sb, v.AsString(), o.ensureASCII)
+		pyString(sb, v.AsString(), o.ensureASCII, o.keep)
 	case v.IsList():
 		items := v.AsList().Items
 		if len(items) == 0 {
@@ -378,7 +394,7 @@ func pyJSON(sb *strings.Builder, v jinja.Value, o *pyJSONOptions, depth int) err
 				sb.WriteString(o.itemSep)
 			}
 			newline(depth + 1)
-			pyString(sb, k, o.ensureASCII)
+			pyString(sb, k, o.ensureASCII, o.keep)
 			sb.WriteString(o.keySep)
 			val, _ := d.Get(k)
 			if err := pyJSON(sb, val, o, depth+1); err != nil {
@@ -430,8 +446,9 @@ func pyFloat(f float64) string {
 	return sign + digits[:point] + "." + digits[point:]
 }
 
-// pyString writes s as a JSON string the way json.dumps does.
-func pyString(sb *strings.Builder, s string, ensureASCII bool) {
+// pyString writes s as a JSON string the way json.dumps does; keep is
+// written as it is even with ensureASCII.
+func pyString(sb *strings.Builder, s string, ensureASCII bool, keep rune) {
 	const hex = "0123456789abcdef"
 	u4 := func(r rune) {
 		sb.WriteString(`\u`)
@@ -461,7 +478,7 @@ func pyString(sb *strings.Builder, s string, ensureASCII bool) {
 			switch {
 			case r < 0x20:
 				u4(r)
-			case ensureASCII && r > 0x7E:
+			case ensureASCII && r > 0x7E && r != keep:
 				if r > 0xFFFF {
 					r -= 0x10000
 					u4(0xD800 + r>>10)

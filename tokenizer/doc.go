@@ -32,7 +32,8 @@
 //
 // Encode recognises special tokens written in the text, as transformers
 // does when it tokenizes a rendered chat template; EncodeOrdinary does not,
-// for text that must not forge turn boundaries. Decode returns the exact
+// for text that must not forge turn boundaries (as Hugging Face's
+// split_special_tokens). Decode returns the exact
 // bytes of the tokens, so Decode(Encode(s)) == s for NFC text; a
 // StreamDecoder holds back a UTF-8 character split across tokens until it is
 // complete, for streaming responses.
@@ -72,6 +73,17 @@
 // compiled with every "x | tojson(...)" rewritten into a call of a
 // json.dumps-exact encoder; and tool schemas and arguments are passed in
 // their original key order. With these, we had no need of another engine.
+//
+// EncodeChat renders and encodes in one step, and is what serving, the
+// judge and the teacher use: only the template's own text makes special
+// tokens, while everything the request holds (message contents, tool calls
+// and results, tool definitions, template variables) encodes as ordinary
+// text, so a user who types "<|im_end|>" cannot end their turn. For a
+// request without such text it gives exactly Encode(ApplyChatTemplate).
+// Transformers' apply_chat_template(tokenize=True), vLLM and llama.cpp
+// parse special tokens in the whole rendered text instead. A raw prompt
+// (the /v1/completions endpoint) is the client's own template text and is
+// encoded with Encode, as vLLM and transformers do.
 //
 // # Training
 //

@@ -424,6 +424,7 @@ func build(f *fileJSON) (*Tokenizer, error) {
 	}
 	t.rawAdded = newAddedMatcher(rawTok, rawKeys)
 	t.normAdded = newAddedMatcher(normTok, normKeys)
+	t.guard = newSpecialGuard(rawTok, rawKeys, normTok, normKeys, len(nrm) > 0)
 	return t, nil
 }
 

@@ -13,6 +13,7 @@ type Tokenizer struct {
 	model     bpeModel
 	rawAdded  *addedMatcher // added tokens matched on the raw text
 	normAdded *addedMatcher // added tokens matched on the normalized text
+	guard     *specialGuard // the special tokens, for EncodeChat
 
 	strs    []string         // id → model vocab entry ("" for none)
 	raw     [][]byte         // id → bytes it decodes to
