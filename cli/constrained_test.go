@@ -191,7 +191,7 @@ func TestConstrainedDecodingSDK(t *testing.T) {
 		t.Errorf("responses text.format: %v: %q", err, r.Output[0].Content[0].Text)
 	}
 	for _, bad := range []struct{ body, want string }{
-		{fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"anyOf":[{"type":"string"}]}}}}`, model), "anyOf"},
+		{fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"array","uniqueItems":true}}}}`, model), "uniqueItems"},
 		{fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"schema":{}}}}`, model), "response_format.json_schema.name"},
 		{fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"yaml"}}`, model), "response_format.type"},
 		{fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"$ref":"#/x"}}}}}],"tool_choice":"required"}`, model), "$ref"},

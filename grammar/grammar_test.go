@@ -23,6 +23,7 @@ var testSchemas = map[string]string{
 	"enums":   `{"type":"object","properties":{"n":{"enum":[1,10,"x",null,true]},"c":{"const":"fixed"}},"required":["n","c"]}`,
 	"numbers": `{"type":"object","properties":{"a":{"type":"integer","minimum":-5,"maximum":120},"b":{"type":"number","minimum":0.5}},"required":["a","b"]}`,
 	"strlen":  `{"type":"string","minLength":2,"maxLength":4}`,
+	"short":   `{"type":"string","maxLength":2}`,
 	"array":   `{"type":"array","items":{"type":"integer"},"minItems":2}`,
 	// Real-world shapes: Pydantic's Optional (anyOf with null) and $defs,
 	// a discriminated union (oneOf on a const), a recursive $ref,
@@ -126,6 +127,11 @@ func TestAcceptsAndRefuses(t *testing.T) {
 		{"strlen", `"a"`, false},
 		{"strlen", `"abcde"`, false},
 		{"strlen", `"é\n"`, true},
+		// maxLength counts UTF-16 units, as JavaScript clients do.
+		{"short", `"😀"`, true},
+		{"short", `"a😀"`, false},
+		{"short", `"\u00e9a"`, true},
+		{"short", `"\ud83d\ude00"`, false}, // surrogate escapes: written as UTF-8 instead
 		{"array", `[1, 2, 3]`, true},
 		{"array", `[1]`, false},
 		{"array", `[1, 2,]`, false},

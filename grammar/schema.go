@@ -34,7 +34,10 @@
 // object may close) and keys matching patternProperties (each at most
 // once); only an object that declares neither takes any key.
 // Whitespace is at most one space or newline between tokens; numbers are
-// plain JSON numbers, and integers where a bound applies. oneOf is taken
+// plain JSON numbers, and integers where a bound applies; maxLength
+// counts UTF-16 code units, as JavaScript validators such as Zod do (a
+// character beyond the BMP counts twice, and is never written as \u
+// surrogates), so a string within it is within it by code points too. oneOf is taken
 // when its branches cannot both match one value (different types, or a
 // required property whose values differ: a discriminator), and refused
 // otherwise.

@@ -28,11 +28,15 @@ const (
 
 // frame is one open value of the document.
 type frame struct {
-	kind    int
-	s       *Schema
-	sub     int    // object/array sub-state; number: numState
-	seen    uint64 // object: properties written (bit i: s.props[i]); over 64 properties: no repeats check beyond
-	n       int    // array: items written; string: characters written
+	kind int
+	s    *Schema
+	sub  int    // object/array sub-state; number: numState
+	seen uint64 // object: properties written (bit i: s.props[i]); over 64 properties: no repeats check beyond
+	n    int    // array: items written; string: characters written
+	// units: string: UTF-16 code units written, which maxLength bounds
+	// (as JavaScript counts: a string within it is within it by code
+	// points too; minLength counts code points, n)
+	units   int
 	space   bool   // one whitespace byte already written at this point
 	buf     []byte // string: content so far (raw, for keys and enums); number: text; literal: the word
 	key     bool   // string: an object key
@@ -46,7 +50,7 @@ type frame struct {
 	utf    int  // string: UTF-8 continuation bytes still expected
 	ulo    byte // string: bounds of the next continuation byte when narrower than 80..BF (0: not)
 	uhi    byte
-	pos    int // literal: bytes matched
+	pos    int // literal: bytes matched; string: the first hex digit of a \u escape
 	litAll []string
 }
 
@@ -223,7 +227,7 @@ func (p *path) equal(q *path) bool {
 	}
 	for i := range p.stack {
 		a, b := &p.stack[i], &q.stack[i]
-		if a.kind != b.kind || a.s != b.s || a.sub != b.sub || a.seen != b.seen || a.n != b.n || a.space != b.space ||
+		if a.kind != b.kind || a.s != b.s || a.sub != b.sub || a.seen != b.seen || a.n != b.n || a.units != b.units || a.space != b.space ||
 			a.key != b.key || a.freeKey != b.freeKey || a.esc != b.esc || a.utf != b.utf || a.ulo != b.ulo || a.uhi != b.uhi ||
 			a.pos != b.pos || a.vs != b.vs || !bytes.Equal(a.buf, b.buf) || !slices.Equal(a.cands, b.cands) ||
 			!slices.Equal(a.litAll, b.litAll) || !slices.Equal(a.pkeys, b.pkeys) {
@@ -545,6 +549,7 @@ func (st *path) feedString(f *frame, c byte) bool {
 			f.esc = 0
 			f.buf = append(f.buf, unescape(c))
 			f.n++
+			f.units++
 			return st.stringViable(f)
 		case 'u':
 			f.esc = 5
@@ -555,10 +560,21 @@ func (st *path) feedString(f *frame, c byte) bool {
 		if !strings.ContainsRune("0123456789abcdefABCDEF", rune(c)) {
 			return false
 		}
+		switch f.esc {
+		case 5:
+			f.pos = int(c) // the first hex digit
+		case 4:
+			// No surrogate halves (\uD800-\uDFFF): a character beyond the
+			// BMP is written as UTF-8, so that lengths count it once.
+			if (f.pos == 'd' || f.pos == 'D') && strings.IndexByte("89abcdefABCDEF", c) >= 0 {
+				return false
+			}
+		}
 		f.esc--
 		if f.esc == 1 {
 			f.esc = 0
 			f.n++
+			f.units++
 			f.buf = append(f.buf, '?') // stands for the escaped character
 		}
 		return st.stringViable(f)
@@ -574,7 +590,7 @@ func (st *path) feedString(f *frame, c byte) bool {
 			return false
 		}
 		f.esc = 1
-		return f.s.maxLen < 0 || f.n < f.s.maxLen
+		return f.s.maxLen < 0 || f.units < f.s.maxLen
 	case c < 0x20:
 		return false
 	case c >= 0x80:
@@ -601,10 +617,15 @@ func (st *path) feedString(f *frame, c byte) bool {
 			return false
 		}
 		f.n++
+		f.units++
+		if f.utf == 3 {
+			f.units++ // a surrogate pair in UTF-16
+		}
 		f.buf = append(f.buf, c)
 		return st.stringViable(f)
 	}
 	f.n++
+	f.units++
 	f.buf = append(f.buf, c)
 	return st.stringViable(f)
 }
@@ -655,7 +676,7 @@ func (st *path) stringViable(f *frame) bool {
 		}
 		return false
 	}
-	if f.s.maxLen >= 0 && f.n > f.s.maxLen {
+	if f.s.maxLen >= 0 && f.units > f.s.maxLen {
 		return false
 	}
 	if f.s.pattern != nil && !f.s.pattern.viable(string(f.buf)) {
