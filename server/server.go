@@ -18,9 +18,10 @@
 //	X-Weight-Version     (response) the weight version that served the request
 //	X-Session-Id         (response) the session a recorded turn went to
 //
-// Models are accepted under any name (the served model answers); stateful
-// Responses features (previous_response_id, background) are refused, and
-// legacy completions are served but never recorded.
+// Models are accepted under any name (the served model answers). Responses
+// are kept unless a request says store: false, so previous_response_id and
+// item references resolve (stored.go); background responses are refused.
+// Legacy completions are served but never recorded.
 package server
 
 import (
