@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,30 +91,26 @@ func clientScripts(t *testing.T) string {
 	return dir
 }
 
-// clientDaemon starts the real binary on the bundled model (training off)
-// and returns its URL and the model's id.
+// clientDaemon starts the real binary (built without the race detector,
+// so that the model runs at its speed) on the bundled model, training
+// off, with its data in a new directory, and returns it and the model's
+// id.
 func clientDaemon(t *testing.T) (*daemon, string) {
 	t.Helper()
+	return clientDaemonIn(t, filepath.Join(t.TempDir(), "data"))
+}
+
+// clientDaemonIn is clientDaemon with its data in dir.
+func clientDaemonIn(t *testing.T, dir string) (*daemon, string) {
+	t.Helper()
 	bin := realBinary(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("trainer:\n  enabled: false\nreward:\n  votes: 1\n  hint_votes: 0\ndata:\n  dir: %s\n", filepath.Join(dir, "data"))), 0o600); err != nil {
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("trainer:\n  enabled: false\nreward:\n  votes: 1\n  hint_votes: 0\ndata:\n  dir: %s\n", dir)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := startDaemon(t, bin, cfg, freePort(t))
 	t.Cleanup(func() { d.stop() })
-	resp, err := http.Get(d.url + "/v1/models")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var models struct {
-		Data []struct{ ID string } `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&models); err != nil || len(models.Data) == 0 {
-		t.Fatalf("models: %v", err)
-	}
-	return d, models.Data[0].ID
+	return d, firstModel(t, d.url)
 }
 
 // runClient runs one client script against d and checks every call it
