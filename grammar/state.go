@@ -182,13 +182,11 @@ func (st *State) Feed(c byte) bool {
 	var forks []path
 	live := 0
 	for i := range st.paths {
-		p := st.paths[i]
-		if p.feed(c, &forks) {
-			st.paths[live] = p
+		if st.paths[i].feed(c, &forks) {
+			// Swapped, not copied, so that no two slots share memory and
+			// a dead path's stays for reuse (copyInto).
+			st.paths[live], st.paths[i] = st.paths[i], st.paths[live]
 			live++
-		}
-		if i >= live {
-			st.paths[i] = path{} // moved or dead: no slot shares its memory
 		}
 	}
 	st.paths = append(st.paths[:live], forks...)
@@ -211,11 +209,8 @@ func (st *State) merge() {
 			dup = st.paths[j].equal(&st.paths[i])
 		}
 		if !dup {
-			st.paths[keep] = st.paths[i]
+			st.paths[keep], st.paths[i] = st.paths[i], st.paths[keep]
 			keep++
-		}
-		if i >= keep {
-			st.paths[i] = path{}
 		}
 	}
 	st.paths = st.paths[:keep]
