@@ -57,9 +57,18 @@ type Response struct {
 // ErrNotFound is returned for a response or item the store does not hold.
 var ErrNotFound = errors.New("store: not found")
 
+// ErrBudget is returned for a response not stored because the disk
+// budget (Options.MaxBytes) is spent.
+var ErrBudget = errors.New("store: disk budget reached (data.max_mb)")
+
 // PutResponse stores r (replacing one of the same id) and its output
-// items by id, and waits for the commit.
+// items by id, and waits for the commit. Past the disk budget it stores
+// nothing (counted) and returns ErrBudget.
 func (d *DB) PutResponse(r Response) error {
+	if d.overBudget() {
+		d.met.refused.WithLabelValues("disk_budget").Inc()
+		return fmt.Errorf("store: response %s: %w", r.ID, ErrBudget)
+	}
 	var items []struct {
 		ID string `json:"id"`
 	}

@@ -89,3 +89,15 @@ func TestResponses(t *testing.T) {
 		}
 	}
 }
+
+// Past the disk budget responses are not stored, and the caller is told.
+func TestResponsesBudget(t *testing.T) {
+	db := open(t, t.TempDir(), Options{MaxBytes: 1})
+	err := db.PutResponse(testResponse("resp_a", "", "", time.Now(), "x"))
+	if !errors.Is(err, ErrBudget) {
+		t.Fatalf("over the budget: %v", err)
+	}
+	if _, err := db.Response("resp_a"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("stored over the budget: %v", err)
+	}
+}
