@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +16,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/clawrl/clawrl/store"
 )
 
 // OpenClaw-style tools: Pydantic's Optional (anyOf with null) and
@@ -205,5 +209,55 @@ func TestResponsesSurviveRestart(t *testing.T) {
 	resp, err := http.Get(url + "/v1/responses/" + first["id"].(string))
 	if err != nil || resp.StatusCode != 200 {
 		t.Errorf("GET the first response after the restart: %v %v", err, resp.Status)
+	}
+}
+
+// A stream still running when the shutdown timeout runs out ends as the
+// client can parse it (a finish reason, an error event, [DONE]) and its
+// turn is in the store, marked interrupted, after the daemon exits.
+func TestShutdownCutStreamStored(t *testing.T) {
+	bin := realBinary(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("server:\n  shutdown_timeout: 1s\ntrainer:\n  enabled: false\nreward:\n  votes: 1\n  hint_votes: 0\ndata:\n  dir: %s\n", data)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, bin, cfg, freePort(t))
+	model := firstModel(t, d.url)
+	req, _ := http.NewRequest(http.MethodPost, d.url+"/v1/chat/completions", strings.NewReader(fmt.Sprintf(
+		`{"model":%q,"stream":true,"max_tokens":20000,"temperature":1,"messages":[{"role":"user","content":"Write a long story to a file."}],`+
+			// A call whose argument must be long: the stream outlasts the timeout.
+			`"tools":[{"type":"function","function":{"name":"write","parameters":{"type":"object","properties":{"text":{"type":"string","minLength":20000}},"required":["text"]}}}],`+
+			`"tool_choice":"required"}`, model)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-Id", "long-story")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil { // the stream has begun
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.stop() }()
+	rest, _ := io.ReadAll(br)
+	body := strings.TrimSpace(string(rest))
+	if err := <-stopped; err != nil {
+		t.Fatalf("the daemon's exit: %v\n%s", err, d.log)
+	}
+	if !strings.Contains(body, `"finish_reason":"length"`) || !strings.Contains(body, `"code":"server_shutdown"`) || !strings.HasSuffix(body, "data: [DONE]") {
+		t.Fatalf("the cut stream ends with:\n%s", body[max(0, len(body)-800):])
+	}
+	db, err := store.Open(data, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.SQL().QueryRow(`SELECT COUNT(*) FROM turns WHERE CAST(body AS TEXT) LIKE '%"finish_reason":"interrupted"%'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("interrupted turns stored: %d (%v)", n, err)
 	}
 }
