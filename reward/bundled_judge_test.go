@@ -201,7 +201,9 @@ func report(t *testing.T, cs []judgeCase, got []int) (suffixed, plain, complaint
 // complaint's vote away from -1, and suffixes cost no accuracy. A subset
 // runs always (4 turns, 8 suffixes); CLAWRL_JUDGE_SWEEP=1 runs 8 turns
 // (CLAWRL_JUDGE_TURNS to change) with every suffix, wants at least 95% of
-// the votes right, and reports reactions in words the corpus never used.
+// the votes right, and reports reactions in words the corpus never used
+// and session turns as bench learn's user answers them
+// (CLAWRL_JUDGE_VERBOSE=1 lists the wrong votes).
 // Judging the whole message, as the scorer did before, a complaint and a
 // suffix got 325 votes right of 1,440 over 40 turns (1,378 now).
 func TestBundledJudgeSuffixes(t *testing.T) {
@@ -246,5 +248,52 @@ func TestBundledJudgeSuffixes(t *testing.T) {
 		t.Log("reactions in words the corpus never used:")
 		cs := heldOutCases(n, seed, novelPraise, novelComplaints, reward.AdversarialSuffixes)
 		report(t, cs, rig.judgeAll(t, cs))
+		t.Log("session turns as bench learn's user writes them:")
+		cs = sessionCases(4*n, seed)
+		got := rig.judgeAll(t, cs)
+		right := map[string]*tally{}
+		for i, c := range cs {
+			if right[c.kind] == nil {
+				right[c.kind] = &tally{}
+			}
+			right[c.kind].add(got[i], got[i], c.want)
+			if got[i] != c.want && os.Getenv("CLAWRL_JUDGE_VERBOSE") != "" {
+				t.Logf("wrong: %q → %q: %d", c.q, c.next, got[i])
+			}
+		}
+		for _, k := range []string{"praise", "praise, next question", "correction", "correction, next question"} {
+			t.Logf("%-28s right %3d/%d", k, right[k].right, right[k].n)
+		}
 	}
+}
+
+// sessionCases are n turns answered as bench learn's simulated user
+// answers: praise, or a correction of form in training or held-out
+// phrasings (half of each), half of them followed by the next question
+// after a blank line.
+func sessionCases(n int, seed uint64) []judgeCase {
+	r := rand.New(rand.NewPCG(seed, 29))
+	var cs []judgeCase
+	for i := range n {
+		q, a, _ := pretrain.PlainQuestion(r, false)
+		c := judgeCase{q: q, a: a, want: 1, kind: "praise"}
+		if i%2 == 1 {
+			split := instruct.Train
+			if i%4 == 3 {
+				split = instruct.HeldOut
+			}
+			k := instruct.Kinds()[(i/2)%len(instruct.Kinds())]
+			c.next, c.want, c.kind = instruct.Random(r, k, instruct.Train).Correction(r, split), -1, "correction"
+		} else {
+			c.next = instruct.Praise(r)
+		}
+		if (i/2)%2 == 0 {
+			q2, _, _ := pretrain.PlainQuestion(r, false)
+			c.next += "\n\n" + q2
+			c.kind += ", next question"
+		}
+		c.base = len(cs)
+		cs = append(cs, c)
+	}
+	return cs
 }

@@ -68,7 +68,9 @@ const (
 // what it has is only fillers or the next opens with a contrast word; rest
 // reports whether text goes on after it. A sentence ends at ., !, ? or … (and any closing quotes or brackets)
 // followed by a space or by anything but a lower-case letter or a digit
-// ("3.5", "e.g. this" and "example.com" do not end one).
+// ("3.5" and "example.com" do not end one; nor does a quotation
+// ending with its own mark when the sentence goes on in lower case:
+// `I wanted "Hi!" up front.`).
 func firstReaction(text string) (reaction string, rest bool) {
 	text = strings.TrimSpace(text)
 	end := 0
@@ -94,18 +96,25 @@ func sentenceEnd(s string) int {
 		case r == '\n' || r == '\r':
 			return i
 		case strings.ContainsRune(sentenceEnds, r):
-			j := i + n
+			j, quoted := i+n, false
 			for j < len(s) {
 				c, m := utf8.DecodeRuneInString(s[j:])
 				if !strings.ContainsRune(closers, c) {
 					break
 				}
+				quoted = quoted || !strings.ContainsRune(sentenceEnds, c)
 				j += m
 			}
 			if j == len(s) {
 				return j
 			}
-			if c, _ := utf8.DecodeRuneInString(s[j:]); !unicode.IsLower(c) && !unicode.IsDigit(c) {
+			c, _ := utf8.DecodeRuneInString(s[j:])
+			if quoted && c == ' ' {
+				// A quotation that ends with its own mark: the sentence
+				// goes on if the next word does (`I wanted "Hi!" first.`).
+				c, _ = utf8.DecodeRuneInString(s[j+1:])
+			}
+			if !unicode.IsLower(c) && !unicode.IsDigit(c) {
 				return j
 			}
 			i = j

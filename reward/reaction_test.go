@@ -79,6 +79,8 @@ func TestFirstReaction(t *testing.T) {
 		{"Good. Butter is fine.", "Good.", true},
 		{"違います。今日は疲れた。", "違います。", true},
 		{"ok", "ok", false},
+		{`The opening was wrong; I wanted "Great question!" up front. Begin with it.`, `The opening was wrong; I wanted "Great question!" up front.`, true},
+		{`I said "No." Then what?`, `I said "No."`, true},
 	} {
 		reaction, rest := firstReaction(c.text)
 		if reaction != c.reaction || rest != c.rest {
