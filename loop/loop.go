@@ -586,13 +586,18 @@ func (l *Loop) finalCheckpoint() {
 }
 
 // ToRewardTurn adapts a stored turn to the reward stage's input; its ID is
-// the id of the sample it will become.
+// the id of the sample it will become. vars are the template variables of
+// a turn stored before turns recorded their own.
 func ToRewardTurn(t store.ReadyTurn, vars map[string]any) reward.Turn {
+	if t.TemplateVars != nil {
+		vars = t.TemplateVars
+	}
 	rt := reward.Turn{
 		ID:             store.SampleID(t.ID, t.Gen),
 		Messages:       t.Messages,
 		Tools:          t.Tools,
 		TemplateVars:   vars,
+		Prefill:        t.Prefill,
 		Response:       t.Reply,
 		PromptTokens:   t.Prompt,
 		ResponseTokens: t.Response,

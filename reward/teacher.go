@@ -29,22 +29,35 @@ func TeacherPrompt(tok *tokenizer.Tokenizer, t *Turn, hint string) ([]int32, err
 	if hint == "" {
 		return nil, errors.New("reward: teacher prompt without a hint")
 	}
-	last := -1
-	for i, m := range t.Messages {
-		if m.Role == "user" {
-			last = i
+	return RenderPrompt(tok, t, hint)
+}
+
+// RenderPrompt renders the turn's prompt from its render spec (messages,
+// tools as rendered, template variables, prefill), with hint appended to
+// its last user message when hint is not empty. With an empty hint it is
+// the turn's PromptTokens exactly: the invariant that lets the teacher and
+// the hinted rollouts score the student's own context.
+func RenderPrompt(tok *tokenizer.Tokenizer, t *Turn, hint string) ([]int32, error) {
+	msgs := t.Messages
+	if hint != "" {
+		last := -1
+		for i, m := range t.Messages {
+			if m.Role == "user" {
+				last = i
+			}
 		}
+		if last < 0 {
+			return nil, errors.New("reward: teacher prompt: the turn has no user message to append the hint to")
+		}
+		msgs = slices.Clone(t.Messages)
+		msgs[last].Content += "\n\n" + HintMarker + "\n" + defanger(tok).Replace(hint)
 	}
-	if last < 0 {
-		return nil, errors.New("reward: teacher prompt: the turn has no user message to append the hint to")
-	}
-	msgs := slices.Clone(t.Messages)
-	msgs[last].Content += "\n\n" + HintMarker + "\n" + defanger(tok).Replace(hint)
 	ids, _, err := tok.EncodeChat(tokenizer.ChatRequest{
 		Messages:            msgs,
 		Tools:               t.Tools,
 		Vars:                t.TemplateVars,
 		AddGenerationPrompt: true,
+		Prefill:             t.Prefill,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reward: teacher prompt: %w", err)

@@ -25,6 +25,9 @@ type Turn struct {
 	// rendered with (e.g. "enable_thinking"); the teacher context is
 	// rendered with the same.
 	TemplateVars map[string]any
+	// Prefill is the text the prompt ended with after the generation
+	// prompt (the start of a forced tool call); Response follows it.
+	Prefill string
 
 	// Response is the assistant message returned to the client (text and
 	// tool calls).

@@ -113,6 +113,11 @@ func (s *Server) checkN(v *int) (int, *apiError) {
 type prepared struct {
 	prompt []int32
 	jobs   []job
+	// The render spec of prompt (session.Turn): the tools, template
+	// variables and prefill it was rendered with.
+	tools   []json.RawMessage
+	vars    map[string]any
+	prefill string
 }
 
 // prepareChat renders the chat template over conv and plans the choices.
@@ -149,7 +154,7 @@ func (s *Server) prepareChat(conv *conversation, smp sampling) (*prepared, *apiE
 	if e != nil {
 		return nil, e
 	}
-	p := &prepared{prompt: prompt}
+	p := &prepared{prompt: prompt, tools: tools, vars: vars, prefill: prefill}
 	g := grammarFor(conv)
 	for i := range smp.n {
 		params := smp.params
@@ -363,7 +368,9 @@ func (s *Server) record(b *session.Binding, meta turnMeta, endpoint, responseID 
 			Endpoint:       endpoint,
 			Model:          s.opts.ModelID,
 			Messages:       conv.messages,
-			Tools:          conv.tools,
+			Tools:          p.tools,
+			TemplateVars:   p.vars,
+			Prefill:        p.prefill,
 			Reply:          replyMessage(o),
 			PromptTokens:   p.prompt,
 			ResponseTokens: o.tokens,

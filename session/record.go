@@ -87,8 +87,19 @@ type Turn struct {
 	// flattened to text, developer turned into system).
 	Messages []tokenizer.Message
 	// Tools are the tool definitions given to the chat template, in the
-	// chat-completions form {"type": "function", "function": {...}}.
+	// chat-completions form {"type": "function", "function": {...}}: the
+	// request's, or none with tool_choice "none" (the model never saw
+	// them).
 	Tools []json.RawMessage
+	// TemplateVars are the chat template's variables the prompt was
+	// rendered with (the server's, and the request's chat_template_kwargs
+	// over them), and Prefill the text rendered after the generation
+	// prompt (the start of a forced tool call). With Messages and Tools
+	// they are the turn's render spec: rendering them again gives
+	// PromptTokens exactly, which is how the teacher and the hinted
+	// rollouts see the student's own context (reward.RenderPrompt).
+	TemplateVars map[string]any
+	Prefill      string
 	// Reply is the assistant message returned to the client.
 	Reply tokenizer.Message
 

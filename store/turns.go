@@ -31,6 +31,8 @@ type turnBody struct {
 	Model        string              `json:"model"`
 	Messages     []tokenizer.Message `json:"messages"`
 	Tools        []json.RawMessage   `json:"tools,omitempty"`
+	Vars         map[string]any      `json:"template_vars,omitempty"`
+	Prefill      string              `json:"prefill,omitempty"`
 	Reply        tokenizer.Message   `json:"reply"`
 	Versions     []uint64            `json:"versions,omitempty"`
 	FinishReason string              `json:"finish_reason"`
@@ -117,7 +119,7 @@ func (d *DB) redactMessages(msgs []tokenizer.Message) bool {
 func (d *DB) insertTurn(tx *sql.Tx, t *session.Turn) error {
 	body := turnBody{
 		Inferred: t.Inferred, Endpoint: t.Endpoint, Model: t.Model,
-		Messages: append([]tokenizer.Message(nil), t.Messages...), Tools: t.Tools,
+		Messages: append([]tokenizer.Message(nil), t.Messages...), Tools: t.Tools, Vars: t.TemplateVars, Prefill: t.Prefill,
 		Reply: t.Reply, Versions: t.Versions, FinishReason: t.FinishReason,
 		FirstToken: ms(t.FirstToken), Finished: ms(t.Finished), Keys: t.Keys,
 	}
@@ -326,7 +328,11 @@ type ReadyTurn struct {
 	Version    uint64
 	Messages   []tokenizer.Message
 	Tools      []json.RawMessage
-	Reply      tokenizer.Message
+	// TemplateVars and Prefill complete the render spec (session.Turn);
+	// nil vars: a turn stored before they were recorded.
+	TemplateVars map[string]any
+	Prefill      string
+	Reply        tokenizer.Message
 	NextState  []tokenizer.Message
 	End        string
 	Prompt     []int32
@@ -383,6 +389,7 @@ func (d *DB) ReadyTurns(limit int, busy map[string]bool) ([]ReadyTurn, error) {
 		}
 		t.Version, t.Completed = uint64(version), time.UnixMilli(completed)
 		t.Messages, t.Tools, t.Reply = body.Messages, body.Tools, body.Reply
+		t.TemplateVars, t.Prefill = body.Vars, body.Prefill
 		if next != nil {
 			if err := json.Unmarshal(next, &t.NextState); err != nil {
 				return nil, fmt.Errorf("store: turn %s: next state: %w", t.ID, err)
