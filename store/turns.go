@@ -333,13 +333,13 @@ type ReadyTurn struct {
 	TemplateVars map[string]any
 	Prefill      string
 	Reply        tokenizer.Message
-	NextState  []tokenizer.Message
-	End        string
-	Prompt     []int32
-	Response   []int32
-	LogProbs   []float32
-	Feedback   []session.Feedback
-	Completed  time.Time
+	NextState    []tokenizer.Message
+	End          string
+	Prompt       []int32
+	Response     []int32
+	LogProbs     []float32
+	Feedback     []session.Feedback
+	Completed    time.Time
 }
 
 // ReadyTurns returns up to limit turns that are ready to score, those
