@@ -20,11 +20,17 @@ var fuzzBodies = []string{
 	`{"input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}],"instructions":"i","tools":[{"type":"function","name":"f"}]}`,
 	`{"messages":[{"role":"user","content":"\u0000\ud800"}],"stop":"","n":null}`,
 	`{"messages":[{}]}`, `{"messages":null}`, `[]`, `{`, ``, `null`, `{"messages":[1,2]}`,
+	`{"input":[{"type":"item_reference","id":"msg_1"},{"role":"user","content":"u"}],"store":false}`,
+	`{"input":"u","previous_response_id":"resp_1","tools":[{"type":"function","name":"f","strict":true,"parameters":{"type":"object","properties":{"a":{"anyOf":[{"type":"string"},{"type":"null"}]}}}}]}`,
+	`{"input":[{"id":"fc_1"}],"tool_choice":"auto","tools":[{"type":"function","name":"f","parameters":{"$ref":"#/$defs/x","$defs":{"x":{"type":"object"}}}}]}`,
+	`{"prompt":[1,2,3],"echo":true,"logprobs":2,"max_tokens":0}`,
+	`{"prompt":[[1],[2,3]],"echo":true,"logprobs":0,"stream":true}`,
+	`{"prompt":"x","echo":true,"max_tokens":0}`,
 }
 
 // fuzzHandler checks that a body never panics the server nor gets a 5xx.
 func fuzzHandler(f *testing.F, path string) {
-	e := newEnv(f, func(o *Options) { o.ContextLength = 2048; o.DefaultMaxTokens = 64 })
+	e := newEnv(f, func(o *Options) { o.ContextLength = 2048; o.DefaultMaxTokens = 64; o.Responses = &memResponses{} })
 	h := e.srv.Handler()
 	for _, b := range fuzzBodies {
 		f.Add(b, "")
@@ -46,3 +52,5 @@ func fuzzHandler(f *testing.F, path string) {
 
 func FuzzChatRequest(f *testing.F)      { fuzzHandler(f, "/v1/chat/completions") }
 func FuzzResponsesRequest(f *testing.F) { fuzzHandler(f, "/v1/responses") }
+
+func FuzzCompletionsRequest(f *testing.F) { fuzzHandler(f, "/v1/completions") }
