@@ -78,8 +78,8 @@ func (s *Server) expandInput(r *http.Request, req *responsesRequest) (given json
 	case len(in) > 0 && in[0] == '[':
 		given = in
 	}
-	if req.PreviousResponseID == "" && given == nil {
-		return nil, nil // no references; conversation() reports a bad input
+	if given == nil && (req.PreviousResponseID == "" || !isNull(req.Input)) {
+		return nil, nil // nothing to resolve, or an input conversation() refuses
 	}
 	if s.opts.Responses == nil {
 		if req.PreviousResponseID != "" {

@@ -242,3 +242,16 @@ func TestResponseReferencesWithoutStore(t *testing.T) {
 		}
 	}
 }
+
+// An input of the wrong type is refused with a previous_response_id too.
+func TestPreviousResponseBadInput(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Responses = &memResponses{} })
+	resp, body := e.post("/v1/responses", `{"model":"clawrl-test","input":"Hello"}`)
+	var r respOut
+	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &r) != nil {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if resp, body := e.post("/v1/responses", `{"model":"clawrl-test","previous_response_id":"`+r.ID+`","input":{"x":1}}`); resp.StatusCode != 400 || !strings.Contains(body, `"param":"input"`) {
+		t.Errorf("%d %s", resp.StatusCode, body)
+	}
+}
