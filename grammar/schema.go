@@ -1,14 +1,16 @@
 // Package grammar constrains generation to JSON that a JSON Schema
 // accepts: the sampler asks, token by token, which tokens may come next,
 // so that a forced tool call always names a declared function with
-// arguments that validate, and a response_format of json_object or
+// arguments that validate, a tool call the model opens on its own in a
+// free reply does too (Lazy), and a response_format of json_object or
 // json_schema always yields a document of that shape.
 //
-// A schema is compiled to a small tree (Schema); a State walks the bytes
+// A schema is compiled to a small graph (Schema); a State walks the bytes
 // generated so far with an explicit stack, one frame per open value, and
 // tells whether a byte can extend them (Feed) and whether the document is
 // complete. Constraint wraps a Grammar (literal text around the JSON
-// value, alternatives) and a vocabulary for the scheduler.
+// value, alternatives) and a vocabulary for the scheduler; Lazy starts a
+// Grammar at each trigger text in an otherwise free generation.
 //
 // A choice (anyOf, oneOf, a nullable type spelt as a choice) makes the
 // State hold several stacks at once, one per branch still possible, so a
