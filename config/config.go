@@ -55,6 +55,7 @@ type Trainer struct {
 	KLCoef                  float64       `mapstructure:"kl_coef"`
 	MaxStaleness            int           `mapstructure:"max_staleness"`
 	PPOEpochs               int           `mapstructure:"ppo_epochs"`
+	TargetKL                float64       `mapstructure:"target_kl"`
 	YieldToServing          bool          `mapstructure:"yield_to_serving"`
 	ShareUnderLoad          float64       `mapstructure:"share_under_load"`
 	MicroBatchTokens        int           `mapstructure:"micro_batch_tokens"`
@@ -544,6 +545,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Trainer.PPOEpochs < 1 || c.Trainer.PPOEpochs > 16 {
 		errs = append(errs, fmt.Errorf("trainer.ppo_epochs: %d must lie in [1, 16]: optimizer updates per batch", c.Trainer.PPOEpochs))
+	}
+	if k := c.Trainer.TargetKL; !(k >= 0) || math.IsInf(k, 0) {
+		errs = append(errs, fmt.Errorf("trainer.target_kl: %v must be ≥ 0 (0 turns the trust region off): the largest KL per token from a step's start to its result", k))
 	}
 	if r := c.Rollout.BackgroundRows; r == 0 || r < -1 {
 		errs = append(errs, fmt.Errorf("rollout.background_rows: %d must be -1 (no limit) or at least 1: background sequences decoded per step while users run", r))

@@ -97,6 +97,7 @@ func TestLoad(t *testing.T) {
 		{name: "share under load above 0.9", file: "trainer:\n  share_under_load: 0.95\n", wantErr: "share_under_load"},
 		{name: "share under load negative", file: "trainer:\n  share_under_load: -0.1\n", wantErr: "share_under_load"},
 		{name: "ppo epochs zero", file: "trainer:\n  ppo_epochs: 0\n", wantErr: "ppo_epochs"},
+		{name: "negative target kl", file: "trainer:\n  target_kl: -0.1\n", wantErr: "target_kl"},
 		{name: "bad thinking", env: []string{"CLAWRL_SERVER_ENABLE_THINKING=maybe"}, wantErr: "server.enable_thinking"},
 		{name: "bool from env", env: []string{"CLAWRL_ROLLOUT_PREFIX_CACHE=false"},
 			check: func(c *Config) bool { return !c.Rollout.PrefixCache }},

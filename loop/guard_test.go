@@ -303,3 +303,47 @@ func TestGuardLRRecovers(t *testing.T) {
 		t.Errorf("lr scale %v with recover_after 0; want it kept at 0.5", got)
 	}
 }
+
+// The learning rate recovers in a running loop: a skill regression trips
+// the guard (rollback, rate halved), then skill checks pass again and,
+// after RecoverAfter of them in a row, the rate is back to the configured
+// one; a restart reads the recovered scale.
+func TestGuardLRRecoversInTheLoop(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	var checks atomic.Int32
+	skill := func(context.Context) (float64, error) {
+		if checks.Add(1) == 2 {
+			return 0.5, nil // the first check after training: forgot
+		}
+		return 0.9, nil // the start, and every check after the rollback
+	}
+	l, tr, _ := guardLoop(t, r, db, GuardOptions{Skill: skill, SkillMargin: 0.1, SkillEvery: 1, LRFactor: 0.5, RecoverAfter: 2}, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	turn := func(i int) {
+		tn := r.generate(t, []int32{1, 2, int32(3 + i)})
+		tn.ResponseID = fmt.Sprintf("chatcmpl-rec%d", i)
+		put(t, db, tn, []tokenizer.Message{{Role: "user", Content: "thanks"}})
+	}
+	turn(0)
+	waitFor(t, "the guard to trip", func() bool { return l.Guard().Events["skill"] == 1 })
+	if got := tr.LRScale(); got != 0.5 {
+		t.Fatalf("lr scale %v after the trip; want 0.5", got)
+	}
+	for i := 1; i <= 2; i++ {
+		turn(i)
+		waitFor(t, fmt.Sprintf("skill check %d after the trip", i), func() bool { return checks.Load() == int32(2+i) })
+	}
+	waitFor(t, "the rate to recover", func() bool { return tr.LRScale() == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	l2, tr2, _ := guardLoop(t, r, db, GuardOptions{LRFactor: 0.5, RecoverAfter: 2}, false)
+	l2.guardStart(context.Background())
+	if got := tr2.LRScale(); got != 1 {
+		t.Errorf("lr scale %v after a restart; want the recovered 1", got)
+	}
+}

@@ -80,9 +80,9 @@ func DefaultOptions() Options {
 	}
 }
 
-// DefaultTargetKL is target_kl's default (see config.yaml for how it was
+// DefaultTargetKL is target_kl's default (config.yaml says how it was
 // measured).
-const DefaultTargetKL = 0.05
+const DefaultTargetKL = 0.03
 
 // maxMaxStaleness bounds max_staleness (Metrics.Staleness has one bin per
 // version).
