@@ -19,6 +19,7 @@ func TrainerOptions(cfg *config.Config) trainer.Options {
 	opts.LoRARank, opts.LoRAAlpha, opts.LoRATargets = tc.LoRARank, tc.LoRAAlpha, tc.LoRATargets
 	opts.Checkpointing = tc.ActivationCheckpointing
 	opts.MeasureKL = tc.Guard.KLMax > 0
+	opts.TargetKL = tc.TargetKL
 	return opts
 }
 
