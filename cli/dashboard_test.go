@@ -17,7 +17,9 @@ import (
 // on a daemon with an API key: the page loads without the key, its data
 // does not (401, OpenAI error body), and with the key the data shows the
 // step that two thumbs up trained (the first turn, closed by the second),
-// its reward and the versions, and none of what was said. server.dashboard: false turns it off (404).
+// its reward and the trainer's numbers for it (KL, entropy, gradient
+// norm, learning rate, ...) and the versions, and none of what was said.
+// server.dashboard: false turns it off (404).
 func TestDashboard(t *testing.T) {
 	bin := realBinary(t)
 	dir := t.TempDir()
@@ -63,7 +65,12 @@ func TestDashboard(t *testing.T) {
 			Steps    map[string]int `json:"steps"`
 		} `json:"stats"`
 		History struct {
-			Steps    []struct{ Loss float64 }  `json:"steps"`
+			Steps []struct {
+				Step   int64              `json:"step"`
+				Loss   float64            `json:"loss"`
+				Status string             `json:"status"`
+				Stats  map[string]float64 `json:"stats"`
+			} `json:"steps"`
 			Versions []struct{ Number uint64 } `json:"versions"`
 			Rewards  []struct{ Reward int }    `json:"rewards"`
 		} `json:"history"`
@@ -93,6 +100,20 @@ func TestDashboard(t *testing.T) {
 	}
 	if st.Metrics["clawrl_weight_version"] < 2 || st.Metrics["clawrl_loop_train_steps_total"] < 1 {
 		t.Errorf("metrics %v", st.Metrics)
+	}
+	// The trained step carries the trainer's numbers for it, as the page
+	// charts them.
+	if n := len(st.History.Steps); n > 0 {
+		s := st.History.Steps[n-1]
+		t.Logf("step %d (%s): %v", s.Step, s.Status, s.Stats)
+		for _, k := range []string{"kl", "step_kl", "entropy", "grad_norm", "lr", "lr_scale", "samples", "tokens", "seconds"} {
+			if _, ok := s.Stats[k]; !ok {
+				t.Errorf("step %d (%s) has no %s: %v", s.Step, s.Status, k, s.Stats)
+			}
+		}
+		if s.Stats["entropy"] <= 0 || s.Stats["grad_norm"] <= 0 || s.Stats["lr"] <= 0 || s.Stats["samples"] < 1 || s.Stats["tokens"] < 1 {
+			t.Errorf("step %d's numbers: %v", s.Step, s.Stats)
+		}
 	}
 	for _, secret := range []string{"secret-word", "Name a fruit", "clawrl.db"} {
 		if strings.Contains(body, secret) {

@@ -5,11 +5,15 @@
 // static and holds no data, so it needs no key; it polls GET
 // /dashboard/state, which the server mounts behind the API keys, and asks
 // for a key (kept in the browser's localStorage) when that answers 401.
-// The state is the served model and version, the store's counts, the
-// newest steps (loss, mean reward, samples), weight versions (rollbacks
-// named) and scored turns, and the daemon's own clawrl_* metrics summed
-// over their labels. It holds no conversation text: a dashboard left open
-// on a shared screen shows how the model learns, not what people said.
+// The state is the served model and version, the store's counts (dropped
+// samples by reason, hints), the newest steps (loss, mean reward, samples
+// and the trainer's numbers: KL, entropy, gradient norm, learning rate,
+// ...), weight versions (a rollback's note says why) and scored turns,
+// and the daemon's own clawrl_* metrics summed over their labels. The page
+// charts the steps with axes (numbers, step numbers and times) and marks
+// the steps a rollback undid. The state holds no conversation text: a
+// dashboard left open on a shared screen shows how the model learns, not
+// what people said.
 //
 // The page draws its charts itself (inline SVG, no external script or
 // font), so it works on a machine without internet, and the strict
@@ -107,6 +111,7 @@ func (d *Dashboard) Snapshot(ctx context.Context) State {
 			st.Errors = append(st.Errors, "stats: "+err.Error())
 		} else {
 			stats.Path = "" // a file path is no business of a browser
+			stats.Dropped = byReason(stats.Dropped)
 			st.Stats = &stats
 		}
 		if ctx.Err() == nil {
@@ -125,6 +130,21 @@ func (d *Dashboard) Snapshot(ctx context.Context) State {
 		addMetrics(st.Metrics, fams)
 	}
 	return st
+}
+
+// byReason sums dropped samples by the first word of their reason: the
+// store keeps "error: " and "nonfinite: " with the error's text, which
+// says nothing a chart needs and may name paths.
+func byReason(dropped map[string]int) map[string]int {
+	out := make(map[string]int, len(dropped))
+	for r, n := range dropped {
+		k, _, _ := strings.Cut(r, ":")
+		if k = strings.TrimSpace(k); k == "" {
+			k = "unknown"
+		}
+		out[k] += n
+	}
+	return out
 }
 
 // maxSeries is the most labelled series of a family listed one by one

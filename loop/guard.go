@@ -349,7 +349,7 @@ func (l *Loop) guardTrip(why, reason string) {
 		return
 	}
 	ev.Msg("guard: tripped; rolling back to the last good version and lowering the learning rate")
-	v, err := l.doRollback(c)
+	v, err := l.doRollback(c, reason, why)
 	if err != nil {
 		l.opts.Log.Error().Err(err).Msg("guard: rollback failed")
 		return

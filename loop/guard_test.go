@@ -105,8 +105,9 @@ func TestGuardRollsBackARegression(t *testing.T) {
 	if n := count(t, db, "SELECT COUNT(*) FROM samples WHERE status = 'dropped' AND reason = 'rolled_back'"); n != 2 {
 		t.Errorf("%d samples dropped as rolled back; want 2", n)
 	}
-	if n := count(t, db, "SELECT COUNT(*) FROM versions WHERE note = ?", fmt.Sprintf("rollback to %d", start)); n != 1 {
-		t.Errorf("no version records the rollback to %d", start)
+	// The version's note says why, after the prefix that cli/serve.go reads.
+	if n := count(t, db, "SELECT COUNT(*) FROM versions WHERE note LIKE ?", fmt.Sprintf("rollback to %d (skill): held-out skill 0.50 %%", start)); n != 1 {
+		t.Errorf("no version records the rollback to %d and its reason", start)
 	}
 	// The good version is pinned on disk, so pruning keeps it.
 	if st.Good == start || !weights.Pinned(root, st.Good) {
@@ -156,8 +157,8 @@ func TestGuardNonFinite(t *testing.T) {
 	if n := count(t, db, "SELECT COUNT(*) FROM samples WHERE reason LIKE 'nonfinite%'"); n != 1 {
 		t.Errorf("%d samples dropped as non-finite; want 1", n)
 	}
-	if n := count(t, db, "SELECT COUNT(*) FROM versions WHERE note = ?", fmt.Sprintf("rollback to %d", start)); n != 1 {
-		t.Error("the rollback is not recorded")
+	if n := count(t, db, "SELECT COUNT(*) FROM versions WHERE note LIKE ?", fmt.Sprintf("rollback to %d (nonfinite): a non-finite step: %%", start)); n != 1 {
+		t.Error("the rollback and its reason are not recorded")
 	}
 }
 
@@ -190,6 +191,9 @@ func TestGuardKL(t *testing.T) {
 			}
 			if measure && (tr.StepCount() != 1 || tr.LRScale() != 0.5) {
 				t.Errorf("step %d lr scale %v after the trip", tr.StepCount(), tr.LRScale())
+			}
+			if n := count(t, db, "SELECT COUNT(*) FROM versions WHERE note LIKE 'rollback to % (kl): KL to the reference % > 1e-09'"); (n == 1) != measure {
+				t.Errorf("%d versions note a rollback for KL; want %v", n, measure)
 			}
 		})
 	}

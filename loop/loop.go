@@ -349,7 +349,7 @@ func (l *Loop) train(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case req := <-l.rollback:
-			v, err := l.doRollback(req.c)
+			v, err := l.doRollback(req.c, "requested", "POST /admin/rollback")
 			req.reply <- rollbackReply{v, err}
 			continue
 		case <-l.samples:
@@ -383,7 +383,11 @@ func (l *Loop) Rollback(ctx context.Context, c *weights.Checkpoint) (uint64, err
 	}
 }
 
-func (l *Loop) doRollback(c *weights.Checkpoint) (uint64, error) {
+// doRollback makes checkpoint c's weights current as a new version, whose
+// note in the store says why: "rollback to N (reason): why" (reason is
+// requested, or the guard's nonfinite, kl or skill). The note starts with
+// "rollback to N" whatever follows.
+func (l *Loop) doRollback(c *weights.Checkpoint, reason, why string) (uint64, error) {
 	tr := l.opts.Trainer
 	if err := tr.Restore(c); err != nil {
 		return 0, err
@@ -392,7 +396,10 @@ func (l *Loop) doRollback(c *weights.Checkpoint) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	note := fmt.Sprintf("rollback to %d", c.Info().Version)
+	note := fmt.Sprintf("rollback to %d (%s)", c.Info().Version, reason)
+	if why != "" {
+		note += ": " + why
+	}
 	if err := l.opts.DB.RecordVersion(v.Number(), c.Info().Version, tr.StepCount(), note); err != nil {
 		return v.Number(), err
 	}
@@ -510,7 +517,8 @@ func (l *Loop) step(ctx context.Context, batch []trainer.Sample, ids []string) {
 		return
 	}
 	next := l.opts.Versions.Last() + 1
-	if err := l.opts.DB.CommitStep(store.Step{Step: met.Step, Version: next, Parent: tr.Version(), Samples: ids, Loss: met.Loss}); err != nil {
+	stats := stepStats(met, tr.LRScale(), time.Since(start))
+	if err := l.opts.DB.CommitStep(store.Step{Step: met.Step, Version: next, Parent: tr.Version(), Samples: ids, Loss: met.Loss, Stats: stats}); err != nil {
 		// The step is applied in memory but not on record: publishing it
 		// would serve weights the store does not know. Leave the samples
 		// queued; the trainer moves on from the new parameters.
@@ -519,13 +527,8 @@ func (l *Loop) step(ctx context.Context, batch []trainer.Sample, ids []string) {
 	}
 	l.met.steps.WithLabelValues("applied").Inc()
 	l.met.loss.Set(met.Loss)
-	for stat, v := range map[string]float64{
-		"clip_fraction": met.ClipFraction, "importance_weight": met.ImportanceWeight, "kl": met.KL,
-		"step_kl": met.StepKL, "trust_scale": met.TrustScale,
-		"entropy": met.Entropy, "grad_norm": met.GradNorm, "lr": met.LR, "advantage": met.Advantage,
-		"samples": float64(met.Samples), "tokens": float64(met.Tokens),
-	} {
-		l.met.step.WithLabelValues(stat).Set(v)
+	for _, stat := range gaugeStats {
+		l.met.step.WithLabelValues(stat).Set(stats[stat])
 	}
 	for k, n := range met.Staleness {
 		for range n {
@@ -554,6 +557,25 @@ func (l *Loop) step(ctx context.Context, batch []trainer.Sample, ids []string) {
 	}
 	l.guardAfterStep(ctx, met.KL)
 }
+
+// stepStats are the trainer's numbers for an applied step by name, as
+// the store keeps them with the step (store.Step.Stats) and the dashboard
+// charts them: the loss; kl (to the reference, at the step's start),
+// step_kl, trust_scale and backtracks (the trust region); entropy, logprob,
+// advantage, importance_weight and clip_fraction (per token); grad_norm;
+// lr (this step's) and lr_scale (the guard's); samples, tokens and dropped;
+// seconds (the step's wall time).
+func stepStats(met trainer.Metrics, lrScale float64, took time.Duration) map[string]float64 {
+	return map[string]float64{
+		"loss": met.Loss, "kl": met.KL, "step_kl": met.StepKL, "trust_scale": met.TrustScale, "backtracks": float64(met.Backtracks),
+		"entropy": met.Entropy, "logprob": met.LogProb, "advantage": met.Advantage, "importance_weight": met.ImportanceWeight,
+		"clip_fraction": met.ClipFraction, "grad_norm": met.GradNorm, "lr": met.LR, "lr_scale": lrScale,
+		"samples": float64(met.Samples), "tokens": float64(met.Tokens), "dropped": float64(met.Dropped), "seconds": took.Seconds(),
+	}
+}
+
+// gaugeStats are the stepStats exported as clawrl_train_step{stat}.
+var gaugeStats = []string{"clip_fraction", "importance_weight", "kl", "step_kl", "trust_scale", "entropy", "grad_norm", "lr", "advantage", "samples", "tokens"}
 
 // checkpoint saves the trainer's current version.
 func (l *Loop) checkpoint() {

@@ -230,6 +230,27 @@ func TestLoopTrainsAndPublishes(t *testing.T) {
 	if n := count(t, db, "SELECT COUNT(*) FROM steps WHERE status = 'applied' AND version = ?", after); n != 1 {
 		t.Errorf("%d applied steps recorded for version %d, want 1", n, after)
 	}
+	// The step's record carries the trainer's numbers for it.
+	h, err := db.History(0)
+	if err != nil || len(h.Steps) != 1 {
+		t.Fatalf("history %+v, %v", h, err)
+	}
+	met, got := l.LastStep(), h.Steps[0].Stats
+	for _, tt := range []struct {
+		stat string
+		want float64
+	}{
+		{"loss", met.Loss}, {"kl", met.KL}, {"step_kl", met.StepKL}, {"trust_scale", met.TrustScale},
+		{"entropy", met.Entropy}, {"grad_norm", met.GradNorm}, {"lr", met.LR}, {"lr_scale", 1},
+		{"clip_fraction", met.ClipFraction}, {"importance_weight", met.ImportanceWeight}, {"samples", 2}, {"tokens", float64(met.Tokens)},
+	} {
+		if v, ok := got[tt.stat]; !ok || v != tt.want {
+			t.Errorf("stat %s = %v (recorded: %v), want %v", tt.stat, v, ok, tt.want)
+		}
+	}
+	if met.Entropy <= 0 || met.GradNorm <= 0 || met.LR <= 0 || got["seconds"] <= 0 {
+		t.Errorf("a trained step with entropy %v, grad norm %v, lr %v, %v s", met.Entropy, met.GradNorm, met.LR, got["seconds"])
+	}
 }
 
 // replayer hands out fixed supervised samples, or fails.

@@ -106,6 +106,9 @@ func TestStalenessCountsStepsNotVersions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if n := count(t, db, "SELECT COUNT(*) FROM versions WHERE note = ?", fmt.Sprintf("rollback to %d (requested): POST /admin/rollback", v)); n != 3 {
+		t.Errorf("%d versions note the requested rollback to %d; want 3", n, v)
+	}
 	trainTurn(t, r, db, "chatcmpl-ccc")
 	if gap := tr.Version() - v; gap <= uint64(tr.Options().MaxStaleness) {
 		t.Fatalf("the version gap is %d; the test needs more than max_staleness %d", gap, tr.Options().MaxStaleness)

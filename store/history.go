@@ -2,12 +2,14 @@ package store
 
 import (
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 )
 
-// History is what the dashboard plots: the newest training steps, weight
-// versions and scored turns, oldest first. It holds no conversation text.
+// History is what the dashboard plots: the newest training steps (with
+// the trainer's numbers for each), weight versions (a rollback's note says
+// why) and scored turns, oldest first. It holds no conversation text.
 type History struct {
 	Steps    []StepPoint    `json:"steps"`
 	Versions []VersionPoint `json:"versions"`
@@ -27,6 +29,9 @@ type StepPoint struct {
 	// Reward is the mean reward of its samples of users' turns (not the
 	// hinted rollouts); nil when it trained none.
 	Reward *float64 `json:"reward,omitempty"`
+	// Stats are the trainer's numbers for the step (Step.Stats); empty
+	// for a step recorded before they were kept.
+	Stats map[string]float64 `json:"stats"`
 }
 
 // VersionPoint is one weight version.
@@ -49,7 +54,7 @@ type RewardPoint struct {
 // The History queries: each takes the limit; the indexes samples_step and
 // samples_created keep them from reading every sample.
 const (
-	historySteps = `SELECT st.step, st.version, st.created, st.loss, st.status,
+	historySteps = `SELECT st.step, st.version, st.created, st.loss, st.status, st.stats,
 			COUNT(s.id), COALESCE(SUM(s.kind = 'rollout'), 0), AVG(CASE WHEN s.kind != 'rollout' THEN s.reward END)
 		FROM (SELECT * FROM steps ORDER BY id DESC LIMIT ?) st LEFT JOIN samples s ON s.step_id = st.id
 		GROUP BY st.id ORDER BY st.id DESC`
@@ -84,10 +89,14 @@ func (d *DB) History(limit int) (History, error) {
 		var p StepPoint
 		var created int64
 		var reward sql.NullFloat64
-		if err := rows.Scan(&p.Step, &p.Version, &created, &p.Loss, &p.Status, &p.Samples, &p.Rollouts, &reward); err != nil {
+		var stats string
+		if err := rows.Scan(&p.Step, &p.Version, &created, &p.Loss, &p.Status, &stats, &p.Samples, &p.Rollouts, &reward); err != nil {
 			return err
 		}
 		p.Time = time.UnixMilli(created).UTC()
+		if json.Unmarshal([]byte(stats), &p.Stats) != nil || p.Stats == nil {
+			p.Stats = map[string]float64{} // unreadable: shown as none rather than hiding the history
+		}
 		if reward.Valid {
 			p.Reward = &reward.Float64
 		}

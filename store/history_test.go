@@ -2,6 +2,8 @@ package store
 
 import (
 	"fmt"
+	"maps"
+	"math"
 	"strings"
 	"testing"
 
@@ -45,7 +47,8 @@ func TestHistory(t *testing.T) {
 		return out
 	}
 	db.RecordVersion(3, 0, 0, "base: m")
-	if err := db.CommitStep(Step{Step: 1, Version: 4, Parent: 3, Loss: 0.5, Samples: ids("r0/0", "r1/0")}); err != nil {
+	stats := map[string]float64{"kl": 0.012, "step_kl": 0.03, "entropy": 2.5, "grad_norm": 1.75, "lr": 1e-5, "samples": 2, "nan": math.NaN(), "inf": math.Inf(1)}
+	if err := db.CommitStep(Step{Step: 1, Version: 4, Parent: 3, Loss: 0.5, Samples: ids("r0/0", "r1/0"), Stats: stats}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.CommitStep(Step{Step: 2, Version: 5, Parent: 4, Loss: 0.25, Samples: ids("r2/0", "r3/0")}); err != nil {
@@ -65,6 +68,13 @@ func TestHistory(t *testing.T) {
 	}
 	if s2.Step != 2 || s2.Samples != 3 || s2.Rollouts != 1 || s2.Reward == nil || *s2.Reward != 1 {
 		t.Errorf("step 2 %+v (want 3 samples, 1 rollout, mean reward 1 over the users' turns)", s2)
+	}
+	// The trainer's numbers come back as they went in, less what JSON
+	// cannot hold; a step recorded without them has none (not nil).
+	delete(stats, "nan")
+	delete(stats, "inf")
+	if !maps.Equal(s1.Stats, stats) || s2.Stats == nil || len(s2.Stats) != 0 {
+		t.Errorf("stats: step 1 %v, want %v; step 2 %v, want {}", s1.Stats, stats, s2.Stats)
 	}
 	if len(h.Versions) != 4 || h.Versions[0].Number != 3 || h.Versions[3].Number != 6 || h.Versions[3].Note != "rollback to 4" || h.Versions[3].Parent != 4 {
 		t.Errorf("versions %+v", h.Versions)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -232,6 +233,26 @@ type Step struct {
 	Parent  uint64
 	Samples []string
 	Loss    float64
+	// Stats are the trainer's numbers for the step by name (kl,
+	// entropy, grad_norm, lr, ...: the loop names them), kept for the
+	// dashboard; NaN and infinite values are left out.
+	Stats map[string]float64
+}
+
+// encodeStats is the JSON object of a step's stats, without the values
+// JSON cannot hold.
+func encodeStats(stats map[string]float64) string {
+	finite := make(map[string]float64, len(stats))
+	for k, v := range stats {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			finite[k] = v
+		}
+	}
+	b, err := json.Marshal(finite)
+	if err != nil { // a map of finite numbers: cannot happen
+		return "{}"
+	}
+	return string(b)
 }
 
 // CommitStep records an applied step, the version it will publish and the
@@ -242,8 +263,8 @@ type Step struct {
 func (d *DB) CommitStep(s Step) error {
 	return d.enqueue("step", true, false, func(tx *sql.Tx) error {
 		ids, _ := json.Marshal(s.Samples)
-		res, err := tx.Exec("INSERT INTO steps(step, version, created, samples, loss, status) VALUES (?, ?, ?, ?, ?, 'applied')",
-			s.Step, int64(s.Version), d.now(), string(ids), s.Loss)
+		res, err := tx.Exec("INSERT INTO steps(step, version, created, samples, loss, status, stats) VALUES (?, ?, ?, ?, ?, 'applied', ?)",
+			s.Step, int64(s.Version), d.now(), string(ids), s.Loss, encodeStats(s.Stats))
 		if err != nil {
 			return err
 		}

@@ -73,7 +73,7 @@ const FileName = "clawrl.db"
 // schemaVersion is the layout of the tables below; a database of a newer
 // version is refused (an older binary cannot read it), an older one is
 // migrated.
-const schemaVersion = 3
+const schemaVersion = 4
 
 // migrations[v] brings a database of schema version v to v+1, statement
 // by statement, in one transaction.
@@ -88,6 +88,10 @@ var migrations = map[int][]string{
 	// grammar forced. Turns recorded before have neither: they train with
 	// their model log-probs as behaviour and no token masked, as before.
 	2: {"ALTER TABLE turns ADD COLUMN sample_logprobs BLOB", "ALTER TABLE turns ADD COLUMN forced BLOB"},
+	// 3 → 4: a step records the trainer's numbers for it (KL, entropy,
+	// gradient norm, learning rate, ...: Step.Stats). Steps recorded
+	// before have none ('{}').
+	3: {"ALTER TABLE steps ADD COLUMN stats TEXT NOT NULL DEFAULT '{}'"},
 }
 
 // indexes are made at every open if missing: they serve reads only (the
@@ -162,7 +166,8 @@ CREATE TABLE IF NOT EXISTS steps (
 	created  INTEGER NOT NULL,
 	samples  TEXT NOT NULL,                -- JSON array of sample ids
 	loss     REAL NOT NULL,
-	status   TEXT NOT NULL                 -- applied | lost
+	status   TEXT NOT NULL,                -- applied | lost | rolled_back
+	stats    TEXT NOT NULL DEFAULT '{}'    -- JSON object: the trainer's numbers for the step (Step.Stats)
 );
 CREATE TABLE IF NOT EXISTS versions (
 	number  INTEGER PRIMARY KEY,

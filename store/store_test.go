@@ -564,16 +564,19 @@ func TestRolloutSamples(t *testing.T) {
 }
 
 // TestMigrate: a database an earlier clawrl left (schema 1: no sample
-// responses; schema 2: no sampling log-probs or forced tokens on turns) is
-// migrated on opening and its queued samples still read, the new fields
-// absent; one from a newer clawrl is refused.
+// responses; schema 2: no sampling log-probs or forced tokens on turns;
+// schema 3: no stats on steps) is migrated on opening, its queued samples
+// still read and its steps still listed, what its layout lacked absent;
+// one from a newer clawrl is refused.
 func TestMigrate(t *testing.T) {
+	const noStats = "ALTER TABLE steps DROP COLUMN stats"
 	for _, tt := range []struct {
 		version int
 		drop    []string // what the layout of that version lacks
 	}{
-		{1, []string{"ALTER TABLE samples DROP COLUMN response", "ALTER TABLE turns DROP COLUMN sample_logprobs", "ALTER TABLE turns DROP COLUMN forced"}},
-		{2, []string{"ALTER TABLE turns DROP COLUMN sample_logprobs", "ALTER TABLE turns DROP COLUMN forced"}},
+		{1, []string{"ALTER TABLE samples DROP COLUMN response", "ALTER TABLE turns DROP COLUMN sample_logprobs", "ALTER TABLE turns DROP COLUMN forced", noStats}},
+		{2, []string{"ALTER TABLE turns DROP COLUMN sample_logprobs", "ALTER TABLE turns DROP COLUMN forced", noStats}},
+		{3, []string{noStats}},
 	} {
 		t.Run(fmt.Sprint("schema ", tt.version), func(t *testing.T) {
 			dir := t.TempDir()
@@ -582,6 +585,10 @@ func TestMigrate(t *testing.T) {
 			turn.SampleLogProbs, turn.Forced = []float32{-0.1, -0.2}, []bool{true, false}
 			record(t, db, turn, []tokenizer.Message{{Role: "user", Content: "thanks"}})
 			db.AddSample(Sample{TurnID: "m1/0", Version: 3, Kind: "binary", Reward: 1})
+			// A step of the old layout, which trained nothing.
+			if _, err := db.SQL().Exec("INSERT INTO steps(step, version, created, samples, loss, status) VALUES (1, 4, 0, '[]', 0.5, 'applied')"); err != nil {
+				t.Fatal(err)
+			}
 			for _, q := range append(tt.drop, fmt.Sprintf("PRAGMA user_version = %d", tt.version)) {
 				if _, err := db.SQL().Exec(q); err != nil {
 					t.Fatal(err)
@@ -596,8 +603,16 @@ func TestMigrate(t *testing.T) {
 			}
 			q, _, err := db.Queued(10)
 			if err != nil || len(q) != 1 || !slices.Equal(q[0].Response, []int32{4, 5}) || q[0].LogProbs == nil ||
-				q[0].SampleLogProbs != nil || q[0].Forced != nil {
+				(q[0].SampleLogProbs == nil) != (tt.version < 3) || (q[0].Forced == nil) != (tt.version < 3) {
 				t.Errorf("the old sample after migration: %+v, %v", q, err)
+			}
+			// The old step reads with no stats; a new one keeps its own.
+			if err := db.CommitStep(Step{Step: 2, Version: 5, Parent: 4, Loss: 0.25, Stats: map[string]float64{"kl": 0.5}}); err != nil {
+				t.Fatal(err)
+			}
+			h, err := db.History(0)
+			if err != nil || len(h.Steps) != 2 || h.Steps[0].Stats == nil || len(h.Steps[0].Stats) != 0 || h.Steps[1].Stats["kl"] != 0.5 {
+				t.Errorf("steps after migration: %+v, %v", h.Steps, err)
 			}
 			db.Close()
 			// A database from a newer clawrl is refused, with its path.

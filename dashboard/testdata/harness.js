@@ -29,7 +29,7 @@ const state = process.argv[2] ? fs.readFileSync(process.argv[2], "utf8") : "{}";
 const status = Number(process.argv[3] || 200);
 let polls = 0;
 const sandbox = {
-  document, console, Math, Number, String, Object, Date, JSON, Infinity, Promise,
+  document, console, Math, Number, String, Object, Date, JSON, Infinity, Promise, RegExp, Array,
   localStorage: { getItem: (k) => storage[k] || null, setItem: (k, v) => { storage[k] = v; } },
   fetch: async (url, opts) => { polls++; return { status, ok: status === 200, json: async () => JSON.parse(state) }; },
   setTimeout: () => {},
@@ -40,16 +40,26 @@ setImmediate(() => {
   const txt = (id) => document.getElementById(id).textContent;
   const cards = document.getElementById("cards").children.map((c) => c.textContent);
   const rows = document.getElementById("versions").children;
+  // Each chart: its points, lines, bars, the points in red (rolled back),
+  // the numbers on its axes and its legend.
+  const charts = {};
+  for (const id of ["rewardchart", "steprewardchart", "losschart", "klchart", "entropychart", "gradchart", "lrchart"]) {
+    const svg = document.getElementById(id), cls = (c) => svg.find((e) => e.attrs.class === c);
+    charts[id] = {
+      dots: cls("pt").length, red: cls("pt").filter((e) => e.attrs.fill === "#d64545").length, lines: cls("line").length, bars: cls("bar").length,
+      yticks: cls("ytick").map((e) => e.textContent), xticks: cls("xtick").map((e) => e.textContent), legend: cls("legend").map((e) => e.textContent),
+      text: svg.textContent,
+    };
+  }
   console.log(JSON.stringify({
     polls, model: txt("model"), version: txt("version"), training: txt("training"), errors: txt("errors"),
     keyShown: document.getElementById("key").style.display === "block",
     cards,
-    rewardDots: document.getElementById("rewardchart").count("circle"),
-    rewardLines: document.getElementById("rewardchart").count("path"),
-    lossDots: document.getElementById("losschart").count("circle"),
-    stepBars: document.getElementById("steprewardchart").count("rect"),
     versionRows: rows.length,
     rollbackRows: rows.filter((r) => r.className === "rollback").length,
     firstRow: rows.length ? rows[0].textContent : "",
+    rows: rows.map((r) => r.textContent),
+    charts,
+    dropped: document.getElementById("dropped").children.map((r) => r.children.map((c) => c.textContent)),
   }));
 });
