@@ -67,9 +67,50 @@ func TestBenchLearn(t *testing.T) {
 			t.Errorf("%s: %v turns scored; want the 4 graded ones (counters %v)", r.Method, scored, r.Daemon)
 		}
 	}
+	// A thumbs-only user at a pace: every graded turn gets a thumb, which
+	// scores it as feedback, and the bench never waits for training.
+	out2 := t.TempDir()
+	stdout, stderr, err = run(t, "", "bench", "learn", "--model", dir, "--turns", "4", "--session-turns", "2", "--probe-every", "4",
+		"--probes", "2", "--skills", "-1", "--max-tokens", "8", "--methods", "binary", "--scenario", "lowercase", "--thumbs-only",
+		"--user-pace", "0.05", "--out", out2)
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "thumbs-only user") || !strings.Contains(stdout, "0.05s to read and type") {
+		t.Errorf("output does not name the user:\n%s", stdout)
+	}
+	b, err = os.ReadFile(filepath.Join(out2, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = nil
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if r := res["lowercase"]; len(r) != 1 || r[0].User != learnbench.UserThumbs || r[0].PaceS != 0.05 ||
+		r[0].Daemon["clawrl_reward_turns_total{kind=binary,source=feedback}"] != 4 {
+		t.Errorf("thumbs-only run: %+v", r)
+	}
+	// Base rates: one daemon, every preference of the scenarios asked.
+	out3 := t.TempDir()
+	stdout, stderr, err = run(t, "", "bench", "learn", "--model", dir, "--base-rates", "2", "--max-tokens", "8", "--scenario", "end_word,switch", "--out", out3)
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, stdout, stderr)
+	}
+	for _, want := range []string{"| end_word=banana | ", "| lowercase | ", "| uppercase | "} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("base rates lack %q:\n%s", want, stdout)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out3, "base-rates.json")); err != nil {
+		t.Error(err)
+	}
 	for _, bad := range [][]string{
 		{"bench", "learn", "--scenario", "nope"},
 		{"bench", "learn", "--methods", "magic"},
+		{"bench", "learn", "--user-pace", "-1"},
+		{"bench", "learn", "--base-rates", "-1"},
+		{"bench", "learn", "--temperature", "0"},
 	} {
 		if _, _, err := run(t, "", bad...); err == nil {
 			t.Errorf("%v: no error", bad)

@@ -632,3 +632,53 @@ func Random(r *rand.Rand, k Kind, split Split) Constraint {
 	}
 	return c
 }
+
+// ---- reading an instruction back ----------------------------------------
+
+// phrasingRE is one instruction sentence as a pattern: the argument, where
+// the sentence carries one, captured.
+type phrasingRE struct {
+	kind Kind
+	re   *regexp.Regexp
+}
+
+var phrasingREs = func() []phrasingRE {
+	var out []phrasingRE
+	for _, k := range Kinds() {
+		sp := specs[k]
+		for _, tmpl := range append(append([]string{}, sp.train...), sp.heldOut...) {
+			// A sentence that ends with its argument keeps the argument's
+			// own full stop; any other may lose its last one.
+			pat, end := regexp.QuoteMeta(strings.TrimSuffix(tmpl, ".")), `\.?$`
+			if strings.HasSuffix(tmpl, "%[1]s") {
+				pat, end = regexp.QuoteMeta(tmpl), `$`
+			}
+			pat = strings.ReplaceAll(pat, regexp.QuoteMeta("%[1]s"), `(.+?)`)
+			out = append(out, phrasingRE{kind: k, re: regexp.MustCompile(`(?i)^(?:from now on, |please )?` + pat + end)})
+		}
+	}
+	return out
+}()
+
+// Identify reads an instruction sentence back: which of the catalog's
+// instructions it is (any split, stated for one answer or as a standing
+// preference, the case of its first letter aside), with its argument. It
+// reports false for any other text, so that a judge's hint can be graded
+// against the preference a user held.
+func Identify(sentence string) (Constraint, bool) {
+	s := strings.TrimSpace(sentence)
+	for _, p := range phrasingREs {
+		m := p.re.FindStringSubmatch(s)
+		if m == nil {
+			continue
+		}
+		c := Constraint{Kind: p.kind}
+		if len(m) > 1 {
+			c.Arg = m[1]
+		}
+		if c.Validate() == nil {
+			return c, true
+		}
+	}
+	return Constraint{}, false
+}

@@ -185,3 +185,41 @@ func TestCompatible(t *testing.T) {
 		t.Error("letters and the end do not combine")
 	}
 }
+
+func TestIdentify(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	// Every phrasing of every kind, both splits, as an instruction and as
+	// a standing preference, reads back as itself.
+	for _, k := range Kinds() {
+		for _, split := range []Split{Train, HeldOut} {
+			c := Random(r, k, split)
+			for _, p := range c.Phrasings(split) {
+				for _, s := range []string{p, Standing(p), "Please " + lowerFirst(p)} {
+					got, ok := Identify(s)
+					if !ok || got.Kind != c.Kind || !strings.EqualFold(got.Arg, c.Arg) {
+						t.Errorf("Identify(%q) = %v, %v; want %v", s, got, ok, c)
+					}
+				}
+			}
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		want string
+		ok   bool
+	}{
+		{"End your answer with the word banana.", "end_word=banana", true},
+		{"end your answer with the word banana", "end_word=banana", true},
+		{"Answer in at most 5 words.", "max_words=5", true},
+		{"Answer in at most five words.", "", false}, // not a number
+		{"Write your whole answer in lowercase letters.", "lowercase", true},
+		{"End your answer with the word a numbered list.", "", false}, // not one word
+		{"Check the answer carefully before replying.", "", false},
+		{"", "", false},
+	} {
+		got, ok := Identify(tc.in)
+		if ok != tc.ok || ok && got.String() != tc.want {
+			t.Errorf("Identify(%q) = %v, %v; want %s, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}

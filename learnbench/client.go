@@ -29,9 +29,11 @@ type Client struct {
 
 // ChatRequest is one chat completion the bench sends.
 type ChatRequest struct {
-	Messages    []tokenizer.Message
-	Tools       []json.RawMessage
-	SessionID   string
+	Messages  []tokenizer.Message
+	Tools     []json.RawMessage
+	SessionID string
+	// System, when set, is sent as a system message before Messages.
+	System      string
 	NoTrain     bool
 	Temperature float64
 	MaxTokens   int
@@ -40,6 +42,8 @@ type ChatRequest struct {
 
 // Reply is the first choice of a chat completion.
 type Reply struct {
+	// ID is the chat completion's id, the response_id of feedback.
+	ID   string
 	Text string
 	// Tool is the name of the first tool called, "" for none.
 	Tool string
@@ -62,9 +66,13 @@ func (r Reply) Message() tokenizer.Message {
 
 // Chat sends one chat completion and returns its first choice.
 func (c *Client) Chat(ctx context.Context, req ChatRequest) (Reply, error) {
+	msgs := req.Messages
+	if req.System != "" {
+		msgs = append([]tokenizer.Message{{Role: "system", Content: req.System}}, msgs...)
+	}
 	body := map[string]any{
 		"model":       c.Model,
-		"messages":    req.Messages,
+		"messages":    msgs,
 		"temperature": req.Temperature,
 		"max_tokens":  req.MaxTokens,
 		"seed":        req.Seed,
@@ -80,6 +88,7 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest) (Reply, error) {
 		h.Set("X-No-Train", "1")
 	}
 	var out struct {
+		ID      string `json:"id"`
 		Choices []struct {
 			Message      tokenizer.Message `json:"message"`
 			FinishReason string            `json:"finish_reason"`
@@ -93,12 +102,22 @@ func (c *Client) Chat(ctx context.Context, req ChatRequest) (Reply, error) {
 		return Reply{}, errors.New("learnbench: a chat completion with no choices")
 	}
 	m := out.Choices[0].Message
-	r := Reply{Text: m.Content, msg: m, Cut: out.Choices[0].FinishReason == "length"}
+	r := Reply{ID: out.ID, Text: m.Content, msg: m, Cut: out.Choices[0].FinishReason == "length"}
 	r.Version, _ = strconv.ParseUint(rh.Get("X-Weight-Version"), 10, 64)
 	if len(m.ToolCalls) > 0 {
 		r.Tool = m.ToolCalls[0].Function.Name
 	}
 	return r, nil
+}
+
+// Feedback sends a thumb (+1 or -1) on the reply with id responseID
+// (POST /v1/feedback), as a person clicking a thumb does: no words.
+func (c *Client) Feedback(ctx context.Context, responseID string, thumb int) error {
+	var out struct {
+		ID string `json:"id"`
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/feedback", nil, map[string]any{"response_id": responseID, "thumb": thumb}, &out)
+	return err
 }
 
 // Resolve fills Model from /v1/models when it is empty and returns the

@@ -9,9 +9,15 @@
 // X-Session-Id header, and answers every reply with praise when the reply
 // satisfies the preference or with a correction in plain words when it
 // does not, followed by its next question, so that each correction is the
-// next state of the turn it judges, as the daemon expects. After every
-// session it waits for the daemon to score and train what it has (the
-// store and loop gauges of /metrics), and every K turns it measures:
+// next state of the turn it judges, as the daemon expects. A thumbs-only
+// user (Options.ThumbsOnly) never writes a word about the preference: it
+// clicks thumb up or down on every reply (POST /v1/feedback) and asks its
+// next question, the pure reinforcement path. By default the bench waits
+// after every session for the daemon to score and train what it has (the
+// store and loop gauges of /metrics); with a user pace (Options.UserPace)
+// it never waits, and the user takes that long to read and type each
+// message, as a person does, so that training gets only the time a person
+// leaves it. Every K turns it measures:
 //
 //   - satisfaction: the share of held-out probe questions, sent with
 //     X-No-Train: 1 at temperature 0 and with no instruction, whose answer
@@ -64,6 +70,19 @@ type Options struct {
 	// Oracle, when the daemon judges through it, is told the preference
 	// in force before every turn.
 	Oracle *Oracle
+	// UserPace is a person's reading and typing time: the user waits this
+	// long before every message it sends, and the bench never waits for
+	// the daemon to train (0: no pause, and after every session the bench
+	// waits until the daemon has scored and trained everything, as if the
+	// person came back only then; a fast user who starves training looks
+	// like a patient one).
+	UserPace time.Duration
+	// ThumbsOnly makes the user one who never writes a preference: it
+	// gives every reply a thumb, up when the reply satisfies the hidden
+	// preference and down otherwise, and its next message is only its next
+	// question. With thumbs as complete signals every thumbed turn trains,
+	// with no judge to misread words.
+	ThumbsOnly bool
 }
 
 func (o *Options) defaults() {
@@ -95,6 +114,12 @@ func (o *Options) defaults() {
 	}
 }
 
+// The kinds of user (Result.User).
+const (
+	UserWords  = "words"  // praise, and corrections in words
+	UserThumbs = "thumbs" // a thumb on every reply, no words
+)
+
 // Point is one measurement.
 type Point struct {
 	Turn    int    `json:"turn"`    // graded user turns so far
@@ -115,10 +140,15 @@ type Point struct {
 
 // Result is one run.
 type Result struct {
-	Scenario string  `json:"scenario"`
-	Method   string  `json:"method"`
-	Seed     uint64  `json:"seed"`
-	Points   []Point `json:"points"`
+	Scenario string `json:"scenario"`
+	Method   string `json:"method"`
+	// User is the kind of user: "words" (praise and corrections) or
+	// "thumbs" (thumbs only); PaceS its reading and typing time in seconds
+	// (0: the bench waited for training after every session).
+	User   string  `json:"user"`
+	PaceS  float64 `json:"pace_s"`
+	Seed   uint64  `json:"seed"`
+	Points []Point `json:"points"`
 	// Satisfied counts the chat replies (not probes) that satisfied the
 	// preference, of Turns.
 	Satisfied, Turns int
@@ -156,7 +186,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Skills > 0 {
 		skills = SkillProbes(o.Skills, o.Seed)
 	}
-	res := &Result{Scenario: o.Scenario.Name, Seed: o.Seed, Turns: o.Turns, FirstVersion: v0}
+	res := &Result{Scenario: o.Scenario.Name, Seed: o.Seed, Turns: o.Turns, FirstVersion: v0, User: UserWords, PaceS: o.UserPace.Seconds()}
+	if o.ThumbsOnly {
+		res.User = UserThumbs
+	}
 	logf := func(format string, args ...any) {
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, format+"\n", args...)
@@ -193,45 +226,85 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		phrasing = instruct.Train
 	}
 	user := NewUser(o.Scenario.PrefAt(0), phrasing, o.Seed)
+	// pause is the user reading the last reply and typing the next message.
+	pause := func() error {
+		if o.UserPace <= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(o.UserPace):
+			return nil
+		}
+	}
+	chat := func(msgs []tokenizer.Message, sid string, seed uint64) (Reply, error) {
+		if err := pause(); err != nil {
+			return Reply{}, err
+		}
+		return c.Chat(ctx, ChatRequest{Messages: msgs, SessionID: sid, Temperature: o.Temperature, MaxTokens: o.MaxTokens, Seed: seed})
+	}
 	turn := 0
 	for session := 0; turn < o.Turns; session++ {
 		sid := fmt.Sprintf("learnbench-%d-%s-%d", o.Seed, o.Scenario.Name, session)
 		msgs := []tokenizer.Message{{Role: "user", Content: user.Question()}}
 		sat := 0
+		var version uint64
 		for k := 0; k < o.SessionTurns && turn < o.Turns; k++ {
 			user.Pref = o.Scenario.PrefAt(turn)
 			if o.Oracle != nil {
 				o.Oracle.SetPref(user.Pref)
 			}
-			reply, err := c.Chat(ctx, ChatRequest{Messages: msgs, SessionID: sid, Temperature: o.Temperature,
-				MaxTokens: o.MaxTokens, Seed: o.Seed*1000003 + uint64(turn)})
+			reply, err := chat(msgs, sid, o.Seed*1000003+uint64(turn))
 			if err != nil {
 				return nil, fmt.Errorf("learnbench: turn %d: %w", turn, err)
 			}
-			fb, ok := user.Feedback(reply.Text, reply.Cut)
+			version = reply.Version
+			more := k < o.SessionTurns-1 && turn+1 < o.Turns
+			var next string
+			var ok bool
+			if o.ThumbsOnly {
+				var thumb int
+				thumb, ok = user.Thumb(reply.Text, reply.Cut)
+				if err := c.Feedback(ctx, reply.ID, thumb); err != nil {
+					return nil, fmt.Errorf("learnbench: turn %d: thumb: %w", turn, err)
+				}
+				if more {
+					next = user.Question()
+				}
+			} else {
+				next, ok = user.Feedback(reply.Text, reply.Cut)
+				if more {
+					next += "\n\n" + user.Question()
+				}
+			}
 			if ok {
 				sat++
 				res.Satisfied++
 			}
 			turn++
-			next := fb
-			if k < o.SessionTurns-1 && turn < o.Turns {
-				next += "\n\n" + user.Question()
+			if next != "" {
+				msgs = append(msgs, reply.Message(), tokenizer.Message{Role: "user", Content: next})
 			}
-			msgs = append(msgs, reply.Message(), tokenizer.Message{Role: "user", Content: next})
 		}
-		// The last feedback alone: it is the next state of the session's
-		// last graded turn. Its own reply is never graded.
-		if _, err := c.Chat(ctx, ChatRequest{Messages: msgs, SessionID: sid, Temperature: o.Temperature, MaxTokens: o.MaxTokens,
-			Seed: o.Seed*1000003 + uint64(turn) + 500000}); err != nil {
-			return nil, fmt.Errorf("learnbench: turn %d: %w", turn, err)
+		if !o.ThumbsOnly {
+			// The last feedback alone: it is the next state of the
+			// session's last graded turn. Its own reply is never graded.
+			// (A thumb needs no next state.)
+			if _, err := chat(msgs, sid, o.Seed*1000003+uint64(turn)+500000); err != nil {
+				return nil, fmt.Errorf("learnbench: turn %d: %w", turn, err)
+			}
 		}
-		settleStart := time.Now()
-		if err := c.Settle(ctx, o.SettleTimeout); err != nil {
-			return nil, err
+		done := min(o.SessionTurns, turn-session*o.SessionTurns)
+		if o.UserPace > 0 {
+			logf("  session %2d: %d/%d replies satisfied %s; served by version %d", session, sat, done, user.Pref, version)
+		} else {
+			settleStart := time.Now()
+			if err := c.Settle(ctx, o.SettleTimeout); err != nil {
+				return nil, err
+			}
+			logf("  session %2d: %d/%d replies satisfied %s; trained in %.1fs", session, sat, done, user.Pref, time.Since(settleStart).Seconds())
 		}
-		logf("  session %2d: %d/%d replies satisfied %s; trained in %.1fs", session, sat, min(o.SessionTurns, turn-session*o.SessionTurns),
-			user.Pref, time.Since(settleStart).Seconds())
 		if turn%o.ProbeEvery == 0 || turn == o.Turns {
 			if err := measure(turn); err != nil {
 				return nil, err
@@ -251,7 +324,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	for k, v := range m {
 		for _, p := range []string{"clawrl_reward_votes_total{", "clawrl_reward_parse_failures_total{", "clawrl_reward_hint_votes_total{",
 			"clawrl_reward_turns_total{", "clawrl_store_samples_total{", "clawrl_reward_judge_failures_total{", "clawrl_loop_samples_stale_total",
-			"clawrl_loop_guard_events_total{", "clawrl_loop_lr_scale", "clawrl_loop_skill", "clawrl_train_step{stat=kl}", "clawrl_train_step{stat=lr}"} {
+			"clawrl_loop_guard_events_total{", "clawrl_loop_lr_scale", "clawrl_loop_skill", "clawrl_train_step{stat=kl}", "clawrl_train_step{stat=lr}",
+			"clawrl_store_turns_ready", "clawrl_store_samples_queued", "clawrl_loop_scoring_inflight"} {
 			if strings.HasPrefix(k, p) {
 				res.Daemon[k] = v
 			}

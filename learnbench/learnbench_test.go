@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/clawrl/clawrl/instruct"
 )
@@ -72,6 +74,9 @@ func TestProbes(t *testing.T) {
 				if p.Check(p.Reference, "") {
 					t.Errorf("%s: the reference answer %q already satisfies the preference", ph.Pref, p.Reference)
 				}
+				if ph.Pref.Kind == instruct.MaxWords {
+					continue // a shorter answer follows it; Apply does not shorten
+				}
 				fixed, ok := ph.Pref.Apply(p.Reference)
 				if !ok || !p.Check(fixed, "") {
 					t.Errorf("%s: %q cannot be made to satisfy it", ph.Pref, p.Reference)
@@ -79,30 +84,84 @@ func TestProbes(t *testing.T) {
 			}
 		}
 	}
-	skills := SkillProbes(9, 1)
-	tools, plain := 0, 0
+	skills := SkillProbes(12, 1)
+	kinds := map[string]int{}
 	for _, p := range skills {
-		if len(p.Tools) > 0 {
-			tools++
+		kinds[p.Kind]++
+		if (len(p.Tools) > 0) != (p.Kind == "tool") {
+			t.Errorf("%s probe with %d tools", p.Kind, len(p.Tools))
 		}
-		if p.Reference != "" {
-			plain++
-			// The reference passes, and still passes under a learned
-			// preference; an answer that lost it does not.
-			fixed, _ := instruct.Constraint{Kind: instruct.Lowercase}.Apply(p.Reference)
-			end, _ := instruct.Constraint{Kind: instruct.EndWord, Arg: "banana"}.Apply(p.Reference)
-			for _, ok := range []string{p.Reference, fixed, end, "- " + p.Reference} {
-				if !p.Check(ok, "") {
-					t.Errorf("plain probe %q: %q fails", p.Messages[0].Content, ok)
-				}
+		if p.Kind != "plain" && p.Kind != "fact" {
+			continue
+		}
+		// The reference passes, and a wrong answer does not.
+		if !p.Check(p.Reference, "") {
+			t.Errorf("%s probe %q: its reference %q fails", p.Kind, p.Messages[0].Content, p.Reference)
+		}
+		if p.Check("Sure:", "") {
+			t.Errorf("%s probe %q passes a reply without its answer", p.Kind, p.Messages[0].Content)
+		}
+		lower, _ := instruct.Constraint{Kind: instruct.Lowercase}.Apply(p.Reference)
+		upper, _ := instruct.Constraint{Kind: instruct.Uppercase}.Apply(p.Reference)
+		end, _ := instruct.Constraint{Kind: instruct.EndWord, Arg: "banana"}.Apply(p.Reference)
+		for _, ok := range []string{end, "- " + p.Reference, p.Reference + "\n\n-- Alice"} {
+			if !p.Check(ok, "") {
+				t.Errorf("%s probe %q: %q fails", p.Kind, p.Messages[0].Content, ok)
 			}
-			if p.Check("Sure:", "") {
-				t.Errorf("plain probe %q passes a reply without its answer", p.Messages[0].Content)
+		}
+		// A plain question ignores case; a fact keeps its capitals, so
+		// that a model that learnt lowercase or capitals where nobody
+		// asked shows it.
+		for _, c := range []string{lower, upper} {
+			if got := p.Check(c, ""); got != (p.Kind == "plain") {
+				t.Errorf("%s probe %q: %q passes %v", p.Kind, p.Messages[0].Content, c, got)
 			}
 		}
 	}
-	if len(skills) != 9 || tools != 3 || plain != 3 {
-		t.Errorf("%d skill probes, %d with tools, %d plain", len(skills), tools, plain)
+	if len(skills) != 12 || kinds["arithmetic"] != 3 || kinds["tool"] != 3 || kinds["plain"] != 3 || kinds["fact"] != 3 {
+		t.Errorf("%d skill probes: %v", len(skills), kinds)
+	}
+}
+
+// TestFactProbe: the answer a fact probe wants, as the table shows, and
+// how a reply is checked against it.
+func TestFactProbe(t *testing.T) {
+	for _, tc := range []struct {
+		key, a, want string
+	}{
+		{"cap:France", "The capital of France is Paris.", "Paris"},
+		{"cap:the United States", "The capital of the United States is Washington, D.C.", "Washington, D.C"},
+		{"day+Monday", "Tuesday comes after Monday.", "Tuesday"},
+		{"month-March", "February comes before March.", "February"},
+		{"units:km", "3 km is 3000 m.", ""},
+	} {
+		if got := factAnswer(tc.key, tc.a); got != tc.want {
+			t.Errorf("factAnswer(%q, %q) = %q, want %q", tc.key, tc.a, got, tc.want)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 3))
+	for range 50 {
+		p := FactProbe(r)
+		if p.Kind != "fact" || !p.Check(p.Reference, "") {
+			t.Fatalf("fact probe %q: reference %q fails", p.Messages[0].Content, p.Reference)
+		}
+	}
+	p := factProbe("What is the capital of France?", "The capital of France is Paris.", "Paris")
+	for _, tc := range []struct {
+		reply string
+		pass  bool
+	}{
+		{"The capital of France is Paris.", true},
+		{"Paris", true},
+		{"- Paris is the capital.\n\n-- Alice", true},
+		{"the capital of france is paris.", false},
+		{"THE CAPITAL OF FRANCE IS PARIS.", false},
+		{"the capital of brazil is brazil.", false},
+		{"The capital of France is Parisville.", false},
+	} {
+		if got := p.Check(tc.reply, ""); got != tc.pass {
+			t.Errorf("%q: pass %v, want %v", tc.reply, got, tc.pass)
+		}
 	}
 }
 
@@ -132,6 +191,11 @@ type fakeDaemon struct {
 	requests  []map[string]any
 	headers   []http.Header
 	badProbes int // probe requests that were not greedy or not X-No-Train
+	// replies, when set, are the chat replies in turn (probes still
+	// answer as above).
+	replies []string
+	thumbs  map[string]float64 // response id → thumb posted
+	metrics int                // /metrics requests
 }
 
 func (f *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -140,7 +204,19 @@ func (f *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/models":
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":"m","weight_version":%d}]}`, f.version)
+	case "/v1/feedback":
+		var body struct {
+			ResponseID string  `json:"response_id"`
+			Thumb      float64 `json:"thumb"`
+		}
+		json.NewDecoder(r.Body).Decode(&body)
+		if f.thumbs == nil {
+			f.thumbs = map[string]float64{}
+		}
+		f.thumbs[body.ResponseID] = body.Thumb
+		fmt.Fprint(w, `{"object":"feedback"}`)
 	case "/metrics":
+		f.metrics++
 		fmt.Fprint(w, "# TYPE clawrl_store_turns_ready gauge\nclawrl_store_turns_ready 0\n# TYPE clawrl_store_samples_queued gauge\nclawrl_store_samples_queued 0\n")
 	case "/v1/chat/completions":
 		var body map[string]any
@@ -151,10 +227,15 @@ func (f *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if body["temperature"].(float64) != 0 {
 				f.badProbes++
 			}
-			if f.chats >= f.learnAt {
+			msgs, _ := body["messages"].([]any)
+			told := len(msgs) > 0 && msgs[0].(map[string]any)["role"] == "system"
+			if f.chats >= f.learnAt || told {
 				text, _ = f.pref.Apply(text)
 			}
 		} else {
+			if len(f.replies) > 0 {
+				text = f.replies[f.chats%len(f.replies)]
+			}
 			f.chats++
 			f.requests = append(f.requests, body)
 			f.headers = append(f.headers, r.Header.Clone())
@@ -163,7 +244,12 @@ func (f *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		w.Header().Set("X-Weight-Version", fmt.Sprint(f.version))
-		json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": text}}}})
+		id := fmt.Sprintf("chatcmpl-%d", f.chats)
+		if r.Header.Get("X-No-Train") == "1" {
+			id = fmt.Sprintf("probe-%d", f.probes)
+		}
+		json.NewEncoder(w).Encode(map[string]any{"id": id,
+			"choices": []any{map[string]any{"message": map[string]any{"role": "assistant", "content": text}}}})
 	default:
 		http.NotFound(w, r)
 	}
@@ -228,6 +314,88 @@ func TestRunMeasures(t *testing.T) {
 	if fd.headers[0].Get("X-Session-Id") == "" || fd.headers[0].Get("X-Session-Id") == fd.headers[5].Get("X-Session-Id") ||
 		fd.headers[0].Get("X-Session-Id") != fd.headers[4].Get("X-Session-Id") {
 		t.Error("sessions are not named one per session")
+	}
+}
+
+// A thumbs-only user at a pace: a thumb on every reply (up when it
+// satisfies the preference), bare questions after, no closing message,
+// the pause before every message, and no waiting for training.
+func TestRunThumbsOnlyPaced(t *testing.T) {
+	pref, _ := instruct.Parse("lowercase")
+	fd := &fakeDaemon{pref: pref, learnAt: 1 << 30, replies: []string{"The answer is 4.", "the answer is 4."}}
+	srv := httptest.NewServer(fd)
+	defer srv.Close()
+	sc := Scenario{Name: "t", Phases: []Phase{{Pref: pref}}}
+	pace := 20 * time.Millisecond
+	start := time.Now()
+	res, err := Run(context.Background(), Options{Client: &Client{BaseURL: srv.URL}, Scenario: sc, Turns: 8, SessionTurns: 4,
+		ProbeEvery: 4, Probes: 2, Skills: -1, Seed: 2, ThumbsOnly: true, UserPace: pace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 8*pace {
+		t.Errorf("8 messages at a pace of %v took %v", pace, took)
+	}
+	if res.User != UserThumbs || res.PaceS != pace.Seconds() || res.Satisfied != 4 || len(res.Points) != 3 {
+		t.Errorf("result: user %q pace %v satisfied %d, %d points", res.User, res.PaceS, res.Satisfied, len(res.Points))
+	}
+	// 8 chats (no closing message: a thumb needs no next state), a thumb
+	// on each, alternating down (capitals) and up.
+	if fd.chats != 8 || len(fd.thumbs) != 8 {
+		t.Fatalf("%d chats, %d thumbs", fd.chats, len(fd.thumbs))
+	}
+	for i := 1; i <= 8; i++ {
+		want := -1.0
+		if i%2 == 0 {
+			want = 1
+		}
+		if got := fd.thumbs[fmt.Sprintf("chatcmpl-%d", i)]; got != want {
+			t.Errorf("chat %d: thumb %v, want %v (%v)", i, got, want, fd.thumbs)
+		}
+	}
+	// The user's later messages are its questions alone.
+	last := fd.requests[3]["messages"].([]any)
+	if len(last) != 7 {
+		t.Fatalf("the session's last request has %d messages; want 7", len(last))
+	}
+	for i := 2; i < 7; i += 2 {
+		c := last[i].(map[string]any)["content"].(string)
+		if strings.Contains(c, "\n\n") || strings.Contains(strings.ToLower(c), "lower") {
+			t.Errorf("message %d %q is more than a question", i, c)
+		}
+	}
+	// Only the end-of-run counters read /metrics: no waiting for training.
+	if fd.metrics != 1 {
+		t.Errorf("/metrics read %d times; want once (no settling at a user pace)", fd.metrics)
+	}
+}
+
+func TestBaseRates(t *testing.T) {
+	pref, _ := instruct.Parse("end_word=banana")
+	fd := &fakeDaemon{pref: pref, learnAt: 1 << 30}
+	srv := httptest.NewServer(fd)
+	defer srv.Close()
+	c := &Client{BaseURL: srv.URL}
+	br, err := BaseRates(context.Background(), c, pref, 5, []float64{1, 0.7}, 32, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fake follows the preference only when a system prompt states it.
+	if br.N != 5 || br.Sampled["1.0"] != 0 || br.Sampled["0.7"] != 0 || br.SystemHeldOut != 1 || br.SystemTrain != 1 {
+		t.Errorf("base rates %+v", br)
+	}
+	if fd.chats != 0 || fd.probes != 5*4 {
+		t.Errorf("%d chats that train, %d without", fd.chats, fd.probes)
+	}
+	if br.ThumbsGoal() || !br.WordedGoal() {
+		t.Errorf("goals: thumbs %v, worded %v", br.ThumbsGoal(), br.WordedGoal())
+	}
+	var b strings.Builder
+	BaseRateTable(&b, []float64{1, 0.7}, []BaseRate{br, {Pref: "lowercase", N: 5, Sampled: map[string]float64{"1.0": 0.2, "0.7": 0.2}, SystemTrain: 0.3}})
+	for _, want := range []string{"| end_word=banana | 0.00 | 0.00 | 1.00 | 1.00 | - | yes |", "| lowercase | 0.20 | 0.20 | 0.00 | 0.30 | yes | - |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 

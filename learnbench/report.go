@@ -27,7 +27,17 @@ func Table(w io.Writer, sc Scenario, results []*Result) {
 	for _, p := range sc.Phases {
 		prefs = append(prefs, p.Pref.String())
 	}
-	fmt.Fprintf(w, "preference %s; satisfaction = share of held-out probes (X-No-Train, temperature 0) that follow it\n\n", strings.Join(prefs, " → "))
+	fmt.Fprintf(w, "preference %s; satisfaction = share of held-out probes (X-No-Train, temperature 0) that follow it\n", strings.Join(prefs, " → "))
+	user := "a user who praises and corrects in words"
+	if results[0].User == UserThumbs {
+		user = "a thumbs-only user (a thumb on every reply, no words)"
+	}
+	if results[0].PaceS > 0 {
+		user += fmt.Sprintf(", %gs to read and type each message (the bench never waits for training)", results[0].PaceS)
+	} else {
+		user += ", back only once the daemon has trained each session"
+	}
+	fmt.Fprintf(w, "user: %s\n\n", user)
 	var b strings.Builder
 	b.WriteString("| method | ")
 	for _, p := range results[0].Points {

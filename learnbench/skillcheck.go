@@ -21,11 +21,11 @@ const skillCheckSeed = 0x5a11
 // baseline of another set is measured again. Bump the version when
 // SkillProbes changes what it draws.
 func SkillSet(n int) string {
-	return fmt.Sprintf("learnbench.SkillProbes/v3 n=%d seed=%#x", n, skillCheckSeed)
+	return fmt.Sprintf("learnbench.SkillProbes/v4 n=%d seed=%#x", n, skillCheckSeed)
 }
 
-// SkillCheck returns the guard's held-out skill check: n held-out
-// arithmetic, tool-use and plain-question prompts (SkillProbes), rendered
+// SkillCheck returns the guard's skill check: n held-out arithmetic,
+// tool-use and plain-question prompts and plain facts (SkillProbes), rendered
 // with tok's chat template and vars, answered greedily by the live weights
 // through gen as background work, scored as the share answered right; a
 // reply that runs into the probes' max_tokens never passes (a

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"unicode"
 
@@ -55,6 +56,17 @@ func (u *User) Feedback(reply string, cut bool) (text string, satisfied bool) {
 	return u.Pref.Correction(u.r, u.Phrasing), false
 }
 
+// Thumb is a thumbs-only user's reaction to reply: +1 when it satisfies
+// the preference, -1 otherwise (a reply cut by max_tokens never does), and
+// whether it was satisfied. The user says nothing: the preference stays
+// hidden in the thumbs.
+func (u *User) Thumb(reply string, cut bool) (thumb int, satisfied bool) {
+	if !cut && u.Pref.Check(reply) {
+		return 1, true
+	}
+	return -1, false
+}
+
 // runOn are complaints about a reply that did not stop.
 var runOn = []string{"You keep repeating yourself. That's not what I asked.", "That was far too long and repetitive.",
 	"Why do you keep going? That's useless."}
@@ -76,8 +88,9 @@ type Probe struct {
 }
 
 // PreferenceProbes returns n held-out questions whose plain reference
-// answer violates pref and can be made to follow it: a reply passes when
-// it satisfies pref. Deterministic for seed.
+// answer violates pref and can be made to follow it (by instruct's Apply;
+// for a word limit, a shorter answer always can): a reply passes when it
+// satisfies pref. Deterministic for seed.
 func PreferenceProbes(pref instruct.Constraint, n int, seed uint64) ([]Probe, error) {
 	r := rand.New(rand.NewPCG(seed, 0x9b0be))
 	seen := map[string]bool{}
@@ -90,7 +103,7 @@ func PreferenceProbes(pref instruct.Constraint, n int, seed uint64) ([]Probe, er
 		if seen[q] || pref.Check(a) {
 			continue
 		}
-		if _, ok := pref.Apply(a); !ok {
+		if _, ok := pref.Apply(a); !ok && pref.Kind != instruct.MaxWords {
 			continue
 		}
 		seen[q] = true
@@ -103,28 +116,37 @@ func PreferenceProbes(pref instruct.Constraint, n int, seed uint64) ([]Probe, er
 	return out, nil
 }
 
-// SkillProbes returns held-out skill prompts, a third each: arithmetic
-// (the reply's last integer must be the answer), tool use (the reply must
-// call the right function) and plain questions with one right answer
-// (capitals, units, comparisons, ...: the reply must contain the
-// reference answer, ignoring case and punctuation, so that a reply that
-// also follows a learned preference such as lowercase or a closing word
-// still passes): what the pretrained model can do and training must not
-// break. Deterministic for seed.
+// SkillProbes returns skill prompts, a quarter each: arithmetic (held
+// out; the reply's last integer must be the answer), tool use (held out;
+// the reply must call the right function), plain questions with one right
+// answer (held out: capitals, units, comparisons, ...; the reply must
+// contain the reference answer, ignoring case and punctuation, so that a
+// reply that also follows a learned preference such as a closing word
+// still passes) and plain facts the model was taught (FactProbe: a
+// capital city, the day or month before or after another; the reply must
+// name the answer with its own capitals): what the pretrained model can do
+// and training must not break. The facts make a misread correction that
+// teaches lowercase or capitals, or that garbles the content along with
+// the form ("the capital of brazil is brazil."), show as lost skills.
+// Deterministic for seed.
 func SkillProbes(n int, seed uint64) []Probe {
 	r := rand.New(rand.NewPCG(seed, 0x5c111))
 	g := pretrain.NewGenerator(nil)
 	var out []Probe
 	for i := range n {
-		if i%3 == 2 {
+		switch i % 4 {
+		case 2:
 			q, a := plainProbe(r)
 			want := normText(a)
 			out = append(out, Probe{Messages: []tokenizer.Message{{Role: "user", Content: q}}, Reference: a, Kind: "plain",
 				Check: func(text, _ string) bool { return strings.Contains(normText(text), want) }})
 			continue
+		case 3:
+			out = append(out, FactProbe(r))
+			continue
 		}
 		cat := pretrain.CatArithmetic
-		if i%3 == 1 {
+		if i%4 == 1 {
 			cat = pretrain.CatTools
 		}
 		ex := pretrain.Prompt(g.HeldOutExample(r, cat))
@@ -140,6 +162,47 @@ func SkillProbes(n int, seed uint64) []Probe {
 		out = append(out, p)
 	}
 	return out
+}
+
+// FactProbe draws a plain fact the bundled model was taught (a capital
+// city, the day or month before or after another) as a probe whose reply
+// passes when it names the answer exactly, capitals included ("Paris",
+// "Tuesday"): "the capital of france is paris." fails, as does "The
+// capital of Brazil is Brazil.".
+func FactProbe(r *rand.Rand) Probe {
+	for {
+		q, a, key := pretrain.PlainQuestion(r, false)
+		want := factAnswer(key, a)
+		if want == "" {
+			continue
+		}
+		return factProbe(q, a, want)
+	}
+}
+
+// factProbe asks q, whose reference answer a names want.
+func factProbe(q, a, want string) Probe {
+	re := regexp.MustCompile(`(^|[^\pL\pN])` + regexp.QuoteMeta(want) + `($|[^\pL\pN])`)
+	return Probe{Messages: []tokenizer.Message{{Role: "user", Content: q}}, Reference: a, Kind: "fact",
+		Check: func(text, _ string) bool { return re.MatchString(text) }}
+}
+
+// factAnswer is the name a fact's reference answer gives ("The capital of
+// France is Paris." → "Paris"; "Tuesday comes after Monday." →
+// "Tuesday"), or "" for a question that is not one of FactProbe's.
+func factAnswer(key, a string) string {
+	switch {
+	case strings.HasPrefix(key, "cap:"):
+		_, city, ok := strings.Cut(a, " is ")
+		if !ok {
+			return ""
+		}
+		return strings.TrimSuffix(city, ".")
+	case strings.HasPrefix(key, "day+"), strings.HasPrefix(key, "day-"), strings.HasPrefix(key, "month+"), strings.HasPrefix(key, "month-"):
+		name, _, _ := strings.Cut(a, " ")
+		return name
+	}
+	return ""
 }
 
 // plainKinds are the kinds of plain question (the key's prefix) with one
@@ -215,6 +278,7 @@ func Scenarios() []Scenario {
 		one("lowercase", "lowercase", "write in lowercase only"),
 		one("bullets", "bullets", "answer as a bulleted list"),
 		one("sign_off", "sign_off=Alice", "sign every answer with a name"),
+		one("short", "max_words=5", "answer in at most five words: a preference the base model meets about half the time when sampling"),
 		one("start_phrase", "start_phrase=Sure!", "open every answer with a phrase"),
 		one("quotes", "quotes", "wrap the answer in double quotes: a kind the pretraining never asked for"),
 		one("postscript", "postscript=Talk soon.", "add a P.S.: a kind the pretraining never asked for"),

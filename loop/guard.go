@@ -21,9 +21,12 @@ import (
 //
 //   - the step itself: a non-finite loss or gradient (the trainer skips
 //     such a step), or a mean KL to the frozen reference above KLMax;
-//   - every SkillEvery steps, the served version's score on held-out
-//     skill probes, against the score of the version the daemon started
-//     with: a drop of more than SkillMargin;
+//   - every SkillEvery steps, the served version's score on skill probes
+//     (the daemon's are learnbench.SkillProbes: held-out arithmetic, tool
+//     calls and plain questions, and plain facts that must keep their
+//     capitals, so that a misread correction that teaches lowercase or
+//     garbles answers shows), against the score of the version the daemon
+//     started with: a drop of more than SkillMargin;
 //
 // and when one trips, serving reverts to the last good version (the last
 // that passed a skill check, or the one the daemon started with), the
@@ -40,7 +43,7 @@ type GuardOptions struct {
 	// reference exceeds it (0: off). The trainer must measure KL
 	// (trainer.Options.MeasureKL or KLCoef > 0).
 	KLMax float64
-	// Skill scores held-out skills on the version being served (the share
+	// Skill scores skills on the version being served (the share
 	// of probes passed, in [0, 1]); nil turns the skill check off.
 	Skill func(ctx context.Context) (float64, error)
 	// SkillSet names the probe set Skill scores (its size and seed, say):

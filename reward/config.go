@@ -74,8 +74,9 @@ type Config struct {
 	HintMaxTokens int
 	// HintRule picks among accepted hints.
 	HintRule HintRule
-	// HintGrounding drops hints none of whose content words appear in
-	// what happened next (see Grounded; the daemon's config turns it on).
+	// HintGrounding drops hints not grounded in what happened next beyond
+	// incidental words (see Grounded and HintEvidence; the daemon's config
+	// turns it on).
 	HintGrounding bool
 	// MaxHintChars drops accepted hints longer than this (a hint is one to
 	// three sentences; a longer one is rambling or an answer).

@@ -373,27 +373,50 @@ func agreedHint(hints []string) string {
 }
 
 // Grounded reports whether a hint says something the evidence (what
-// happened next: the user's next message, tool results, feedback) talks
-// about: at least one of its content words (four letters or more, not a
-// function word) shares its first five letters with a word of the
-// evidence. A judge that does not understand a correction tends to write
-// a hint it has written before ("Answer in JSON ..." after "no capitals,
-// please"), and such a hint, learnt token by token, teaches the wrong
-// behaviour; grounding drops it (reward.hint_grounding).
+// happened next: the user's reaction, tool results, feedback; see
+// HintEvidence) talks about, beyond incidental words: one of the hint's
+// grounding tokens is one of the evidence's. A hint's grounding tokens
+// are its words of four letters or more that are neither function words
+// nor the words any instruction about form uses whatever it asks for
+// ("word", "whole", "write", "letters", "line", ...), compared on their
+// first five letters; its numbers, compared whole ("at most 5 words"
+// after "must not exceed 5 words"); and the words it quotes, of any
+// length, less a few of the commonest ("Start with \"OK!\""). A judge
+// that does not understand a correction tends to write a hint it has
+// written before ("Answer in JSON ..." after "no capitals, please"), and
+// such a hint, learnt token by token, teaches the wrong behaviour;
+// grounding drops it (reward.hint_grounding).
+//
+// Measured on the bundled judge's hints on held-out corrections
+// (hint_grounding_test.go; 16 turns per kind of instruct's catalog, seeds
+// 1, 2, 3): of the hints the rule before this one kept (any one content
+// word shared, generic words and the user's next request included),
+// 58/55/57% stated the user's preference; of those this one keeps,
+// 67/65/66%, and it keeps 96/98/99% of the right hints (96/89/94%
+// before). What it still keeps are hints of a related kind that name the
+// user's own argument ("End your answer with the word tomato." after
+// "leave the word tomato out") or turn a negation around ("Write your
+// whole answer in capital letters." after "no capitals at all"), which
+// shared words alone cannot tell apart.
 func Grounded(hint, evidence string) bool {
-	stems := map[string]bool{}
-	for _, w := range contentWords(evidence) {
-		stems[stem(w)] = true
+	ev := map[string]bool{}
+	for _, w := range splitWords(evidence) {
+		ev[groundKey(w)] = true
 	}
-	for _, w := range contentWords(hint) {
-		if stems[stem(w)] {
+	for _, w := range groundingTokens(hint) {
+		if ev[groundKey(w)] {
 			return true
 		}
 	}
 	return false
 }
 
-func stem(w string) string {
+// groundKey is how a word is compared: a number whole, a word on its
+// first five letters.
+func groundKey(w string) string {
+	if strings.IndexFunc(w, unicode.IsDigit) >= 0 {
+		return w
+	}
 	if r := []rune(w); len(r) > 5 {
 		return string(r[:5])
 	}
@@ -403,17 +426,64 @@ func stem(w string) string {
 // functionWords are words too common in hints and messages to ground one.
 var functionWords = map[string]bool{"your": true, "with": true, "that": true, "this": true, "have": true, "from": true, "they": true,
 	"what": true, "when": true, "will": true, "would": true, "should": true, "could": true, "about": true, "there": true, "their": true,
-	"which": true, "before": true, "after": true, "answer": true, "answers": true, "reply": true, "replies": true, "response": true,
+	"which": true, "here": true, "before": true, "after": true, "answer": true, "answers": true, "reply": true, "replies": true, "response": true,
 	"responses": true, "user": true, "assistant": true, "please": true, "every": true, "always": true, "make": true, "sure": true,
 	"more": true, "than": true, "only": true, "also": true, "into": true, "them": true, "then": true, "does": true, "were": true,
 	"been": true, "just": true, "like": true, "some": true, "each": true, "next": true, "time": true, "wants": true, "want": true}
 
-func contentWords(s string) []string {
+// formWords are words that instructions about the form of a reply use
+// whatever they ask for: "Write your whole answer in lowercase letters."
+// and "Respond entirely in CAPITALS, every letter." share only them. A
+// hint grounded by one of them alone is grounded by an incidental word.
+var formWords = map[string]bool{"word": true, "words": true, "whole": true, "write": true, "written": true, "letter": true,
+	"letters": true, "line": true, "lines": true, "text": true, "format": true, "sentence": true, "sentences": true}
+
+// quoteStop are the commonest short words, which a quoted phrase does not
+// ground a hint by.
+var quoteStop = map[string]bool{"a": true, "an": true, "the": true, "and": true, "or": true, "is": true, "are": true, "be": true,
+	"to": true, "of": true, "in": true, "on": true, "at": true, "it": true, "i": true, "you": true, "my": true, "me": true,
+	"we": true, "for": true, "this": true, "that": true, "here": true, "your": true}
+
+// groundingTokens are the tokens of a hint that can ground it.
+func groundingTokens(hint string) []string {
 	var out []string
-	for _, w := range strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
-		if len([]rune(w)) >= 4 && !functionWords[w] {
+	for _, w := range splitWords(hint) {
+		switch {
+		case strings.IndexFunc(w, unicode.IsDigit) >= 0:
+			out = append(out, w)
+		case len([]rune(w)) >= 4 && !functionWords[w] && !formWords[w]:
 			out = append(out, w)
 		}
 	}
+	for _, q := range quoted(hint) {
+		for _, w := range splitWords(q) {
+			if !quoteStop[w] {
+				out = append(out, w)
+			}
+		}
+	}
 	return out
+}
+
+// quoted returns the stretches of s between double quotes.
+func quoted(s string) []string {
+	var out []string
+	for {
+		i := strings.IndexAny(s, "\"“")
+		if i < 0 {
+			return out
+		}
+		s = s[i+len(string([]rune(s[i:])[0])):]
+		j := strings.IndexAny(s, "\"”")
+		if j < 0 {
+			return out
+		}
+		out = append(out, s[:j])
+		s = s[j+len(string([]rune(s[j:])[0])):]
+	}
+}
+
+// splitWords lower-cases s and splits it into runs of letters and digits.
+func splitWords(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
 }

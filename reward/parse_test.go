@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/clawrl/clawrl/tokenizer"
 )
 
 func TestParseVote(t *testing.T) {
@@ -200,7 +202,20 @@ func TestGrounded(t *testing.T) {
 		hint, evidence string
 		want           bool
 	}{
-		{"Write your whole answer in lowercase letters.", "Keep every letter of your response small, no capitals at all.", true},
+		{"Write your whole answer in lowercase letters.", "Respond entirely in lower case.", true},
+		// "letter" is in every instruction about case: it grounds neither
+		// a lowercase nor an uppercase hint (the bundled judge wrote the
+		// lowercase one after "Small letters crept in.", an uppercase
+		// correction).
+		{"Write your whole answer in lowercase letters.", "Keep every letter of your response small, no capitals at all.", false},
+		{"Write your whole answer in lowercase letters.", "Small letters crept in. Shout your whole response in upper case.", false},
+		// Words shared only with the next request do not ground a hint
+		// (HintEvidence leaves it out); numbers and quoted words do.
+		{"End your answer with the word winter.", "Present your response as an enumerated list.", false},
+		{"Answer in at most 5 words.", "Your response must not exceed 5 words.", true},
+		{"Answer in at most 5 words.", "Your response must not exceed 50 words.", false},
+		{"Start your answer with \"OK!\".", "Every response should begin with \"OK!\".", true},
+		{"Start your answer with \"Here you go:\".", "Here is what I think of you.", false},
 		{"Answer in JSON, as an object with the key \"answer\".", "Keep every letter of your response small, no capitals at all.", false},
 		{"Answer in JSON, as an object with the key \"answer\".", "Please put every part of your response on its own dash-bulleted line.", false},
 		{"End your answer with the word pencil.", "From now on, close each response with the word pencil.", true},
@@ -211,6 +226,24 @@ func TestGrounded(t *testing.T) {
 	} {
 		if got := Grounded(c.hint, c.evidence); got != c.want {
 			t.Errorf("Grounded(%q, %q) = %v, want %v", c.hint, c.evidence, got, c.want)
+		}
+	}
+}
+
+func TestHintEvidence(t *testing.T) {
+	for _, c := range []struct {
+		next []tokenizer.Message
+		fb   string
+		want string
+	}{
+		{[]tokenizer.Message{{Role: "user", Content: "No, in bullets please.\n\nWrite the word winter 5 times."}}, "", "No, in bullets please. \n"},
+		{[]tokenizer.Message{{Role: "user", Content: "No.\n\nIn bullets please.\n\nWhat is 7 + 5?"}}, "", "No.\n\nIn bullets please. \n"},
+		{[]tokenizer.Message{{Role: "user", Content: "Use bullets. What is 7 + 5?"}}, "", "Use bullets. What is 7 + 5? \n"},
+		// Tool results count whole, with the tool's name; feedback too.
+		{[]tokenizer.Message{{Role: "tool", Name: "read_file", Content: "error\n\nfile not found"}}, "too long\n\nreally", "error\n\nfile not found read_file\ntoo long\n\nreally"},
+	} {
+		if got := HintEvidence(&Turn{NextState: c.next}, c.fb); got != c.want {
+			t.Errorf("HintEvidence(%v, %q) = %q, want %q", c.next, c.fb, got, c.want)
 		}
 	}
 }

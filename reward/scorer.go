@@ -367,7 +367,7 @@ func (s *Scorer) hint(ctx context.Context, t *Turn, fbText string) hintOutcome {
 		case len([]rune(hv.Hint)) > s.cfg.MaxHintChars:
 			// Too long to be a hint: count it as declined.
 			s.m.HintVotes.WithLabelValues("decline").Inc()
-		case s.cfg.HintGrounding && !Grounded(hv.Hint, evidenceText(t, fbText)):
+		case s.cfg.HintGrounding && !Grounded(hv.Hint, HintEvidence(t, fbText)):
 			s.m.HintVotes.WithLabelValues("ungrounded").Inc()
 		default:
 			s.m.HintVotes.WithLabelValues("accept").Inc()

@@ -89,13 +89,22 @@ func (t *Turn) explicit() (thumb int, text string) {
 	return thumb, strings.Join(texts, "\n\n")
 }
 
-// evidenceText is what happened after the turn, as text: the next
-// messages (tool results included, with the names of the tools called) and
-// the feedback text.
-func evidenceText(t *Turn, fbText string) string {
+// HintEvidence is what a hint must be grounded in (Grounded): what
+// happened after the turn, as text. A user message counts less its last
+// paragraph when it has several: people react first and then go on to
+// their next request ("No, in bullets please.\n\nWhat is 7 + 5?"), and a
+// word of the next request says nothing about the reply judged (a hint
+// "End your answer with the word winter." after "Write the word winter 5
+// times."). Tool results count whole, with the names of the tools called
+// and the feedback text.
+func HintEvidence(t *Turn, fbText string) string {
 	var b strings.Builder
 	for _, m := range t.NextState {
-		b.WriteString(m.Content)
+		text := m.Content
+		if m.Role == "user" {
+			text = withoutNextRequest(text)
+		}
+		b.WriteString(text)
 		b.WriteString(" ")
 		b.WriteString(m.Name)
 		b.WriteString("\n")
@@ -106,6 +115,17 @@ func evidenceText(t *Turn, fbText string) string {
 	}
 	b.WriteString(fbText)
 	return b.String()
+}
+
+// withoutNextRequest drops the last paragraph of a message of several
+// paragraphs (separated by a blank line).
+func withoutNextRequest(s string) string {
+	s = strings.TrimSpace(strings.ReplaceAll(s, "\r\n", "\n"))
+	i := strings.LastIndex(s, "\n\n")
+	if i < 0 {
+		return s
+	}
+	return strings.TrimSpace(s[:i])
 }
 
 // Kind says which training signal a Sample carries.
