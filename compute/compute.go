@@ -17,15 +17,42 @@
 //   - A linear layer's weight is stored as checkpoints store it, [out, in], so
 //     Linear computes y = x·Wᵀ (+ b).
 //   - Activations are F32. Weights are F32 or BF16 (F16 checkpoints are
-//     widened to F32 when loaded). Token ids, positions and attention
-//     metadata are I32 tensors, uploaded once per forward step, so a device
-//     backend does not copy them again for every layer.
+//     widened to F32 when loaded), or block-quantized (Q8_0, Q4_0) on a
+//     backend that implements QuantBackend. Token ids, positions and
+//     attention metadata are I32 tensors, uploaded once per forward step,
+//     so a device backend does not copy them again for every layer.
 //   - Ops do not return errors: a shape or dtype mismatch is a programming
 //     error and panics with a message naming the op. Errors that only a
 //     device can report (a failed kernel launch, a lost GPU) surface at the
 //     next Synchronize or Read.
 //   - A Backend is not safe for concurrent use unless its documentation says
 //     so; the model serialises its forward passes.
+//
+// Quantized weights: Q8_0 and Q4_0 are the block formats of ggml (GGUF
+// files, llama.cpp), bit for bit, so that a GGUF tensor can be handed to
+// a backend as the raw bytes of its blocks. A tensor of either type has
+// rows whose length is a multiple of 32, cut into blocks of 32 elements;
+// block j of row r holds elements 32j..32j+31 and the blocks of a row
+// follow each other, rows after rows, with no padding:
+//
+//	Q8_0, 34 bytes a block: d (IEEE half, little-endian), then qs[32]
+//	      (int8); element i = d·qs[i].
+//	Q4_0, 18 bytes a block: d (IEEE half, little-endian), then qs[16];
+//	      element i < 16 = d·((qs[i] & 0x0F) − 8), element i+16 =
+//	      d·((qs[i] >> 4) − 8).
+//
+// These are ggml's block_q8_0 and block_q4_0 (ggml-common.h). A backend
+// is free to keep the blocks in another layout inside (the CPU backend
+// interleaves them for its kernels); what goes in is this one.
+//
+// The products with quantized weights (Linear, LinearMulti) work as
+// llama.cpp's do: each row of x is quantized to Q8_0 blocks along k (d =
+// max|x|/127 in float32, q = x·(1/d) rounded to nearest even; d = 0 and
+// q = 0 for a block of zeros; d is kept in float32, not rounded to half)
+// and the product of a block is the integer Σ qw·qx, scaled by dw·dx;
+// the blocks' results are summed in float32. Dequantizing (Embedding, a
+// Trainer's Convert and LinearBackwardInput) is exact: dw·q fits a
+// float32.
 //
 // Training: the backward kernels form a second interface, Trainer, which
 // embeds Backend. Code that only runs the forward pass depends on Backend
@@ -51,9 +78,15 @@ const (
 	BF16                  // bfloat16 bits (upper half of a float32), stored as uint16
 	F16                   // IEEE half bits, stored as uint16
 	I32                   // int32 (ids, positions, attention metadata)
+	Q8_0                  // ggml's Q8_0 blocks: 32 int8 and a half scale (see the package doc)
+	Q4_0                  // ggml's Q4_0 blocks: 32 4-bit values and a half scale (see the package doc)
 )
 
-// Size is the number of bytes one element of d occupies.
+// QK is the number of elements in a block of Q8_0 and Q4_0.
+const QK = 32
+
+// Size is the number of bytes one element of d occupies; 0 for the
+// block-quantized types, whose elements are not whole bytes (see Bytes).
 func (d DType) Size() int {
 	switch d {
 	case F32, I32:
@@ -63,6 +96,34 @@ func (d DType) Size() int {
 	}
 	return 0
 }
+
+// Quantized reports whether d is a block-quantized type (Q8_0, Q4_0).
+func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 }
+
+// BlockSize is the number of elements of a block of d: QK for the
+// quantized types, 1 for the others.
+func (d DType) BlockSize() int {
+	if d.Quantized() {
+		return QK
+	}
+	return 1
+}
+
+// BlockBytes is the size of one block of d in bytes: 34 for Q8_0, 18 for
+// Q4_0, Size for the element types.
+func (d DType) BlockBytes() int {
+	switch d {
+	case Q8_0:
+		return 2 + QK
+	case Q4_0:
+		return 2 + QK/2
+	}
+	return d.Size()
+}
+
+// Bytes is the storage of n elements of d in the layout of the package
+// doc (n a multiple of BlockSize).
+func (d DType) Bytes(n int) int { return n / d.BlockSize() * d.BlockBytes() }
 
 func (d DType) String() string {
 	switch d {
@@ -74,6 +135,10 @@ func (d DType) String() string {
 		return "F16"
 	case I32:
 		return "I32"
+	case Q8_0:
+		return "Q8_0"
+	case Q4_0:
+		return "Q4_0"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
@@ -164,11 +229,13 @@ type Backend interface {
 	Copy(dst, src Tensor)
 
 	// Embedding gathers rows: dst[i] = table[ids[i]] for an I32 ids vector.
-	// table is F32 or BF16 (widened exactly); dst is F32 [len(ids), cols].
+	// table is F32 or BF16 (widened exactly), or quantized on a
+	// QuantBackend (dequantized exactly); dst is F32 [len(ids), cols].
 	// With an F32 activation table it also selects rows of activations.
 	Embedding(dst, table, ids Tensor)
-	// Linear computes dst[m,n] = x[m,k]·w[n,k]ᵀ + bias[n]. w is F32 or BF16;
-	// bias is F32 or nil.
+	// Linear computes dst[m,n] = x[m,k]·w[n,k]ᵀ + bias[n]. w is F32 or BF16
+	// (or quantized on a QuantBackend, with x quantized as the package doc
+	// says); bias is F32 or nil.
 	Linear(dst, x, w, bias Tensor)
 	// LinearMulti computes several linear layers over the same input x:
 	// Linear(o.Dst, x, o.W, o.Bias) for every o of outs (the q, k and v
@@ -212,8 +279,27 @@ type Backend interface {
 	Gather(dst, x, idx Tensor)
 }
 
+// QuantBackend is a Backend that also takes block-quantized weights
+// (Q8_0, Q4_0; see the package doc). It is an interface of its own, as
+// Trainer is, so that a backend without quantized kernels (the CUDA
+// backend today) keeps compiling and the model, which asks for it only
+// when weights are quantized, can say which backend lacks it. On a
+// QuantBackend, Linear, LinearMulti and Embedding accept quantized
+// weights (w, the W of every LinearOut, table), and so do a Trainer's
+// Convert (to F32, dequantizing) and LinearBackwardInput (dy·dequant(w)).
+type QuantBackend interface {
+	Backend
+	// WeightQuant makes a read-only weight of the quantized dtype dt from
+	// blocks, the bytes of its blocks in ggml's layout (the package doc):
+	// dt.Bytes(n) bytes for n elements. The last dimension of shape must
+	// be a multiple of QK. The backend copies what it needs: blocks may
+	// be reused once it returns.
+	WeightQuant(dt DType, blocks []byte, shape ...int) (Tensor, error)
+}
+
 // LinearOut is one linear layer of a LinearMulti call: Dst = x·Wᵀ + Bias,
-// with W F32 or BF16 and Bias F32 or nil, as in Linear.
+// with W F32 or BF16 (or quantized on a QuantBackend) and Bias F32 or
+// nil, as in Linear.
 type LinearOut struct {
 	Dst, W, Bias Tensor
 }

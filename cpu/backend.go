@@ -29,6 +29,12 @@
 // times slower than from anonymous memory (decoding a 0.6B model: 0.4–6.6
 // against 7.5–17 tokens/s), and the gap grew the longer the mapping lived.
 //
+// Quantized weights (Q8_0, Q4_0: compute.QuantBackend) are repacked when
+// made into the panels of the kernels' quantized products (see
+// cpu/kernels, quant.go): Linear and LinearMulti quantize their
+// activations to int8 blocks and multiply with VPDPBUSD where the CPU has
+// AVX-512 VNNI; Embedding, Convert and LinearBackwardInput dequantize rows.
+//
 // Scratch memory of the ops is pooled, so the decode steady state does not
 // allocate per layer.
 //
@@ -116,16 +122,32 @@ func hostCopy[T any](src []T, alloc func(int) []T) []T {
 	return dst
 }
 
-var _ compute.Backend = (*Backend)(nil)
+var (
+	_ compute.Backend      = (*Backend)(nil)
+	_ compute.QuantBackend = (*Backend)(nil)
+)
 
-// tensor is the CPU tensor: exactly one of the slices is set, matching dt,
-// and its length is the product of shape.
+// tensor is the CPU tensor: exactly one of the slices (or q, for a
+// quantized dtype) is set, matching dt, and its length is the product of
+// shape.
 type tensor struct {
 	dt    compute.DType
 	shape []int
 	f32   []float32
 	u16   []uint16
 	i32   []int32
+	q     *kernels.QMatrix // Q8_0, Q4_0: rows shape[0], columns the rest
+}
+
+// live reports whether x still has its storage (it was not freed).
+func (x *tensor) live() bool { return x.f32 != nil || x.u16 != nil || x.i32 != nil || x.q != nil }
+
+// quantType is the kernels' format of a quantized dtype.
+func quantType(dt compute.DType) kernels.QuantType {
+	if dt == compute.Q4_0 {
+		return kernels.QuantQ4_0
+	}
+	return kernels.QuantQ8_0
 }
 
 func (t *tensor) DType() compute.DType { return t.dt }
@@ -175,6 +197,17 @@ func (b *Backend) NewTensor(dt compute.DType, shape ...int) (compute.Tensor, err
 		t.u16 = kernels.AllocBF16(n)
 	case compute.I32:
 		t.i32 = make([]int32, n)
+	case compute.Q8_0, compute.Q4_0:
+		cols := 1
+		for _, d := range shape[1:] {
+			cols *= d
+		}
+		if len(shape) < 2 {
+			return nil, fmt.Errorf("cpu: a %v tensor needs rows and columns, not shape %s", dt, compute.ShapeString(shape))
+		}
+		if t.q, err = kernels.NewQMatrix(quantType(dt), shape[0], cols); err != nil {
+			return nil, fmt.Errorf("cpu: %v tensor %s: %w", dt, compute.ShapeString(shape), err)
+		}
 	default:
 		return nil, fmt.Errorf("cpu: cannot allocate dtype %v", dt)
 	}
@@ -215,6 +248,36 @@ func (b *Backend) WeightBF16(data []uint16, shape ...int) (compute.Tensor, error
 	return &tensor{dt: compute.BF16, shape: append([]int(nil), shape...), u16: data}, nil
 }
 
+// WeightQuant makes a quantized weight from ggml blocks (see package
+// compute), repacked into the panels of the quantized kernels: the
+// blocks are not referred to afterwards, whatever Options.ZeroCopyWeights
+// says.
+func (b *Backend) WeightQuant(dt compute.DType, blocks []byte, shape ...int) (compute.Tensor, error) {
+	n, err := checkShape(shape)
+	if err != nil {
+		return nil, err
+	}
+	if !dt.Quantized() {
+		return nil, fmt.Errorf("cpu: WeightQuant of dtype %v, which is not quantized", dt)
+	}
+	rows := shape[0]
+	cols := 1
+	for _, d := range shape[1:] {
+		cols *= d
+	}
+	if len(shape) < 2 || cols%compute.QK != 0 || cols == 0 {
+		return nil, fmt.Errorf("cpu: a %v weight needs rows of a multiple of %d values, not shape %s", dt, compute.QK, compute.ShapeString(shape))
+	}
+	if len(blocks) != dt.Bytes(n) {
+		return nil, fmt.Errorf("cpu: %v weight of shape %s needs %d bytes of blocks, got %d", dt, compute.ShapeString(shape), dt.Bytes(n), len(blocks))
+	}
+	q, err := b.pool.PackQuant(quantType(dt), blocks, rows, cols)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: %v weight of shape %s: %w", dt, compute.ShapeString(shape), err)
+	}
+	return &tensor{dt: dt, shape: append([]int(nil), shape...), q: q}, nil
+}
+
 // Slice returns rows [lo, hi) of t sharing its storage.
 func (b *Backend) Slice(t compute.Tensor, lo, hi int) compute.Tensor {
 	x := t.(*tensor)
@@ -230,6 +293,8 @@ func (b *Backend) Slice(t compute.Tensor, lo, hi int) compute.Tensor {
 		v.u16 = x.u16[lo*c : hi*c : hi*c]
 	case x.i32 != nil:
 		v.i32 = x.i32[lo*c : hi*c : hi*c]
+	case x.q != nil:
+		v.q = x.q.Rows(lo, hi)
 	}
 	return v
 }
@@ -238,7 +303,7 @@ func (b *Backend) Slice(t compute.Tensor, lo, hi int) compute.Tensor {
 // reclaims it once no view refers to it.
 func (b *Backend) Free(t compute.Tensor) {
 	if x, ok := t.(*tensor); ok && x != nil {
-		x.f32, x.u16, x.i32 = nil, nil, nil
+		x.f32, x.u16, x.i32, x.q = nil, nil, nil, nil
 	}
 }
 
@@ -276,6 +341,10 @@ func (b *Backend) Copy(dst, src compute.Tensor) {
 	if d.dt != s.dt || compute.Len(d) != compute.Len(s) {
 		panic(fmt.Sprintf("cpu: Copy of %v %s into %v %s", s.dt, compute.ShapeString(s.shape), d.dt, compute.ShapeString(d.shape)))
 	}
+	if s.q != nil {
+		d.q.CopyFrom(s.q)
+		return
+	}
 	copy(d.f32, s.f32)
 	copy(d.u16, s.u16)
 	copy(d.i32, s.i32)
@@ -294,7 +363,7 @@ func must(t compute.Tensor, dt compute.DType, op string) *tensor {
 	if x.dt != dt {
 		panic(fmt.Sprintf("cpu: %s: dtype %v, want %v", op, x.dt, dt))
 	}
-	if x.f32 == nil && x.u16 == nil && x.i32 == nil && compute.Len(x) > 0 {
+	if !x.live() && compute.Len(x) > 0 {
 		panic(fmt.Sprintf("cpu: %s: tensor used after Free", op))
 	}
 	return x
@@ -304,20 +373,23 @@ func must(t compute.Tensor, dt compute.DType, op string) *tensor {
 // panic; unlike must(t, dt, op+" "+arg) it builds no string when all is
 // well (ops called hundreds of times per decode step should not allocate).
 func mustArg(t compute.Tensor, dt compute.DType, op, arg string) *tensor {
-	if x, ok := t.(*tensor); ok && x != nil && x.dt == dt && (x.f32 != nil || x.u16 != nil || x.i32 != nil) {
+	if x, ok := t.(*tensor); ok && x != nil && x.dt == dt && x.live() {
 		return x
 	}
 	return must(t, dt, op+" "+arg)
 }
 
-// weight returns a weight tensor of dtype F32 or BF16.
+// weight returns a weight tensor of dtype F32, BF16 or quantized.
 func weight(t compute.Tensor, op string) *tensor {
 	x, ok := t.(*tensor)
 	if !ok || x == nil {
 		panic(fmt.Sprintf("cpu: %s: tensor %T was not made by the cpu backend", op, t))
 	}
-	if x.dt != compute.F32 && x.dt != compute.BF16 {
-		panic(fmt.Sprintf("cpu: %s: weight dtype %v, want F32 or BF16", op, x.dt))
+	if x.dt != compute.F32 && x.dt != compute.BF16 && !x.dt.Quantized() {
+		panic(fmt.Sprintf("cpu: %s: weight dtype %v, want F32, BF16, Q8_0 or Q4_0", op, x.dt))
+	}
+	if !x.live() && compute.Len(x) > 0 {
+		panic(fmt.Sprintf("cpu: %s: tensor used after Free", op))
 	}
 	return x
 }

@@ -45,9 +45,12 @@ func embedRows(dst []float32, t *tensor, idx []int32, lo, hi int) {
 			shapePanic("Embedding", "id %d out of range [0,%d)", r, rows)
 		}
 		out := dst[i*cols : (i+1)*cols]
-		if t.dt == compute.F32 {
+		switch {
+		case t.dt == compute.F32:
 			copy(out, t.f32[r*cols:(r+1)*cols])
-		} else {
+		case t.q != nil:
+			t.q.Row(out, r)
+		default:
 			kernels.BF16ToF32(out, t.u16[r*cols:(r+1)*cols])
 		}
 	}
@@ -62,9 +65,12 @@ func (b *Backend) Linear(dst, x, w, bias compute.Tensor) {
 		return
 	}
 	m, k := a.shape[0], compute.Cols(a)
-	if o.W32 != nil {
+	switch {
+	case o.Q != nil:
+		b.pool.LinearQuant(o.C, a.f32, o.Q, m, o.Accumulate)
+	case o.W32 != nil:
 		b.pool.LinearF32(o.C, a.f32, o.W32, m, o.N, k, o.Accumulate)
-	} else {
+	default:
 		b.pool.LinearBF16Prec(o.C, a.f32, o.W16, m, o.N, k, o.Accumulate, b.opts.Precision)
 	}
 }
@@ -97,7 +103,7 @@ func (b *Backend) LinearMulti(x compute.Tensor, outs []compute.LinearOut) {
 func linearOut(a *tensor, dst, w, bias compute.Tensor, op string) kernels.LinearOut {
 	d := mustArg(dst, compute.F32, op, "dst")
 	wt, ok := w.(*tensor)
-	if !ok || wt == nil || wt.dt != compute.F32 && wt.dt != compute.BF16 {
+	if !ok || wt == nil || !wt.live() || wt.dt != compute.F32 && wt.dt != compute.BF16 && wt.q == nil {
 		wt = weight(w, op+" w")
 	}
 	m, k := a.shape[0], compute.Cols(a)
@@ -105,7 +111,7 @@ func linearOut(a *tensor, dst, w, bias compute.Tensor, op string) kernels.Linear
 	if compute.Cols(wt) != k || d.shape[0] != m || compute.Cols(d) != n {
 		shapePanic(op, "x %s · w %s ᵀ into %s", compute.ShapeString(a.shape), compute.ShapeString(wt.shape), compute.ShapeString(d.shape))
 	}
-	o := kernels.LinearOut{C: d.f32, W32: wt.f32, W16: wt.u16, N: n} // one of W32, W16 is nil
+	o := kernels.LinearOut{C: d.f32, W32: wt.f32, W16: wt.u16, Q: wt.q, N: n} // one of W32, W16, Q is set
 	if bias != nil {
 		bv := mustArg(bias, compute.F32, op, "bias").f32
 		if len(bv) != n {

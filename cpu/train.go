@@ -107,6 +107,14 @@ func (b *Backend) Convert(dst, src compute.Tensor) {
 	case d.dt == compute.F32 && s.dt == compute.BF16:
 		ds, ss := must(dst, compute.F32, "Convert dst").f32, must(src, compute.BF16, "Convert src").u16
 		b.pool.For(n, grain, func(lo, hi int) { kernels.BF16ToF32(ds[lo:hi], ss[lo:hi]) })
+	case d.dt == compute.F32 && s.dt.Quantized():
+		ds, q := must(dst, compute.F32, "Convert dst").f32, must(src, s.dt, "Convert src").q
+		rows, k := q.Dims()
+		b.pool.For(rows, grainFor(k), func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				q.Row(ds[r*k:(r+1)*k], r)
+			}
+		})
 	default:
 		shapePanic("Convert", "from %v to %v is not supported", s.dt, d.dt)
 	}
@@ -178,8 +186,16 @@ func (b *Backend) LinearBackwardInput(dx, dy, w compute.Tensor, accumulate bool)
 	for r0 := 0; r0 < n; r0 += bfRows {
 		r1 := min(r0+bfRows, n)
 		wf := (*buf)[:(r1-r0)*k]
-		src := wt.u16[r0*k : r1*k]
-		b.pool.For(len(wf), 1<<15, func(lo, hi int) { kernels.BF16ToF32(wf[lo:hi], src[lo:hi]) })
+		if wt.q != nil { // dequantized a block of rows at a time, like BF16
+			b.pool.For(r1-r0, grainFor(k), func(lo, hi int) {
+				for r := lo; r < hi; r++ {
+					wt.q.Row(wf[r*k:(r+1)*k], r0+r)
+				}
+			})
+		} else {
+			src := wt.u16[r0*k : r1*k]
+			b.pool.For(len(wf), 1<<15, func(lo, hi int) { kernels.BF16ToF32(wf[lo:hi], src[lo:hi]) })
+		}
 		b.pool.Sgemm(false, false, m, k, r1-r0, 1, g.f32[r0:], n, wf, k, beta, d.f32, k)
 		beta = 1
 	}

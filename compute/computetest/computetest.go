@@ -42,6 +42,14 @@
 //     output and its worst element, with the value, the reference, the
 //     error and the tolerance.
 //
+// A backend that implements compute.QuantBackend also runs the checks of
+// quantized weights (quant.go): Q8_0 and Q4_0 weights made from blocks of
+// ggml's reference quantizer (compute.Quantize), read back exactly through
+// Embedding and a Trainer's Convert, and Linear, LinearMulti (mixed with
+// F32 and BF16 products) and LinearBackwardInput against the reference on
+// the exactly dequantized weights and, for the forward products, x
+// quantized to Q8_0 blocks as the compute package doc says.
+//
 // Shapes are small (the suite runs under the race detector in CI) but
 // include odd sizes, decode (one row) and batched rows, block sizes 1, 4
 // and 16 of the paged KV cache, grouped-query heads, and enough elements
@@ -87,6 +95,11 @@ func Backend(t *testing.T, b compute.Backend, opt Options) {
 	for _, c := range forwardChecks {
 		t.Run(c.name, func(t *testing.T) { c.run(newHarness(t, b, opt)) })
 	}
+	if _, ok := b.(compute.QuantBackend); ok {
+		for _, c := range quantChecks {
+			t.Run(c.name, func(t *testing.T) { c.run(newHarness(t, b, opt)) })
+		}
+	}
 }
 
 // Trainer runs Backend's checks and those of every compute.Trainer op on
@@ -97,6 +110,11 @@ func Trainer(t *testing.T, b compute.Trainer, opt Options) {
 	Backend(t, b, opt)
 	for _, c := range trainerChecks {
 		t.Run(c.name, func(t *testing.T) { c.run(newHarness(t, b, opt)) })
+	}
+	if _, ok := b.(compute.QuantBackend); ok {
+		for _, c := range quantTrainerChecks {
+			t.Run(c.name, func(t *testing.T) { c.run(newHarness(t, b, opt)) })
+		}
 	}
 }
 

@@ -30,6 +30,9 @@ type impls struct {
 
 	gemm *gemmArch // nil: the pure-Go reference Sgemm
 	gemv *gemvArch // nil: pure-Go matrix-vector products
+
+	quant    *quantArch                                                 // nil: the quantized products in Go
+	quantRow func(qa *int8, da *float32, sa *int32, x *float32, nb int) // nil: QuantizeRows in Go
 }
 
 var active atomic.Pointer[impls]

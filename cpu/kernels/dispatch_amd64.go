@@ -5,6 +5,7 @@ package kernels
 import "golang.org/x/sys/cpu"
 
 //go:generate go run gen_dpbf16.go
+//go:generate go run gen_quant.go
 
 // registerArch adds the assembly kernel sets this CPU supports.
 func registerArch() {
@@ -13,10 +14,15 @@ func registerArch() {
 	}
 	sets[KernelsAVX2] = &avx2Impls
 	best = KernelsAVX2
+	avx2Impls.quant, avx2Impls.quantRow = &quantAVX2, quantRowAVX2
 	x := cpu.X86
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL {
 		if x.HasAVX512BF16 {
 			avx512Impls.gemv.dot = gemvDotBF16AVX512
+		}
+		avx512Impls.quant, avx512Impls.quantRow = &quantAVX2, quantRowAVX512
+		if x.HasAVX512VNNI {
+			avx512Impls.quant = &quantAVX512
 		}
 		sets[KernelsAVX512] = &avx512Impls
 		best = KernelsAVX512

@@ -474,12 +474,13 @@ func (pl *Pool) LinearBF16(c, a []float32, w []uint16, m, n, k int, accumulate b
 }
 
 // LinearOut is one product of LinearMulti: C[m,N] = A·Wᵀ, or C += A·Wᵀ with
-// Accumulate, for W [N, k] in float32 (W32) or BF16 (W16); exactly one of
-// W32 and W16 is set.
+// Accumulate, for W [N, k] in float32 (W32), BF16 (W16) or quantized (Q,
+// with N rows: see LinearQuant); exactly one of W32, W16 and Q is set.
 type LinearOut struct {
 	C          []float32
 	W32        []float32
 	W16        []uint16
+	Q          *QMatrix
 	N          int
 	Accumulate bool
 }
@@ -580,6 +581,31 @@ func LinearMultiPrec(a []float32, m, k int, outs []LinearOut, p Precision) {
 func (pl *Pool) LinearMultiPrec(a []float32, m, k int, outs []LinearOut, p Precision) {
 	im := active.Load()
 	checkMat("A", len(a), m, k, k)
+	nq := 0
+	for i := range outs {
+		if q := outs[i].Q; q != nil {
+			if outs[i].W32 != nil || outs[i].W16 != nil || q.k != k || q.n != outs[i].N {
+				panic(fmt.Sprintf("kernels: LinearMulti out %d: a quantized W of %d×%d for N = %d, k = %d (and no other W)", i, q.n, q.k, outs[i].N, k))
+			}
+			checkMat("C", len(outs[i].C), m, outs[i].N, outs[i].N)
+			nq++
+		}
+	}
+	if nq > 0 { // the quantized products quantize A: a pass of their own
+		var q, rest []LinearOut
+		for _, o := range outs {
+			if o.Q != nil {
+				q = append(q, o)
+			} else {
+				rest = append(rest, o)
+			}
+		}
+		pl.linearQuantParts(a, m, k, q)
+		if len(rest) > 0 {
+			pl.LinearMultiPrec(a, m, k, rest, p)
+		}
+		return
+	}
 	anyF32, anyBF16 := false, false
 	for i := range outs {
 		o := &outs[i]

@@ -1,0 +1,157 @@
+package compute
+
+import (
+	"fmt"
+	"math"
+)
+
+// The reference quantizers of ggml (quantize_row_q8_0_ref and
+// quantize_row_q4_0_ref in ggml-quants.c), which llama-quantize runs when
+// it has no importance matrix: the same float32 input gives the same
+// blocks, bit for bit. They run on the host, for any backend: a
+// checkpoint quantized on load (model.quantize) goes to the backend
+// through QuantBackend.WeightQuant as the blocks these write.
+
+// Quantize writes src, whose length is a multiple of QK, as blocks of the
+// quantized type dt (Q8_0 or Q4_0) into dst, which holds dt.Bytes(len(src))
+// bytes.
+func Quantize(dt DType, dst []byte, src []float32) error {
+	if !dt.Quantized() {
+		return fmt.Errorf("compute: Quantize to %v, which is not a block type", dt)
+	}
+	if len(src)%QK != 0 || len(dst) != dt.Bytes(len(src)) {
+		return fmt.Errorf("compute: Quantize of %d values into %d bytes of %v", len(src), len(dst), dt)
+	}
+	bs := dt.BlockBytes()
+	for b := 0; b < len(src)/QK; b++ {
+		x, y := src[b*QK:(b+1)*QK], dst[b*bs:(b+1)*bs]
+		if dt == Q8_0 {
+			quantizeQ8_0(y, x)
+		} else {
+			quantizeQ4_0(y, x)
+		}
+	}
+	return nil
+}
+
+func quantizeQ8_0(y []byte, x []float32) {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	d := amax / 127
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	putHalf(y, F32ToF16(d))
+	for j, v := range x {
+		y[2+j] = byte(int8(math.Round(float64(v * id)))) // roundf: half away from zero
+	}
+}
+
+func quantizeQ4_0(y []byte, x []float32) {
+	var amax, mx float32
+	for _, v := range x {
+		if a := float32(math.Abs(float64(v))); amax < a {
+			amax, mx = a, v
+		}
+	}
+	d := mx / -8
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	putHalf(y, F32ToF16(d))
+	for j := range QK / 2 {
+		x0, x1 := x[j]*id, x[QK/2+j]*id
+		q0 := min(15, uint8(int8(float32(x0+8.5)))) // (int8_t)(x0 + 8.5f): truncation
+		q1 := min(15, uint8(int8(float32(x1+8.5))))
+		y[2+j] = q0 | q1<<4
+	}
+}
+
+// Dequantize writes the values of the blocks of dt in src into dst
+// (exactly: every value is a float32).
+func Dequantize(dt DType, dst []float32, src []byte) error {
+	if !dt.Quantized() || len(dst)%QK != 0 || len(src) != dt.Bytes(len(dst)) {
+		return fmt.Errorf("compute: Dequantize of %d bytes of %v into %d values", len(src), dt, len(dst))
+	}
+	bs := dt.BlockBytes()
+	for b := 0; b < len(dst)/QK; b++ {
+		y, x := src[b*bs:(b+1)*bs], dst[b*QK:(b+1)*QK]
+		d := F16ToF32(uint16(y[0]) | uint16(y[1])<<8)
+		if dt == Q8_0 {
+			for j := range x {
+				x[j] = d * float32(int8(y[2+j]))
+			}
+			continue
+		}
+		for j := range QK / 2 {
+			x[j] = d * float32(int(y[2+j]&0x0F)-8)
+			x[QK/2+j] = d * float32(int(y[2+j]>>4)-8)
+		}
+	}
+	return nil
+}
+
+func putHalf(y []byte, h uint16) { y[0], y[1] = byte(h), byte(h>>8) }
+
+// F32ToF16 rounds f to the nearest IEEE half (ties to even), as F16C's
+// VCVTPS2PH and ggml's GGML_FP32_TO_FP16 do: overflow gives an infinity,
+// values below half the smallest subnormal give zero, NaN stays NaN.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23) & 0xff
+	mant := b & 0x7fffff
+	if exp == 0xff {
+		if mant != 0 {
+			return sign | 0x7e00 | uint16(mant>>13)
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 { // a subnormal half (or zero)
+		if e < -10 {
+			return sign
+		}
+		m := mant | 0x800000
+		shift := uint(14 - e)
+		r := m >> shift
+		rem, half := m&(1<<shift-1), uint32(1)<<(shift-1)
+		if rem > half || rem == half && r&1 == 1 {
+			r++
+		}
+		return sign | uint16(r)
+	}
+	r := uint32(e)<<10 | mant>>13
+	if rem := mant & 0x1fff; rem > 0x1000 || rem == 0x1000 && r&1 == 1 {
+		r++ // a carry into the exponent is right, up to the infinity
+	}
+	return sign | uint16(r)
+}
+
+// F16ToF32 widens an IEEE half exactly.
+func F16ToF32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h & 0x3ff)
+	switch {
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	case exp != 0:
+		return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+	case mant == 0:
+		return math.Float32frombits(sign)
+	}
+	// A subnormal half: mant·2⁻²⁴, exact in float32.
+	v := float32(mant) * (1.0 / (1 << 24))
+	if sign != 0 {
+		v = -v
+	}
+	return v
+}

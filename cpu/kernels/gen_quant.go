@@ -1,0 +1,486 @@
+//go:build ignore
+
+// gen_quant writes quant_amd64.s: the quantized product kernels (see
+// quant.go for the layout and qArgs for the arguments), one function per
+// weight type and number of activation rows, unrolled over the 8 steps of
+// a block, and the activation quantizer. Run by go generate in this
+// directory. A generator rather than macros, because each row count has
+// its own registers and addressing.
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+)
+
+var out bytes.Buffer
+
+// pfBlocks is how many block-panels ahead the kernels prefetch.
+var pfBlocks = 1
+
+// pfDecode is pfBlocks for one activation row (decode), which streams
+// weights from memory.
+var pfDecode = 8
+
+func p(format string, args ...any) { fmt.Fprintf(&out, "\t"+format+"\n", args...) }
+
+// rowAddr is the address of row i (0..6) of a matrix at disp bytes into
+// the row: rows 0-3 from base0 with the stride in s1 (3× in s3), rows 4-6
+// from base4 (= base0 + 4 strides).
+func rowAddr(disp, i int, base0, base4, s1, s3 string) string {
+	base, j := base0, i
+	if i >= 4 {
+		base, j = base4, i-4
+	}
+	d := ""
+	if disp != 0 {
+		d = fmt.Sprint(disp)
+	}
+	switch j {
+	case 0:
+		return fmt.Sprintf("%s(%s)", d, base)
+	case 1:
+		return fmt.Sprintf("%s(%s)(%s*1)", d, base, s1)
+	case 2:
+		return fmt.Sprintf("%s(%s)(%s*2)", d, base, s1)
+	}
+	return fmt.Sprintf("%s(%s)(%s*1)", d, base, s3)
+}
+
+// Registers: integer sums of row i in Z(2i), Z(2i+1) (columns 0-15,
+// 16-31), float sums in Z(14+2i), Z(15+2i); weights in Z28, Z29; the
+// broadcast activation in Z30; the nibble mask in Z31.
+//
+// General registers: R15 the arguments, AX the weights, DX C, SI/DI rows
+// 0 and 4 of A (R8 lda, R9 3·lda), BX/R12 rows 0 and 4 of da (R10 lds,
+// R11 3·lds), CX/R13 rows 0 and 4 of corr, R14 the blocks left.
+func kernel(typ string, rows int) {
+	q4 := typ == "Q4"
+	bsz := 64 + 8*128
+	if q4 {
+		bsz = 64 + 8*64
+	}
+	fmt.Fprintf(&out, "// func qkern%sx%d(p *qArgs)\n", typ, rows)
+	fmt.Fprintf(&out, "TEXT ·qkern%sx%d(SB), NOSPLIT, $0-8\n", typ, rows)
+	p("MOVQ p+0(FP), R15")
+	p("MOVQ 0(R15), AX")
+	p("MOVQ 64(R15), DX")
+	if q4 {
+		p("MOVL $0x0f0f0f0f, R8")
+		p("VPBROADCASTD R8, Z31")
+	}
+	l := fmt.Sprintf("q%sx%d", typ, rows)
+	fmt.Fprintf(&out, "%spanel:\n", l)
+	p("MOVQ 24(R15), SI")
+	p("MOVQ 32(R15), R8")
+	p("LEAQ (R8)(R8*2), R9")
+	p("MOVQ 40(R15), BX")
+	p("MOVQ 48(R15), CX")
+	p("MOVQ 56(R15), R10")
+	p("LEAQ (R10)(R10*2), R11")
+	if rows > 4 {
+		p("LEAQ (SI)(R8*4), DI")
+		p("LEAQ (BX)(R10*4), R12")
+		p("LEAQ (CX)(R10*4), R13")
+	}
+	p("MOVQ 16(R15), R14")
+	for i := range rows {
+		p("VPXORD Z%d, Z%d, Z%d", 14+2*i, 14+2*i, 14+2*i)
+		p("VPXORD Z%d, Z%d, Z%d", 15+2*i, 15+2*i, 15+2*i)
+	}
+	fmt.Fprintf(&out, "%sblock:\n", l)
+	for i := range rows {
+		p("VPBROADCASTD %s, Z%d", rowAddr(0, i, "CX", "R13", "R10", "R11"), 2*i)
+		p("VMOVDQA32 Z%d, Z%d", 2*i, 2*i+1)
+	}
+	lines := bsz / 64
+	pfd := pfBlocks * bsz
+	if rows == 1 {
+		pfd = pfDecode * bsz
+	}
+	for s := range 8 {
+		// Prefetch the block-panel pfBlocks ahead, a share of its lines
+		// per step.
+		for ln := s * lines / 8; ln < (s+1)*lines/8; ln++ {
+			p("PREFETCHT0 %d(AX)", pfd+64*ln)
+		}
+		if s == 7 && lines%8 != 0 {
+			p("PREFETCHT0 %d(AX)", pfd+64*(lines-1))
+		}
+		if q4 {
+			p("VMOVDQU8 %d(AX), Z29", 64+64*s)
+			p("VPANDD Z31, Z29, Z28")
+			p("VPSRLW $4, Z29, Z29")
+			p("VPANDD Z31, Z29, Z29")
+		} else {
+			p("VMOVDQU8 %d(AX), Z28", 64+128*s)
+			p("VMOVDQU8 %d(AX), Z29", 64+128*s+64)
+		}
+		for i := range rows {
+			p("VPBROADCASTD %s, Z30", rowAddr(4*s, i, "SI", "DI", "R8", "R9"))
+			p("VPDPBUSD Z30, Z28, Z%d", 2*i)
+			p("VPDPBUSD Z30, Z29, Z%d", 2*i+1)
+		}
+	}
+	p("VCVTPH2PS (AX), Z28")
+	p("VCVTPH2PS 32(AX), Z29")
+	for i := range rows {
+		da := rowAddr(0, i, "BX", "R12", "R10", "R11")
+		for v := range 2 {
+			z := 2*i + v
+			p("VCVTDQ2PS Z%d, Z%d", z, z)
+			p("VMULPS.BCST %s, Z%d, Z%d", da, z, z)
+			p("VFMADD231PS Z%d, Z%d, Z%d", z, 28+v, 14+z)
+		}
+	}
+	p("ADDQ $%d, AX", bsz)
+	p("ADDQ $32, SI")
+	p("ADDQ $4, BX")
+	p("ADDQ $4, CX")
+	if rows > 4 {
+		p("ADDQ $32, DI")
+		p("ADDQ $4, R12")
+		p("ADDQ $4, R13")
+	}
+	p("DECQ R14")
+	p("JNZ %sblock", l)
+	// Store the tile's 32 columns of each row (adding C with beta).
+	p("MOVQ 72(R15), R8")
+	p("LEAQ (R8)(R8*2), R9")
+	if rows > 4 {
+		p("LEAQ (DX)(R8*4), DI")
+	}
+	p("MOVQ 80(R15), R10")
+	p("TESTQ R10, R10")
+	p("JZ %sstore", l)
+	for i := range rows {
+		for v := range 2 {
+			p("VADDPS %s, Z%d, Z%d", rowAddr(64*v, i, "DX", "DI", "R8", "R9"), 14+2*i+v, 14+2*i+v)
+		}
+	}
+	fmt.Fprintf(&out, "%sstore:\n", l)
+	for i := range rows {
+		for v := range 2 {
+			p("VMOVUPS Z%d, %s", 14+2*i+v, rowAddr(64*v, i, "DX", "DI", "R8", "R9"))
+		}
+	}
+	p("ADDQ $128, DX")
+	p("DECQ 8(R15)")
+	p("JNZ %spanel", l)
+	p("VZEROUPPER")
+	p("RET")
+	out.WriteString("\n")
+}
+
+// quantRow: func quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)
+// For each block of 32: amax = max|x|, d = amax/127, id = 1/d (0 when d
+// is 0), q = x·id rounded to nearest even (VCVTPS2DQ under the default
+// rounding mode), sa = Σq.
+func quantRow() {
+	out.WriteString(`// func quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)
+TEXT ·quantRowAVX512(SB), NOSPLIT, $0-40
+	MOVQ qa+0(FP), DI
+	MOVQ da+8(FP), BX
+	MOVQ sa+16(FP), CX
+	MOVQ x+24(FP), SI
+	MOVQ nb+32(FP), R8
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z31
+	MOVL $0x42fe0000, AX // 127
+	VMOVD AX, X13
+	MOVL $0x3f800000, AX // 1
+	VMOVD AX, X14
+	VXORPS X15, X15, X15
+qrow:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VANDPS Z31, Z0, Z2
+	VANDPS Z31, Z1, Z3
+	VMAXPS Z3, Z2, Z2
+	VEXTRACTF64X4 $1, Z2, Y3
+	VMAXPS Y3, Y2, Y2
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0x4e, X2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0xb1, X2, X3
+	VMAXPS X3, X2, X2
+	VDIVSS X13, X2, X4 // d = amax/127
+	VMOVSS X4, (BX)
+	VDIVSS X4, X14, X5 // 1/d
+	VCMPSS $4, X15, X4, X7 // d != 0: all ones
+	VANDPS X7, X5, X6 // id, or 0
+	VBROADCASTSS X6, Z6
+	VMULPS Z6, Z0, Z0
+	VMULPS Z6, Z1, Z1
+	VCVTPS2DQ Z0, Z0
+	VCVTPS2DQ Z1, Z1
+	VPMOVDB Z0, X2
+	VPMOVDB Z1, X3
+	VMOVDQU X2, (DI)
+	VMOVDQU X3, 16(DI)
+	VPADDD Z1, Z0, Z0
+	VEXTRACTI64X4 $1, Z0, Y1
+	VPADDD Y1, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0x4e, X0, X1
+	VPADDD X1, X0, X0
+	VPSHUFD $0xb1, X0, X1
+	VPADDD X1, X0, X0
+	VMOVD X0, (CX)
+	ADDQ $128, SI
+	ADDQ $32, DI
+	ADDQ $4, BX
+	ADDQ $4, CX
+	DECQ R8
+	JNZ qrow
+	VZEROUPPER
+	RET
+
+`)
+}
+
+// kernelAVX2 writes the AVX2 kernel for one activation row (16 ymm
+// registers hold one row's sums of 32 columns, not more): Y0-Y3 the
+// integer sums of columns 0-7, 8-15, 16-23, 24-31, Y4-Y7 the float sums,
+// Y8-Y10 weights and the broadcast activation, Y11 sixteen 1s (int16),
+// Y12 the mask (0x0F for Q4_0, 0x80 for Q8_0), Y13, Y14 scales.
+//
+// Q8_0 takes VPMADDUBSW with the sign trick: the weights back to signed
+// (XOR 0x80), their magnitudes as the unsigned operand and the
+// activations with their signs as the signed one, so a pair of products
+// stays below the int16 limit (2·128·127), summed to int32 at each step
+// by VPMADDWD; the sums are then Σw·a, and the kernel starts them from 0,
+// not from the correction. Q4_0's nibbles (0..15) are unsigned as they
+// are: a step's pairs are at most 2·15·127, so the 8 steps of a block add
+// up in int16 (VPADDW) and widen once per block, onto the correction.
+func kernelAVX2(typ string) {
+	q4 := typ == "Q4"
+	bsz := 64 + 8*128
+	if q4 {
+		bsz = 64 + 8*64
+	}
+	l := fmt.Sprintf("q%sy", typ)
+	fmt.Fprintf(&out, "// func qkern%sAVX2(p *qArgs)\n", typ)
+	fmt.Fprintf(&out, "TEXT ·qkern%sAVX2(SB), NOSPLIT, $0-8\n", typ)
+	p("MOVQ p+0(FP), R15")
+	p("MOVQ 0(R15), AX")
+	p("MOVQ 64(R15), DX")
+	p("MOVL $0x00010001, R8")
+	p("VMOVD R8, X11")
+	p("VPBROADCASTD X11, Y11")
+	if q4 {
+		p("MOVL $0x0f0f0f0f, R8")
+	} else {
+		p("MOVL $0x80808080, R8")
+	}
+	p("VMOVD R8, X12")
+	p("VPBROADCASTD X12, Y12")
+	fmt.Fprintf(&out, "%spanel:\n", l)
+	p("MOVQ 24(R15), SI")
+	p("MOVQ 40(R15), BX")
+	p("MOVQ 48(R15), CX")
+	p("MOVQ 16(R15), R14")
+	for v := range 4 {
+		p("VPXOR Y%d, Y%d, Y%d", 4+v, 4+v, 4+v)
+	}
+	fmt.Fprintf(&out, "%sblock:\n", l)
+	for v := range 4 {
+		p("VPXOR Y%d, Y%d, Y%d", v, v, v)
+	}
+	for s := range 8 {
+		p("PREFETCHT0 %d(AX)", 2*bsz+64*s)
+		p("VPBROADCASTD %d(SI), Y10", 4*s)
+		if q4 {
+			for h := range 2 {
+				p("VMOVDQU %d(AX), Y8", 64+64*s+32*h)
+				p("VPSRLW $4, Y8, Y9")
+				p("VPAND Y12, Y8, Y8")
+				p("VPAND Y12, Y9, Y9")
+				p("VPMADDUBSW Y10, Y8, Y8")
+				p("VPMADDUBSW Y10, Y9, Y9")
+				p("VPADDW Y8, Y%d, Y%d", h, h)     // rows 8h..8h+7
+				p("VPADDW Y9, Y%d, Y%d", 2+h, 2+h) // rows 16+8h..
+			}
+			continue
+		}
+		for v := range 4 {
+			p("VMOVDQU %d(AX), Y8", 64+128*s+32*v)
+			p("VPXOR Y12, Y8, Y8")
+			p("VPSIGNB Y8, Y10, Y9")
+			p("VPABSB Y8, Y8")
+			p("VPMADDUBSW Y9, Y8, Y9")
+			p("VPMADDWD Y11, Y9, Y9")
+			p("VPADDD Y9, Y%d, Y%d", v, v)
+		}
+	}
+	if q4 {
+		p("VPBROADCASTD (CX), Y13")
+		for v := range 4 {
+			p("VPMADDWD Y11, Y%d, Y%d", v, v)
+			p("VPADDD Y13, Y%d, Y%d", v, v)
+		}
+	}
+	p("VBROADCASTSS (BX), Y14")
+	for v := range 4 {
+		p("VCVTDQ2PS Y%d, Y%d", v, v)
+		p("VMULPS Y14, Y%d, Y%d", v, v)
+		p("VCVTPH2PS %d(AX), Y13", 16*v)
+		p("VFMADD231PS Y13, Y%d, Y%d", v, 4+v)
+	}
+	p("ADDQ $%d, AX", bsz)
+	p("ADDQ $32, SI")
+	p("ADDQ $4, BX")
+	p("ADDQ $4, CX")
+	p("DECQ R14")
+	p("JNZ %sblock", l)
+	p("MOVQ 80(R15), R10")
+	p("TESTQ R10, R10")
+	p("JZ %sstore", l)
+	for v := range 4 {
+		p("VADDPS %d(DX), Y%d, Y%d", 32*v, 4+v, 4+v)
+	}
+	fmt.Fprintf(&out, "%sstore:\n", l)
+	for v := range 4 {
+		p("VMOVUPS Y%d, %d(DX)", 4+v, 32*v)
+	}
+	p("ADDQ $128, DX")
+	p("DECQ 8(R15)")
+	p("JNZ %spanel", l)
+	p("VZEROUPPER")
+	p("RET")
+	out.WriteString("\n")
+}
+
+// quantRowAVX2 is quantRow with ymm registers: the int8 packing goes
+// through VPACKSSDW and VPACKSSWB, which work within 128-bit lanes, and a
+// VPERMD that puts the dwords back in order.
+func quantRowAVX2() {
+	out.WriteString(`DATA qperm<>+0(SB)/4, $0
+DATA qperm<>+4(SB)/4, $4
+DATA qperm<>+8(SB)/4, $1
+DATA qperm<>+12(SB)/4, $5
+DATA qperm<>+16(SB)/4, $2
+DATA qperm<>+20(SB)/4, $6
+DATA qperm<>+24(SB)/4, $3
+DATA qperm<>+28(SB)/4, $7
+GLOBL qperm<>(SB), RODATA|NOPTR, $32
+
+// func quantRowAVX2(qa *int8, da *float32, sa *int32, x *float32, nb int)
+TEXT ·quantRowAVX2(SB), NOSPLIT, $0-40
+	MOVQ qa+0(FP), DI
+	MOVQ da+8(FP), BX
+	MOVQ sa+16(FP), CX
+	MOVQ x+24(FP), SI
+	MOVQ nb+32(FP), R8
+	MOVL $0x7fffffff, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x42fe0000, AX // 127
+	VMOVD AX, X13
+	MOVL $0x3f800000, AX // 1
+	VMOVD AX, X14
+	VMOVDQU qperm<>(SB), Y12
+yrow:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VANDPS Y15, Y0, Y4
+	VANDPS Y15, Y1, Y5
+	VANDPS Y15, Y2, Y6
+	VANDPS Y15, Y3, Y7
+	VMAXPS Y5, Y4, Y4
+	VMAXPS Y7, Y6, Y6
+	VMAXPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0x4e, X4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0xb1, X4, X5
+	VMAXPS X5, X4, X4
+	VDIVSS X13, X4, X8 // d = amax/127
+	VMOVSS X8, (BX)
+	VDIVSS X8, X14, X9 // 1/d
+	VXORPS X10, X10, X10
+	VCMPSS $4, X10, X8, X11 // d != 0
+	VANDPS X11, X9, X9
+	VBROADCASTSS X9, Y9
+	VMULPS Y9, Y0, Y0
+	VMULPS Y9, Y1, Y1
+	VMULPS Y9, Y2, Y2
+	VMULPS Y9, Y3, Y3
+	VCVTPS2DQ Y0, Y0
+	VCVTPS2DQ Y1, Y1
+	VCVTPS2DQ Y2, Y2
+	VCVTPS2DQ Y3, Y3
+	VPADDD Y1, Y0, Y4
+	VPADDD Y3, Y2, Y5
+	VPADDD Y5, Y4, Y4
+	VEXTRACTI128 $1, Y4, X5
+	VPADDD X5, X4, X4
+	VPSHUFD $0x4e, X4, X5
+	VPADDD X5, X4, X4
+	VPSHUFD $0xb1, X4, X5
+	VPADDD X5, X4, X4
+	VMOVD X4, (CX)
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y12, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $128, SI
+	ADDQ $32, DI
+	ADDQ $4, BX
+	ADDQ $4, CX
+	DECQ R8
+	JNZ yrow
+	VZEROUPPER
+	RET
+
+`)
+}
+
+func main() {
+	out.WriteString("// Code generated by gen_quant.go; DO NOT EDIT.\n\n//go:build amd64 && !purego\n\n#include \"textflag.h\"\n\n")
+	for _, typ := range []string{"Q8", "Q4"} {
+		for r := 1; r <= 7; r++ {
+			kernel(typ, r)
+		}
+	}
+	quantRow()
+	kernelAVX2("Q8")
+	kernelAVX2("Q4")
+	quantRowAVX2()
+	if err := os.WriteFile("quant_amd64.s", out.Bytes(), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// The Go declarations and the table.
+	var g bytes.Buffer
+	g.WriteString("// Code generated by gen_quant.go; DO NOT EDIT.\n\n//go:build amd64 && !purego\n\npackage kernels\n\n")
+	g.WriteString("// quantAVX512 is the AVX-512 VNNI kernel table (quant_amd64.s).\nvar quantAVX512 = quantArch{kern: [2][qRows + 1]func(p *qArgs){\n")
+	for _, typ := range []string{"Q8", "Q4"} {
+		g.WriteString("\t{nil")
+		for r := 1; r <= 7; r++ {
+			fmt.Fprintf(&g, ", qkern%sx%d", typ, r)
+		}
+		g.WriteString("},\n")
+	}
+	g.WriteString("}, rows: qRows}\n\n")
+	g.WriteString("// quantAVX2 is the AVX2 kernel table: one row of A per call.\nvar quantAVX2 = quantArch{kern: [2][qRows + 1]func(p *qArgs){{nil, qkernQ8AVX2}, {nil, qkernQ4AVX2}}, rows: 1}\n")
+	for _, typ := range []string{"Q8", "Q4"} {
+		for r := 1; r <= 7; r++ {
+			fmt.Fprintf(&g, "\n//go:noescape\nfunc qkern%sx%d(p *qArgs)\n", typ, r)
+		}
+	}
+	g.WriteString("\n//go:noescape\nfunc quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)\n")
+	g.WriteString("\n//go:noescape\nfunc qkernQ8AVX2(p *qArgs)\n\n//go:noescape\nfunc qkernQ4AVX2(p *qArgs)\n")
+	g.WriteString("\n//go:noescape\nfunc quantRowAVX2(qa *int8, da *float32, sa *int32, x *float32, nb int)\n")
+	if err := os.WriteFile("quant_amd64.go", g.Bytes(), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,623 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+)
+
+// Block-quantized weights: ggml's Q8_0 and Q4_0 (see package compute for
+// the block layout they arrive in), multiplied as llama.cpp multiplies
+// them: the activations are quantized to int8 per block of 32 (a scale
+// d = max|x|/127 and q = round(x/d)), and a block's product is an integer
+// dot product scaled by the weight's and the activation's scales.
+//
+// # Layout
+//
+// The blocks are repacked once, when the weight is made (PackQuant), into
+// panels of 32 weight rows (output columns of the product): panel p holds
+// rows 32p..32p+31, block after block along k, and a block of a panel
+// (a "block-panel") is
+//
+//	64 bytes: the 32 rows' scales, IEEE half, row order
+//	Q8_0: 8 steps × 2 × 64 bytes: step s (k = 4s..4s+3 of the block),
+//	      rows 0-15 then rows 16-31, 4 bytes a row: q + 128 (unsigned)
+//	Q4_0: 8 steps × 64 bytes: step s, 4 bytes a row for rows 0-15, the
+//	      low nibble row r's q and the high nibble row r+16's (0..15,
+//	      offset 8 as in ggml)
+//
+// 1088 or 576 bytes, 64-byte aligned; the bytes per weight are ggml's
+// (34 or 18 per 32). It is the layout of an outer-product kernel: one
+// 64-byte load is 16 rows × 4 values of k, which VPDPBUSD (AVX-512 VNNI)
+// multiplies by 4 bytes of an activation row broadcast to every lane, 64
+// products into 16 sums. The kernel keeps a tile of up to 7 activation
+// rows × 32 weight rows in registers (14 integer and 14 float
+// accumulators): after the 8 steps of a block, the integer sums are
+// converted and scaled (dx of the row, then dw of each column: a vector
+// of the block-panel's scales) into the float ones. The same kernel at
+// one activation row is the decode product: the weights are one
+// sequential stream, panel after panel, and per 64 bytes of weights it
+// runs three instructions, far below what memory delivers.
+//
+// VPDPBUSD multiplies unsigned bytes by signed ones; the weights are
+// the unsigned side (Q8_0 stored with +128, Q4_0's nibbles as they are)
+// and the quantized activations the signed one, so the sum is off by
+// 128·Σq (or 8·Σq) of the activation block, which the integer
+// accumulators start from (negated) instead of zero.
+
+// QuantType is a block-quantized weight format.
+type QuantType uint8
+
+const (
+	QuantQ8_0 QuantType = iota + 1 // ggml Q8_0: 34 bytes per 32 weights
+	QuantQ4_0                      // ggml Q4_0: 18 bytes per 32 weights
+)
+
+func (t QuantType) String() string {
+	switch t {
+	case QuantQ8_0:
+		return "Q8_0"
+	case QuantQ4_0:
+		return "Q4_0"
+	}
+	return fmt.Sprintf("QuantType(%d)", uint8(t))
+}
+
+// qk is the block size of both formats.
+const qk = 32
+
+// qPanel is the rows of a panel.
+const qPanel = 32
+
+// blockBytes is the bytes of one ggml block of t.
+func (t QuantType) blockBytes() int {
+	if t == QuantQ8_0 {
+		return 2 + qk
+	}
+	return 2 + qk/2
+}
+
+// panelBlockBytes is the bytes of one block-panel of t.
+func (t QuantType) panelBlockBytes() int {
+	if t == QuantQ8_0 {
+		return 64 + 8*128
+	}
+	return 64 + 8*64
+}
+
+// offset is what the stored weights of t exceed the signed values by.
+func (t QuantType) offset() int32 {
+	if t == QuantQ8_0 {
+		return 128
+	}
+	return 8
+}
+
+// QMatrix is a quantized weight [N, K] in the packed layout (see above).
+// It is read-only once made; Rows makes views that share it.
+type QMatrix struct {
+	typ    QuantType
+	n, k   int // rows of this view, columns
+	row0   int // the view's first row in the panels
+	nb     int // blocks per row
+	panels []byte
+}
+
+// Type is the format of m.
+func (m *QMatrix) Type() QuantType { return m.typ }
+
+// Dims returns m's rows and columns.
+func (m *QMatrix) Dims() (n, k int) { return m.n, m.k }
+
+// Bytes is the memory of the panels m's rows lie in.
+func (m *QMatrix) Bytes() int {
+	return m.panelsOf() * m.nb * m.typ.panelBlockBytes()
+}
+
+// panelsOf is the number of panels m's rows span.
+func (m *QMatrix) panelsOf() int {
+	if m.n == 0 {
+		return 0
+	}
+	return (m.row0+m.n-1)/qPanel - m.row0/qPanel + 1
+}
+
+// Rows returns a view of rows [lo, hi) of m sharing its memory. A view
+// whose first row is not a multiple of 32 can be read (Row) but not
+// multiplied.
+func (m *QMatrix) Rows(lo, hi int) *QMatrix {
+	if lo < 0 || hi < lo || hi > m.n {
+		panic(fmt.Sprintf("kernels: Rows [%d,%d) of a quantized matrix of %d rows", lo, hi, m.n))
+	}
+	v := *m
+	v.row0, v.n = m.row0+lo, hi-lo
+	return &v
+}
+
+// panel returns the bytes of panel p (counted from the panels' start).
+func (m *QMatrix) panel(p int) []byte {
+	sz := m.nb * m.typ.panelBlockBytes()
+	return m.panels[p*sz : (p+1)*sz]
+}
+
+// PackQuant makes a QMatrix of n rows of k values (k a multiple of 32)
+// from ggml blocks of type t (n·k/32 blocks, row after row), on pl's
+// threads.
+func (pl *Pool) PackQuant(t QuantType, blocks []byte, n, k int) (*QMatrix, error) {
+	if t != QuantQ8_0 && t != QuantQ4_0 {
+		return nil, fmt.Errorf("kernels: PackQuant of %v", t)
+	}
+	if n < 0 || k <= 0 || k%qk != 0 {
+		return nil, fmt.Errorf("kernels: a quantized matrix needs rows of a positive multiple of %d values, not %d", qk, k)
+	}
+	nb := k / qk
+	if len(blocks) != n*nb*t.blockBytes() {
+		return nil, fmt.Errorf("kernels: %d×%d %v needs %d bytes of blocks, got %d", n, k, t, n*nb*t.blockBytes(), len(blocks))
+	}
+	np := (n + qPanel - 1) / qPanel
+	m := &QMatrix{typ: t, n: n, k: k, nb: nb, panels: allocAligned(np * nb * t.panelBlockBytes())}
+	pl.For(np, max(1, (256<<10)/(nb*t.panelBlockBytes())), func(lo, hi int) {
+		for p := lo; p < hi; p++ {
+			m.packPanel(p, blocks)
+		}
+	})
+	return m, nil
+}
+
+// PackQuant is Default().PackQuant.
+func PackQuant(t QuantType, blocks []byte, n, k int) (*QMatrix, error) {
+	return defaultPool.PackQuant(t, blocks, n, k)
+}
+
+// packPanel fills panel p from the ggml blocks (rows past n stay zero:
+// scale 0).
+func (m *QMatrix) packPanel(p int, blocks []byte) {
+	bb, pb := m.typ.blockBytes(), m.typ.panelBlockBytes()
+	dst := m.panel(p)
+	for c := range qPanel {
+		r := p*qPanel + c
+		if r >= m.n {
+			break
+		}
+		for b := range m.nb {
+			src := blocks[(r*m.nb+b)*bb : (r*m.nb+b+1)*bb]
+			d := dst[b*pb : (b+1)*pb]
+			d[2*c], d[2*c+1] = src[0], src[1]
+			qs := src[2:]
+			if m.typ == QuantQ8_0 {
+				for j := range qk {
+					s, e := j/4, j%4
+					d[64+128*s+(c/16)*64+(c%16)*4+e] = qs[j] ^ 0x80
+				}
+				continue
+			}
+			for j := range qk {
+				s, e := j/4, j%4
+				var nib byte
+				if j < 16 {
+					nib = qs[j] & 0x0F
+				} else {
+					nib = qs[j-16] >> 4
+				}
+				o := 64 + 64*s + (c%16)*4 + e
+				if c < 16 {
+					d[o] |= nib
+				} else {
+					d[o] |= nib << 4
+				}
+			}
+		}
+	}
+}
+
+// allocAligned returns n zero bytes at a 64-byte aligned address, advised
+// to use huge pages when large (see AllocF32).
+func allocAligned(n int) []byte {
+	buf := make([]byte, n+64)
+	off := int((64 - uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%64) % 64)
+	out := buf[off : off+n : off+n]
+	if n >= hugeMin {
+		adviseHuge(out)
+	}
+	return out
+}
+
+// f16to32 widens an IEEE half exactly.
+func f16to32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h & 0x3ff)
+	switch {
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
+	case exp != 0:
+		return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
+	case mant == 0:
+		return math.Float32frombits(sign)
+	}
+	v := float32(mant) * (1.0 / (1 << 24))
+	if sign != 0 {
+		v = -v
+	}
+	return v
+}
+
+// scale returns the scale of row c (0..31) of block b of panel pan.
+func (m *QMatrix) scale(pan []byte, b, c int) float32 {
+	o := b*m.typ.panelBlockBytes() + 2*c
+	return f16to32(uint16(pan[o]) | uint16(pan[o+1])<<8)
+}
+
+// q returns the signed quantized value of row c, element j of block b of
+// panel pan.
+func (m *QMatrix) q(pan []byte, b, c, j int) int32 {
+	o := b * m.typ.panelBlockBytes()
+	s, e := j/4, j%4
+	if m.typ == QuantQ8_0 {
+		return int32(pan[o+64+128*s+(c/16)*64+(c%16)*4+e]) - 128
+	}
+	v := pan[o+64+64*s+(c%16)*4+e]
+	if c >= 16 {
+		v >>= 4
+	}
+	return int32(v&0x0F) - 8
+}
+
+// Row writes row r of m, dequantized (exactly), into dst (len K).
+func (m *QMatrix) Row(dst []float32, r int) {
+	if r < 0 || r >= m.n || len(dst) != m.k {
+		panic(fmt.Sprintf("kernels: Row %d of a quantized matrix of %d rows into %d values", r, m.n, len(dst)))
+	}
+	r += m.row0
+	pan, c := m.panel(r/qPanel), r%qPanel
+	for b := range m.nb {
+		d := m.scale(pan, b, c)
+		out := dst[b*qk : (b+1)*qk]
+		for j := range out {
+			out[j] = d * float32(m.q(pan, b, c, j))
+		}
+	}
+}
+
+// QuantizeRows quantizes the m rows of a (row stride lda, k values each,
+// k a multiple of 32) to int8 blocks as the quantized products do: for
+// each block, da = max|x|/127, q = round-to-even(x·(1/da)) (0 for a block
+// of zeros), and sa = Σq. qa has row stride k, da and sa k/32.
+func QuantizeRows(qa []int8, da []float32, sa []int32, a []float32, m, k, lda int) {
+	checkMat("A", len(a), m, k, lda)
+	if k%qk != 0 || len(qa) < m*k || len(da) < m*k/qk || len(sa) < m*k/qk {
+		panic(fmt.Sprintf("kernels: QuantizeRows of %d×%d into %d, %d, %d", m, k, len(qa), len(da), len(sa)))
+	}
+	f := active.Load().quantRow
+	nb := k / qk
+	for i := range m {
+		if f != nil && nb > 0 {
+			f(&qa[i*k], &da[i*nb], &sa[i*nb], &a[i*lda], nb)
+			continue
+		}
+		quantizeRowGeneric(qa[i*k:(i+1)*k], da[i*nb:(i+1)*nb], sa[i*nb:(i+1)*nb], a[i*lda:i*lda+k])
+	}
+}
+
+// quantizeRowGeneric quantizes one row (see QuantizeRows).
+func quantizeRowGeneric(qa []int8, da []float32, sa []int32, x []float32) {
+	for b := range len(x) / qk {
+		blk := x[b*qk : (b+1)*qk]
+		var amax float32
+		for _, v := range blk {
+			amax = max(amax, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		var s int32
+		for j, v := range blk {
+			q := int32(math.RoundToEven(float64(v * id)))
+			qa[b*qk+j] = int8(q)
+			s += q
+		}
+		da[b], sa[b] = d, s
+	}
+}
+
+// quantArch is one architecture's quantized kernels.
+type quantArch struct {
+	// kern[t][r] computes an r×32·np tile (r = 1..rows) for weights of
+	// type t (index 0 Q8_0, 1 Q4_0); see qArgs.
+	kern [2][qRows + 1]func(p *qArgs)
+	rows int // the most rows of A a call takes (≤ qRows)
+}
+
+// qRows is the most activation rows a kernel call takes.
+const qRows = 7
+
+// qArgs are the arguments of a quantized kernel call (the assembly
+// reads them by offset: keep the order, every field 8 bytes). The call
+// computes, for each of np panels from w on (contiguous) and each row i
+// < r of the tile, C[i, 32 columns of the panel] (+)= Σ over nb blocks of
+// dw·(da[i,b]·(corr[i,b] + Σ_k w_u·a)), with w_u the stored unsigned
+// weights: corr = −offset·Σq of the activation block. It decrements np
+// to zero.
+type qArgs struct {
+	w    unsafe.Pointer // first panel
+	np   int            // panels
+	nb   int            // blocks per row
+	a    unsafe.Pointer // int8 activations, row 0 of the tile
+	lda  int            // bytes between rows of a
+	da   unsafe.Pointer // float32 scales, row 0 (nb of them)
+	corr unsafe.Pointer // int32 corrections, row 0
+	lds  int            // bytes between rows of da and of corr
+	c    unsafe.Pointer // float32 C, row 0, the panel's first column
+	ldc  int            // bytes between rows of C
+	beta int            // nonzero: add into C
+}
+
+// qScratch holds the quantized activations of a product.
+type qScratch struct {
+	qa   []int8
+	da   []float32
+	sa   []int32
+	corr [2][]int32
+}
+
+var qScratchPool = sync.Pool{New: func() any { return new(qScratch) }}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n, n+n/4)
+	}
+	return s[:n]
+}
+
+// quantPart is one product of a quantized pass.
+type quantPart struct {
+	w    *QMatrix
+	c    []float32
+	ldc  int
+	beta bool
+}
+
+// quantPass is the quantized products over one quantized A.
+type quantPass struct {
+	qa   []int8
+	da   []float32
+	corr [2][]int32
+	m, k int
+	kern *quantArch // nil: generic Go
+}
+
+// LinearQuant computes C[m,n] = A[m,k]·Wᵀ (C += with accumulate) for a
+// quantized W (n×k), on pl's threads.
+func (pl *Pool) LinearQuant(c, a []float32, w *QMatrix, m int, accumulate bool) {
+	pl.LinearMultiPrec(a, m, w.k, []LinearOut{{C: c, Q: w, N: w.n, Accumulate: accumulate}}, PrecisionF32)
+}
+
+// linearQuantParts runs the quantized outs (all with Q set) of a
+// LinearMulti call: A is quantized once, then every part's panels are
+// spread over the threads in one pass.
+func (pl *Pool) linearQuantParts(a []float32, m, k int, outs []LinearOut) {
+	if m == 0 {
+		return
+	}
+	if k == 0 {
+		for _, o := range outs {
+			if !o.Accumulate {
+				clear(o.C[:m*o.N])
+			}
+		}
+		return
+	}
+	nb := k / qk
+	sc := qScratchPool.Get().(*qScratch)
+	defer qScratchPool.Put(sc)
+	sc.qa, sc.da, sc.sa = grow(sc.qa, m*k), grow(sc.da, m*nb), grow(sc.sa, m*nb)
+	if grain := max(1, (64<<10)/k); m <= grain {
+		QuantizeRows(sc.qa, sc.da, sc.sa, a, m, k, k)
+	} else {
+		pl.For(m, grain, func(lo, hi int) {
+			QuantizeRows(sc.qa[lo*k:], sc.da[lo*nb:], sc.sa[lo*nb:], a[lo*k:], hi-lo, k, k)
+		})
+	}
+	ps := &quantPass{qa: sc.qa, da: sc.da, m: m, k: k, kern: active.Load().quant}
+	parts := make([]quantPart, 0, len(outs))
+	units := 0 // panels
+	for _, o := range outs {
+		w := o.Q
+		if w.row0%qPanel != 0 {
+			panic(fmt.Sprintf("kernels: a quantized weight view starting at row %d (not a multiple of %d) cannot be multiplied", w.row0, qPanel))
+		}
+		t := int(w.typ - 1)
+		if ps.corr[t] == nil {
+			sc.corr[t] = grow(sc.corr[t], m*nb)
+			off := w.typ.offset()
+			for i, s := range sc.sa[:m*nb] {
+				sc.corr[t][i] = -off * s
+			}
+			ps.corr[t] = sc.corr[t]
+		}
+		parts = append(parts, quantPart{w: w, c: o.C, ldc: o.N, beta: o.Accumulate})
+		units += w.panelsOf()
+	}
+	if units == 0 {
+		return
+	}
+	// Work per panel: bytes of weights at small m (decode, bound by
+	// memory), flops at large m.
+	pbytes := nb * QuantQ8_0.panelBlockBytes()
+	t := min(pl.Threads(), units, max(1, units*pbytes/minGemvBytes, m*units*qPanel*k/minGemmWork))
+	if t <= 1 {
+		ps.run(parts, 0, units)
+		return
+	}
+	blk := max(1, min(gemvStealBytes/pbytes, units/(4*t), gemvStealFlops/(2*m*k*qPanel)))
+	pl.forStealing(t, units, blk, func(lo, hi int) { ps.run(parts, lo, hi) })
+}
+
+// run computes panels [lo, hi) of the parts' panels, in order.
+func (ps *quantPass) run(parts []quantPart, lo, hi int) {
+	off := 0
+	for i := range parts {
+		p := &parts[i]
+		np := p.w.panelsOf()
+		p0, p1 := max(lo-off, 0), min(hi-off, np)
+		off += np
+		if p0 < p1 {
+			ps.panels(p, p0, p1)
+		}
+	}
+}
+
+// panels computes panels [p0, p1) of part p (counted from its view's
+// first panel) for every row of A, in tiles of qRows rows.
+func (ps *quantPass) panels(p *quantPart, p0, p1 int) {
+	w := p.w
+	first := w.row0 / qPanel
+	full := p1 // panels wholly inside the view's rows
+	if (p1)*qPanel > w.n {
+		full = p1 - 1
+	}
+	t := int(w.typ - 1)
+	rows := qRows
+	if ps.kern != nil {
+		rows = ps.kern.rows
+	}
+	for i0 := 0; i0 < ps.m; i0 += rows {
+		r := min(rows, ps.m-i0)
+		if full > p0 {
+			ps.tile(w, t, first+p0, full-p0, i0, r, p.c[i0*p.ldc+p0*qPanel:], p.ldc, p.beta)
+		}
+		if full < p1 { // the last panel, partial: through a tile of 32 columns
+			var tmp [qRows * qPanel]float32
+			ps.tile(w, t, first+full, 1, i0, r, tmp[:], qPanel, false)
+			cols := w.n - full*qPanel
+			for i := range r {
+				dst := p.c[(i0+i)*p.ldc+full*qPanel : (i0+i)*p.ldc+full*qPanel+cols]
+				src := tmp[i*qPanel : i*qPanel+cols]
+				if p.beta {
+					for j, v := range src {
+						dst[j] += v
+					}
+				} else {
+					copy(dst, src)
+				}
+			}
+		}
+	}
+}
+
+// tile computes rows [i0, i0+r) of A against np panels from panel pan0
+// of w (absolute), into c (row stride ldc floats).
+func (ps *quantPass) tile(w *QMatrix, t, pan0, np, i0, r int, c []float32, ldc int, beta bool) {
+	nb := w.k / qk
+	if ps.kern != nil {
+		args := qArgs{
+			w: unsafe.Pointer(&w.panels[pan0*nb*w.typ.panelBlockBytes()]), np: np, nb: nb,
+			a: unsafe.Pointer(&ps.qa[i0*ps.k]), lda: ps.k,
+			da: unsafe.Pointer(&ps.da[i0*nb]), corr: unsafe.Pointer(&ps.corr[t][i0*nb]), lds: 4 * nb,
+			c: unsafe.Pointer(&c[0]), ldc: 4 * ldc,
+		}
+		if beta {
+			args.beta = 1
+		}
+		// Bounds the assembly trusts.
+		_ = w.panels[(pan0+np)*nb*w.typ.panelBlockBytes()-1]
+		_ = c[(r-1)*ldc+np*qPanel-1]
+		ps.kern.kern[t][r](&args)
+		return
+	}
+	qTileGeneric(w, pan0, np, ps.qa[i0*ps.k:], ps.k, ps.da[i0*nb:], ps.corr[t][i0*nb:], r, c, ldc, beta)
+}
+
+// qTileGeneric is the kernel in Go: the definition the assembly must
+// agree with (up to the order of float32 sums).
+func qTileGeneric(w *QMatrix, pan0, np int, qa []int8, lda int, da []float32, corr []int32, r int, c []float32, ldc int, beta bool) {
+	nb := w.k / qk
+	off := w.typ.offset()
+	for p := range np {
+		pan := w.panel(pan0 + p)
+		for i := range r {
+			for col := range qPanel {
+				var acc float32
+				for b := range nb {
+					s := corr[i*nb+b]
+					for j := range qk {
+						s += (w.q(pan, b, col, j) + off) * int32(qa[i*lda+b*qk+j])
+					}
+					acc += w.scale(pan, b, col) * (float32(s) * da[i*nb+b])
+				}
+				o := i*ldc + p*qPanel + col
+				if beta {
+					c[o] += acc
+				} else {
+					c[o] = acc
+				}
+			}
+		}
+	}
+}
+
+// LinearQuant is Default().LinearQuant.
+func LinearQuant(c, a []float32, w *QMatrix, m int, accumulate bool) {
+	defaultPool.LinearQuant(c, a, w, m, accumulate)
+}
+
+// NewQMatrix returns a quantized matrix of n rows of k values (k a
+// multiple of 32) whose every value is zero.
+func NewQMatrix(t QuantType, n, k int) (*QMatrix, error) {
+	blocks := make([]byte, 0)
+	if n > 0 {
+		blocks = make([]byte, n*k/qk*t.blockBytes()) // zero scales
+	}
+	return defaultPool.PackQuant(t, blocks, n, k)
+}
+
+// CopyFrom copies the values of src into m: the same type and shape.
+func (m *QMatrix) CopyFrom(src *QMatrix) {
+	if m.typ != src.typ || m.n != src.n || m.k != src.k {
+		panic(fmt.Sprintf("kernels: copy of a %v %d×%d quantized matrix into a %v %d×%d one", src.typ, src.n, src.k, m.typ, m.n, m.k))
+	}
+	if m.n == 0 {
+		return
+	}
+	pb := m.nb * m.typ.panelBlockBytes()
+	r := 0
+	if m.row0%qPanel == 0 && src.row0%qPanel == 0 { // whole panels at once
+		full := m.n / qPanel
+		d0, s0 := m.row0/qPanel*pb, src.row0/qPanel*pb
+		copy(m.panels[d0:d0+full*pb], src.panels[s0:s0+full*pb])
+		r = full * qPanel
+	}
+	for ; r < m.n; r++ {
+		dr, sr := m.row0+r, src.row0+r
+		dp, sp := m.panel(dr/qPanel), src.panel(sr/qPanel)
+		dc, scol := dr%qPanel, sr%qPanel
+		for b := range m.nb {
+			o := b * m.typ.panelBlockBytes()
+			dp[o+2*dc], dp[o+2*dc+1] = sp[o+2*scol], sp[o+2*scol+1]
+			for j := range qk {
+				m.setQ(dp, b, dc, j, src.q(sp, b, scol, j))
+			}
+		}
+	}
+}
+
+// setQ stores the signed value v as row c, element j of block b of
+// panel pan (the inverse of q).
+func (m *QMatrix) setQ(pan []byte, b, c, j int, v int32) {
+	o := b * m.typ.panelBlockBytes()
+	s, e := j/4, j%4
+	if m.typ == QuantQ8_0 {
+		pan[o+64+128*s+(c/16)*64+(c%16)*4+e] = byte(v + 128)
+		return
+	}
+	i := o + 64 + 64*s + (c%16)*4 + e
+	u := byte(v + 8)
+	if c < 16 {
+		pan[i] = pan[i]&0xF0 | u
+	} else {
+		pan[i] = pan[i]&0x0F | u<<4
+	}
+}
