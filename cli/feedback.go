@@ -2,8 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -108,15 +106,9 @@ func (a *app) trainingExtras(e *engine.Engine, lo *loop.Options, vars map[string
 // travel with the weights, so `generate --model` and `serve --model` load
 // one as they load the base.
 func checkpointOptions(e *engine.Engine, root string, keep int) (trainer.CheckpointOptions, error) {
-	cfgJSON, err := os.ReadFile(filepath.Join(e.Dir(), "config.json"))
+	cfgJSON, extra, err := e.BaseFiles()
 	if err != nil {
 		return trainer.CheckpointOptions{}, err
-	}
-	extra := map[string][]byte{}
-	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"} {
-		if b, err := os.ReadFile(filepath.Join(e.Dir(), name)); err == nil {
-			extra[name] = b
-		}
 	}
 	return trainer.CheckpointOptions{Root: root, Keep: keep, ConfigJSON: cfgJSON, ExtraFiles: extra, Base: e.Base()}, nil
 }

@@ -82,7 +82,7 @@ func LoadModel(cfg *config.Config, dir string) (*model.Model, error) {
 		cfg = Defaults()
 	}
 	setServingThreads(cfg)
-	return model.Load(hostBackend(cfg), dir)
+	return loadModel(hostBackend(cfg), dir)
 }
 
 // setServingThreads sets the default pool's budget, serving's:

@@ -62,7 +62,7 @@ func LoadModelGPU(dir string, gpu int) (m *model.Model, closeFn func(), err erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("GPU %d: %w", gpu, err)
 	}
-	if m, err = model.Load(b, dir); err != nil {
+	if m, err = loadModel(b, dir); err != nil {
 		b.Close()
 		return nil, nil, fmt.Errorf("GPU %d: %w", gpu, err)
 	}

@@ -11,11 +11,16 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawrl/clawrl/bundled"
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/config"
+	"github.com/clawrl/clawrl/gguf"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/tokenizer"
 )
 
-// ModelDir resolves the checkpoint directory: flag, else model.path, else
-// the bundled model, extracted once into the user's cache.
+// ModelDir resolves the checkpoint: flag, else model.path, else the
+// bundled model, extracted once into the user's cache. A checkpoint is a
+// Hugging Face directory or a GGUF file (see IsGGUF).
 func ModelDir(cfg *config.Config, flag string, log zerolog.Logger) (string, error) {
 	dir := flag
 	if dir == "" {
@@ -24,7 +29,7 @@ func ModelDir(cfg *config.Config, flag string, log zerolog.Logger) (string, erro
 	if dir == "" {
 		d, err := bundled.Dir()
 		if err != nil {
-			return "", fmt.Errorf("%w; pass --model DIR or set model.path to a Hugging Face checkpoint directory", err)
+			return "", fmt.Errorf("%w; pass --model DIR or set model.path to a Hugging Face checkpoint directory or a GGUF file", err)
 		}
 		log.Info().Str("dir", d).Msg("no model configured: using the bundled model")
 		return d, nil
@@ -38,15 +43,22 @@ func IsBundled(dir string) bool {
 	return err == nil && filepath.Clean(d) == filepath.Clean(dir)
 }
 
-// BaseFingerprint identifies a base checkpoint directory: the bundled
-// model by its embedded hash, any other by the SHA-256 of its config, the
-// sizes of its weight files, their headers and their first and last MiB
-// (reading a multi-GB checkpoint whole at every start would cost seconds).
+// BaseFingerprint identifies a base checkpoint: the bundled model by its
+// embedded hash, a directory by the SHA-256 of its config, the sizes of its
+// weight files, their headers and their first and last MiB, a GGUF file
+// by its size and its first and last MiB (reading a multi-GB checkpoint
+// whole at every start would cost seconds).
 func BaseFingerprint(dir string) (string, error) {
 	if IsBundled(dir) {
 		return bundled.Name + "-" + bundled.Hash()[:16], nil
 	}
 	h := sha256.New()
+	if IsGGUF(dir) {
+		if err := hashEnds(h, dir); err != nil {
+			return "", fmt.Errorf("model %s: %w", dir, err)
+		}
+		return filepath.Base(filepath.Clean(dir)) + "-" + hex.EncodeToString(h.Sum(nil))[:16], nil
+	}
 	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return "", fmt.Errorf("model %s: %w", dir, err)
@@ -87,4 +99,71 @@ func hashEnds(h io.Writer, name string) error {
 		}
 	}
 	return nil
+}
+
+// IsGGUF reports whether path names a model file rather than a checkpoint
+// directory: a regular file (or a path ending in .gguf), which the engine
+// opens as GGUF.
+func IsGGUF(path string) bool {
+	if st, err := os.Stat(path); err == nil {
+		return st.Mode().IsRegular()
+	}
+	return filepath.Ext(path) == ".gguf"
+}
+
+// loadModel loads the checkpoint at path (a directory or a GGUF file) on
+// backend b.
+func loadModel(b compute.Backend, path string) (*model.Model, error) {
+	if !IsGGUF(path) {
+		return model.Load(b, path)
+	}
+	src, err := gguf.OpenModel(path)
+	if err != nil {
+		return nil, err
+	}
+	return model.LoadFrom(b, src) // closes src when it fails
+}
+
+// LoadTokenizer reads the tokenizer of the checkpoint at path: a
+// directory's tokenizer.json and tokenizer_config.json, or the vocabulary a
+// GGUF file holds (once the file is known to hold a model clawrl runs, so
+// that a file of another architecture is refused for that).
+func LoadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	if !IsGGUF(path) {
+		return tokenizer.Load(path)
+	}
+	m, err := gguf.OpenModel(path)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	return m.Tokenizer()
+}
+
+// baseFiles are the files a trained checkpoint carries beside its weights
+// so that it loads as its base does: config.json and, where the base has
+// them, the tokenizer's files. A GGUF base has none: they are made from
+// its metadata (gguf.Model.ConfigJSON) and its tokenizer
+// (tokenizer.Tokenizer.TokenizerJSON and ConfigJSON).
+func baseFiles(path string, tok *tokenizer.Tokenizer) (configJSON []byte, extra map[string][]byte, err error) {
+	extra = map[string][]byte{}
+	if IsGGUF(path) {
+		m, err := gguf.OpenModel(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer m.Close()
+		extra["tokenizer.json"] = tok.TokenizerJSON()
+		extra["tokenizer_config.json"] = tok.ConfigJSON()
+		return m.ConfigJSON(), extra, nil
+	}
+	if configJSON, err = os.ReadFile(filepath.Join(path, "config.json")); err != nil {
+		return nil, nil, err
+	}
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"} {
+		if b, err := os.ReadFile(filepath.Join(path, name)); err == nil {
+			extra[name] = b
+		}
+	}
+	return configJSON, extra, nil
 }

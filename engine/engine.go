@@ -40,8 +40,9 @@ import (
 
 // Options are what Open needs beside the config.
 type Options struct {
-	// Model is the checkpoint directory; "" takes model.path, and failing
-	// that the bundled model (see ModelDir).
+	// Model is the checkpoint: a Hugging Face directory or a GGUF file;
+	// "" takes model.path, and failing that the bundled model (see
+	// ModelDir).
 	Model string
 	// Log receives the engine's events (the model loaded, the groups).
 	Log zerolog.Logger
@@ -117,13 +118,13 @@ func (e *Engine) open() error {
 		return err
 	}
 	e.gpus = gpus
-	tok, err := tokenizer.Load(dir)
+	tok, err := LoadTokenizer(dir)
 	if err != nil {
 		return err
 	}
 	e.tok = tok
 	start := time.Now()
-	m, err := model.Load(hostBackend(cfg), dir)
+	m, err := loadModel(hostBackend(cfg), dir)
 	if err != nil {
 		return err
 	}
@@ -227,8 +228,16 @@ func (e *Engine) Close() {
 	}
 }
 
-// Dir is the checkpoint directory the engine loaded.
+// Dir is the checkpoint the engine loaded: a directory or a GGUF file.
 func (e *Engine) Dir() string { return e.dir }
+
+// BaseFiles are the files a checkpoint of this model carries beside its
+// weights, so that `serve --model` and `generate --model` load it as they
+// load the base: config.json and the tokenizer's files, read from a
+// checkpoint directory or made from a GGUF file's metadata and tokenizer.
+func (e *Engine) BaseFiles() (configJSON []byte, extra map[string][]byte, err error) {
+	return baseFiles(e.dir, e.tok)
+}
 
 // Base identifies the checkpoint (BaseFingerprint): a training lineage
 // belongs to one base.

@@ -167,7 +167,7 @@ func (e *Engine) openReplica(g group, gpu int, src *weights.Store, background bo
 		return nil, fmt.Errorf("devices.%s.gpus: GPU %d: %w", g, gpu, err)
 	}
 	e.onClose(func() { b.Close() })
-	m, err := model.Load(b, e.dir)
+	m, err := loadModel(b, e.dir)
 	if err != nil {
 		return nil, fmt.Errorf("devices.%s.gpus: GPU %d: %w", g, gpu, err)
 	}

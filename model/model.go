@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/clawrl/clawrl/compute"
-	"github.com/clawrl/clawrl/safetensors"
 )
 
 // Model is a loaded transformer: its config, the weights of its checkpoint
@@ -22,8 +21,8 @@ type Model struct {
 	Config *Config
 
 	b        compute.Backend
-	root     *Model // the loaded model a View runs over; nil for that model
-	ck       *safetensors.Checkpoint
+	root     *Model           // the loaded model a View runs over; nil for that model
+	src      Source           // the checkpoint, closed by Close
 	w        *weights         // the checkpoint's tensors (base.w)
 	base     *Weights         // the checkpoint's weight set
 	cos, sin compute.Tensor   // [MaxPositions, HeadDim/2]
@@ -86,20 +85,24 @@ func (m *Model) yieldToRun() {
 // Close, because a backend may use F32 and BF16 weights in place (the CPU
 // backend does with cpu.Options.ZeroCopyWeights).
 func Load(b compute.Backend, dir string) (*Model, error) {
-	c, err := LoadConfig(dir)
+	src, err := OpenDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	ck, err := safetensors.OpenDir(dir)
+	return LoadFrom(b, src)
+}
+
+// LoadFrom puts the weights of src (a checkpoint directory, a GGUF file)
+// on backend b. The model owns src from then on: it closes src on Close,
+// or at once when loading fails.
+func LoadFrom(b compute.Backend, src Source) (*Model, error) {
+	c := src.Config()
+	w, made, err := loadWeights(b, c, src, false)
 	if err != nil {
+		src.Close()
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	w, made, err := loadWeights(b, c, ck, false)
-	if err != nil {
-		ck.Close()
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	m := &Model{Config: c, b: b, ck: ck, w: w}
+	m := &Model{Config: c, b: b, src: src, w: w}
 	m.base = newBaseWeights(m, w, made)
 	half := c.HeadDim / 2
 	cos, sin := ropeTables(c.RopeFrequencies(), c.MaxPositions)
@@ -163,9 +166,9 @@ func (m *Model) Close() error {
 		m.base = nil
 	}
 	m.s.free(m.b)
-	if m.ck != nil {
-		err := m.ck.Close()
-		m.ck = nil
+	if m.src != nil {
+		err := m.src.Close()
+		m.src = nil
 		return err
 	}
 	return nil
@@ -255,7 +258,7 @@ func (m *Model) Run(w *Weights, steps []Step, out Output, dst []float32) ([]floa
 // (before the final norm); m.s.hQStart holds each step's first row.
 func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 	c, b, s := m.Config, m.b, &m.s
-	if m.root == nil && m.ck == nil { // a view relies on its model outliving it
+	if m.root == nil && m.src == nil { // a view relies on its model outliving it
 		return nil, errors.New("model: model is closed")
 	}
 	if len(steps) == 0 {

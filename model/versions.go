@@ -245,8 +245,9 @@ func (m *Model) LoadWeights(dir string) (*Weights, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	defer ck.Close()
-	w, made, err := loadWeights(m.b, m.Config, ck, true)
+	src := &dirSource{c: m.Config, ck: ck}
+	defer src.Close()
+	w, made, err := loadWeights(m.b, m.Config, src, true)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}

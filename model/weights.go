@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/clawrl/clawrl/compute"
-	"github.com/clawrl/clawrl/safetensors"
 )
 
 // The weights of the model, as fields tagged with the checkpoint's tensor
@@ -135,51 +134,44 @@ func walkWeights(c *Config, w *weights, fn func(name string, shape []int, field 
 	return nil
 }
 
-// loadWeights makes backend tensors for every weight c needs. Matrices in
-// F32 or BF16 go to the backend as views of the mapped file (which copies
-// them or uses them in place); F16 matrices are widened to F32; vectors
-// (norms, biases) are always F32.
+// loadWeights makes backend tensors for every weight c needs, from src.
+// Matrices in F32 or BF16 go to the backend as views of the mapped file
+// (which copies them or uses them in place); other matrices (F16,
+// quantized) are widened to F32; vectors (norms, biases) are always F32.
 //
 // With copyHost, the host data is copied out of the mapped files before it
 // goes to the backend, so the checkpoint can be closed at once even when
 // the backend uses host data in place.
-func loadWeights(b compute.Backend, c *Config, ck *safetensors.Checkpoint, copyHost bool) (*weights, []compute.Tensor, error) {
+func loadWeights(b compute.Backend, c *Config, src Source, copyHost bool) (*weights, []compute.Tensor, error) {
 	w := &weights{Layers: make([]layer, c.NumLayers)}
 	var made []compute.Tensor
 	err := walkWeights(c, w, func(name string, shape []int, field *compute.Tensor) error {
-		f, info, err := ck.Find(name)
+		st, err := src.Tensor(name)
 		if err != nil {
 			return err
 		}
-		if !slices.Equal(info.Shape, shape) {
-			return fmt.Errorf("%s: tensor %q has shape %s, config.json implies %s", f.Path(), name, compute.ShapeString(info.Shape), compute.ShapeString(shape))
+		if !slices.Equal(st.Shape, shape) {
+			return fmt.Errorf("%s: tensor %q has shape %s, the config implies %s", st.Path, name, compute.ShapeString(st.Shape), compute.ShapeString(shape))
 		}
 		var t compute.Tensor
-		switch {
-		case len(shape) == 2 && info.DType == safetensors.BF16:
-			bits, err := f.Uint16(name)
-			if err != nil {
-				return err
-			}
-			if copyHost {
+		if len(shape) == 2 && st.BF16 != nil {
+			bits := st.BF16
+			if copyHost && st.View {
 				bits = slices.Clone(bits)
 			}
 			t, err = b.WeightBF16(bits, shape...)
-			if err != nil {
-				return fmt.Errorf("%s: tensor %q: %w", f.Path(), name, err)
+		} else {
+			vals, view, ferr := st.Float32()
+			if ferr != nil {
+				return ferr
 			}
-		default:
-			vals, err := f.Float32(name) // view for F32, widened copy otherwise
-			if err != nil {
-				return err
-			}
-			if copyHost && info.DType == safetensors.F32 {
+			if copyHost && view {
 				vals = slices.Clone(vals)
 			}
 			t, err = b.WeightF32(vals, shape...)
-			if err != nil {
-				return fmt.Errorf("%s: tensor %q: %w", f.Path(), name, err)
-			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s: tensor %q: %w", st.Path, name, err)
 		}
 		made = append(made, t)
 		*field = t

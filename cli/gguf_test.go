@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clawrl/clawrl/gguf"
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/tokenizer"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// TestGGUF runs GGUF files as a user does, on the real binary: a
+// testmodel checkpoint converted to GGUF generates with `clawrl generate
+// --model FILE.gguf` what the checkpoint generates (BF16: the same
+// weights); `clawrl serve --model FILE.gguf` (Q8_0) answers a chat, learns
+// from thumbs, writes checkpoints that carry a config.json and the
+// tokenizer made from the file (so `generate --model CHECKPOINT` loads
+// them) and resumes them after a restart on the same GGUF base; damaged
+// files and architectures clawrl does not run are refused with the path
+// and the reason.
+func TestGGUF(t *testing.T) {
+	bin := realBinary(t)
+	dir := t.TempDir()
+	hf := filepath.Join(dir, "hf")
+	if out, err := exec.Command(bin, "testmodel", hf).CombinedOutput(); err != nil {
+		t.Fatalf("testmodel: %v\n%s", err, out)
+	}
+	tok, err := tokenizer.Load(hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := model.OpenDir(hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf16, q8 := filepath.Join(dir, "tiny-bf16.gguf"), filepath.Join(dir, "tiny-q8_0.gguf")
+	for path, typ := range map[string]gguf.TensorType{bf16: gguf.BF16, q8: gguf.Q8_0} {
+		if err := gguf.WriteModel(path, src, tok, typ); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src.Close()
+
+	data := filepath.Join(dir, "data")
+	cfg := filepath.Join(dir, "config.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("trainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", data)), 0o600)
+	clawrl := func(args ...string) (string, error) {
+		out, err := exec.Command(bin, append(args, "--config", cfg)...).CombinedOutput()
+		return string(out), err
+	}
+	generate := func(m string, extra ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"generate", "--config", cfg, "--model", m, "-t", "0", "-n", "12", "--prompt", "The quick"}, extra...)...)
+		out, err := cmd.Output() // the text alone, without the log
+		if err != nil {
+			t.Fatalf("generate --model %s: %v\n%s", m, err, out)
+		}
+		return string(out)
+	}
+	if a, b := generate(hf), generate(bf16); a != b {
+		t.Errorf("greedy generation: the checkpoint says %q, its BF16 GGUF %q", a, b)
+	}
+	if out := generate(q8, "--chat"); strings.TrimSpace(out) == "" {
+		t.Errorf("generate --model %s --chat said nothing", q8)
+	}
+
+	os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", q8, data)), 0o600)
+	d := startDaemon(t, bin, cfg, freePort(t))
+	if id := servedModel(d.url); id != filepath.Base(q8) {
+		t.Errorf("served model id %q", id)
+	}
+	chatWithThumbs(t, d, "g", "Name a fruit.", 2, 1, "", nil)
+	root := filepath.Join(data, "checkpoints")
+	var ns []uint64
+	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if ns, _ = weights.List(root); len(ns) > 0 && ns[0] >= 2 { // version 1 is the base's
+			break
+		}
+	}
+	if len(ns) == 0 || ns[0] < 2 {
+		t.Fatalf("no trained checkpoint after two thumbs up\n%s", d.log)
+	}
+	if err := d.stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, d.log)
+	}
+	c, _, err := weights.OpenLatest(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json"} {
+		if !c.Has(f) {
+			t.Errorf("the checkpoint of a GGUF base lacks %s", f)
+		}
+	}
+	if out := generate(c.Dir()); strings.TrimSpace(out) == "" {
+		t.Errorf("generate --model %s said nothing", c.Dir())
+	}
+	// A restart on the same GGUF base resumes the lineage.
+	d = startDaemon(t, bin, cfg, freePort(t))
+	if v := d.servedVersion(t); v < ns[0] {
+		t.Errorf("after a restart: version %d, the trainer made %d", v, ns[0])
+	}
+	d.kill()
+
+	// Refused files.
+	whole, _ := os.ReadFile(q8)
+	cut := filepath.Join(dir, "cut.gguf")
+	os.WriteFile(cut, whole[:len(whole)/2], 0o644)
+	neox := filepath.Join(dir, "neox.gguf")
+	if err := gguf.WriteFile(neox, []gguf.KV{{Key: "general.architecture", Value: gguf.String("gptneox")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	notGGUF := filepath.Join(dir, "model.bin")
+	os.WriteFile(notGGUF, []byte("PK\x03\x04 a zip file"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"generate", "--model", cut, "--prompt", "x"}, "truncated"},
+		{[]string{"generate", "--model", neox, "--prompt", "x"}, `architecture "gptneox"`},
+		{[]string{"generate", "--model", notGGUF, "--prompt", "x"}, "not a GGUF file"},
+		{[]string{"serve", "--model", cut, "--port", fmt.Sprint(freePort(t))}, "truncated"},
+	} {
+		out, err := clawrl(tc.args...)
+		path := tc.args[2]
+		if err == nil || !strings.Contains(out, tc.want) || !strings.Contains(out, path) {
+			t.Errorf("clawrl %v: %v, want an error with %s and %q\n%s", tc.args, err, path, tc.want, out)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package gguf
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// fileTypes are general.file_type's numbers (llama.cpp's llama_ftype) for
+// a file whose matrices are all of one type.
+var fileTypes = map[TensorType]uint32{
+	F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0: 8, Q5_1: 9,
+	Q4_K: 15, Q5_K: 17, Q6_K: 18, BF16: 32,
+}
+
+// matrixType is the type a matrix with rows of cols elements is written
+// in: typ when its blocks fit the rows, else, as llama.cpp falls back,
+// Q8_0 for a K-quant, else F16.
+func matrixType(typ TensorType, cols int) TensorType {
+	switch {
+	case cols%typ.BlockSize() == 0:
+		return typ
+	case typ.BlockSize() == qk && cols%32 == 0:
+		return Q8_0
+	}
+	return F16
+}
+
+// WriteModel writes the model of src, with its tokenizer, as a GGUF file
+// that llama.cpp and this package load: the metadata llama.cpp's converter
+// writes for the architecture, the tokenizer's vocabulary
+// (TokenizerMetadata), vectors in F32 and matrices in typ (a matrix whose
+// rows are not whole blocks of typ falls back to Q8_0, then F16), llama's
+// query and key projections permuted as the converter permutes them
+// (PermuteRows), and Llama 3 rope scaling as rope_freqs.weight. Tensors
+// are read, encoded and written one at a time; the file is written
+// atomically (WriteFile).
+func WriteModel(path string, src model.Source, tok *tokenizer.Tokenizer, typ TensorType) error {
+	if _, ok := quantizers[typ]; !ok {
+		return fmt.Errorf("gguf: %s: cannot write %s tensors", path, typ)
+	}
+	c := src.Config()
+	var arch string
+	for a, hf := range Architectures {
+		if hf == c.Architecture {
+			arch = a
+		}
+	}
+	if arch == "" {
+		return fmt.Errorf("gguf: %s: architecture %q has no GGUF name", path, c.Architecture)
+	}
+	k := func(s string) string { return arch + "." + s }
+	kvs := []KV{
+		{"general.architecture", String(arch)},
+		{"general.name", String(strings.TrimSuffix(src.String(), "/"))},
+		{"general.file_type", Uint32(fileTypes[typ])},
+		{k("context_length"), Uint32(uint32(c.MaxPositions))},
+		{k("embedding_length"), Uint32(uint32(c.HiddenSize))},
+		{k("block_count"), Uint32(uint32(c.NumLayers))},
+		{k("feed_forward_length"), Uint32(uint32(c.IntermediateSize))},
+		{k("attention.head_count"), Uint32(uint32(c.NumHeads))},
+		{k("attention.head_count_kv"), Uint32(uint32(c.NumKVHeads))},
+		{k("attention.key_length"), Uint32(uint32(c.HeadDim))},
+		{k("attention.value_length"), Uint32(uint32(c.HeadDim))},
+		{k("rope.dimension_count"), Uint32(uint32(c.HeadDim))},
+		{k("rope.freq_base"), Float32(float32(c.RopeTheta))},
+		{k("attention.layer_norm_rms_epsilon"), Float32(float32(c.RMSNormEps))},
+	}
+	if tok != nil {
+		v, err := tok.Vocab(c.VocabSize)
+		if err != nil {
+			return fmt.Errorf("gguf: %s: tokenizer: %w", path, err)
+		}
+		kvs = append(kvs, TokenizerMetadata(v)...)
+	}
+	var tensors []WriteTensor
+	for _, spec := range c.TensorSpecs() {
+		name, _ := TensorName(spec.Name)
+		tt := F32
+		if len(spec.Shape) == 2 {
+			tt = matrixType(typ, spec.Shape[1])
+		}
+		heads := 0
+		if arch == "llama" {
+			switch {
+			case strings.Contains(spec.Name, "self_attn.q_proj."):
+				heads = c.NumHeads
+			case strings.Contains(spec.Name, "self_attn.k_proj."):
+				heads = c.NumKVHeads
+			}
+		}
+		hf, shape := spec.Name, spec.Shape
+		tensors = append(tensors, WriteTensor{Name: name, Type: tt, Shape: shape, Stream: func(w io.Writer) error {
+			st, err := src.Tensor(hf)
+			if err != nil {
+				return err
+			}
+			vals, _, err := st.Float32()
+			if err != nil {
+				return err
+			}
+			size, err := EncodedSize(tt, len(vals))
+			if err != nil {
+				return err
+			}
+			out := make([]byte, size)
+			quantizers[tt](out, vals, nil)
+			if heads > 0 {
+				if out, err = PermuteRows(out, shape[0], heads); err != nil {
+					return err
+				}
+			}
+			_, err = w.Write(out)
+			return err
+		}})
+	}
+	if c.RopeScaling != nil {
+		f := llama3Divisors(c)
+		data := make([]byte, 4*len(f))
+		for i, x := range f {
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
+		}
+		tensors = append(tensors, WriteTensor{Name: KeyRopeFreqs, Type: F32, Shape: []int{len(f)}, Data: data})
+	}
+	return WriteFile(path, kvs, tensors)
+}
+
+// llama3Divisors are the divisors of the rotary frequencies that Llama 3
+// scaling applies, as llama.cpp's converter stores them in
+// rope_freqs.weight.
+func llama3Divisors(c *model.Config) []float32 {
+	scaled := c.RopeFrequencies()
+	out := make([]float32, len(scaled))
+	for i, f := range scaled {
+		out[i] = float32(math.Pow(c.RopeTheta, -float64(2*i)/float64(c.HeadDim)) / f)
+	}
+	return out
+}

@@ -1,0 +1,161 @@
+package gguf
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/clawrl/clawrl/tokenizer"
+)
+
+// Metadata keys of the tokenizer.
+const (
+	KeyTokenizerModel = "tokenizer.ggml.model"
+	KeyTokenizerPre   = "tokenizer.ggml.pre"
+	KeyTokens         = "tokenizer.ggml.tokens"
+	KeyTokenTypes     = "tokenizer.ggml.token_type"
+	KeyMerges         = "tokenizer.ggml.merges"
+	KeyBOS            = "tokenizer.ggml.bos_token_id"
+	KeyEOS            = "tokenizer.ggml.eos_token_id"
+	KeyPAD            = "tokenizer.ggml.padding_token_id"
+	KeyChatTemplate   = "tokenizer.chat_template"
+)
+
+// Tokenizer builds the tokenizer the file holds (see ReadTokenizer).
+func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) { return ReadTokenizer(m.f) }
+
+// ReadTokenizer builds a tokenizer from a file's metadata: the byte-level
+// BPE vocabulary of tokenizer.ggml.model "gpt2" (tokens, token types,
+// merges), its pre-tokenizer (tokenizer.ggml.pre: qwen2, llama-bpe,
+// gpt-2, default; see tokenizer.Vocab), the BOS, EOS and padding tokens,
+// and the chat templates (tokenizer.chat_template, and named ones as
+// tokenizer.chat_template.NAME). SentencePiece vocabularies
+// (tokenizer.ggml.model "llama") are refused: clawrl's tokenizer is
+// byte-level BPE only.
+func ReadTokenizer(f *File) (*tokenizer.Tokenizer, error) {
+	m := &Model{f: f}
+	kind, ok, err := m.stringKey(KeyTokenizerModel)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !ok:
+		return nil, f.errorf("the file holds no tokenizer (%s is missing)", KeyTokenizerModel)
+	case kind == "llama":
+		return nil, f.errorf("the tokenizer is SentencePiece (%s %q); clawrl runs byte-level BPE tokenizers only (%q, as Llama 3, Qwen2 and Qwen3 have)", KeyTokenizerModel, kind, "gpt2")
+	case kind != "gpt2":
+		return nil, f.errorf("tokenizer %s %q is not supported; clawrl runs byte-level BPE tokenizers only (%q)", KeyTokenizerModel, kind, "gpt2")
+	}
+	v := tokenizer.Vocab{Pre: "default", BOS: -1, EOS: -1, PAD: -1}
+	if pre, ok, err := m.stringKey(KeyTokenizerPre); err != nil {
+		return nil, err
+	} else if ok {
+		v.Pre = pre
+	}
+	tv, ok := f.Get(KeyTokens)
+	if !ok {
+		return nil, f.errorf("metadata: %s is missing", KeyTokens)
+	}
+	if v.Tokens, ok = tv.Strings(); !ok {
+		return nil, f.errorf("metadata: %s is %s of %s, not an array of strings", KeyTokens, tv.Type(), tv.ElemType())
+	}
+	if tt, ok := f.Get(KeyTokenTypes); ok {
+		ints, ok := tt.Ints()
+		if !ok {
+			return nil, f.errorf("metadata: %s is %s of %s, not an array of integers", KeyTokenTypes, tt.Type(), tt.ElemType())
+		}
+		v.Types = make([]tokenizer.TokenType, len(ints))
+		for i, x := range ints {
+			v.Types[i] = tokenizer.TokenType(x)
+		}
+	}
+	if mv, ok := f.Get(KeyMerges); ok {
+		merges, ok := mv.Strings()
+		if !ok {
+			return nil, f.errorf("metadata: %s is %s of %s, not an array of strings", KeyMerges, mv.Type(), mv.ElemType())
+		}
+		v.Merges = make([][2]string, len(merges))
+		for i, s := range merges {
+			if v.Merges[i], err = tokenizer.ParseMerge(s); err != nil {
+				return nil, f.errorf("metadata: %s[%d]: %v", KeyMerges, i, err)
+			}
+		}
+	}
+	for _, s := range []struct {
+		key string
+		dst *int32
+	}{{KeyBOS, &v.BOS}, {KeyEOS, &v.EOS}, {KeyPAD, &v.PAD}} {
+		id, ok, err := m.intKey(s.key)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			*s.dst = int32(id)
+		}
+	}
+	for _, kv := range f.KV {
+		name, ok := "default", kv.Key == KeyChatTemplate
+		if !ok {
+			name, ok = strings.CutPrefix(kv.Key, KeyChatTemplate+".")
+		}
+		if !ok {
+			continue
+		}
+		src, isStr := kv.Value.Str()
+		if !isStr {
+			return nil, f.errorf("metadata: %s is %s, not a string", kv.Key, kv.Value.Type())
+		}
+		if v.ChatTemplates == nil {
+			v.ChatTemplates = map[string]string{}
+		}
+		v.ChatTemplates[name] = src
+	}
+	tok, err := tokenizer.FromVocab(v)
+	if err != nil {
+		return nil, f.errorf("tokenizer: %v", err)
+	}
+	return tok, nil
+}
+
+// TokenizerMetadata returns the metadata of a byte-level BPE vocabulary
+// (tokenizer.Tokenizer.Vocab) as llama.cpp's converter writes it.
+func TokenizerMetadata(v tokenizer.Vocab) []KV {
+	types := make([]int32, len(v.Tokens))
+	for i := range types {
+		types[i] = int32(tokenizer.TokenNormal)
+		if v.Types != nil {
+			types[i] = int32(v.Types[i])
+		}
+	}
+	merges := make([]string, len(v.Merges))
+	for i, m := range v.Merges {
+		merges[i] = m[0] + " " + m[1]
+	}
+	kvs := []KV{
+		{KeyTokenizerModel, String("gpt2")},
+		{KeyTokenizerPre, String(v.Pre)},
+		{KeyTokens, Array(slices.Clone(v.Tokens))},
+		{KeyTokenTypes, Array(types)},
+		{KeyMerges, Array(merges)},
+	}
+	for _, s := range []struct {
+		key string
+		id  int32
+	}{{KeyBOS, v.BOS}, {KeyEOS, v.EOS}, {KeyPAD, v.PAD}} {
+		if s.id >= 0 {
+			kvs = append(kvs, KV{s.key, Uint32(uint32(s.id))})
+		}
+	}
+	names := make([]string, 0, len(v.ChatTemplates))
+	for name := range v.ChatTemplates {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		key := KeyChatTemplate
+		if name != "default" {
+			key += "." + name
+		}
+		kvs = append(kvs, KV{key, String(v.ChatTemplates[name])})
+	}
+	return kvs
+}

@@ -1,0 +1,91 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/clawrl/clawrl/safetensors"
+)
+
+// Source is a checkpoint the model loads from: its config and its tensors
+// by Hugging Face name, in Hugging Face layout. A checkpoint directory of
+// safetensors files is one (OpenDir); a GGUF file is another (package
+// gguf).
+type Source interface {
+	// Config is the checkpoint's model config.
+	Config() *Config
+	// Tensor returns the named tensor ("model.layers.0.self_attn.q_proj.weight").
+	Tensor(name string) (SourceTensor, error)
+	// String names the checkpoint for messages (its path).
+	String() string
+	// Close releases the source; views it handed out must not be used
+	// after.
+	Close() error
+}
+
+// SourceTensor is one tensor of a Source, row-major with the outermost
+// dimension first.
+type SourceTensor struct {
+	// Path is the file that holds the tensor, for messages.
+	Path  string
+	Shape []int
+	// BF16 holds the bits of a tensor stored in BF16, nil otherwise.
+	BF16 []uint16
+	// Float32 returns the values as float32: as stored, widened or
+	// dequantized; view reports that they point into memory the source
+	// owns (a mapped file), valid until its Close, rather than being a
+	// copy.
+	Float32 func() (vals []float32, view bool, err error)
+	// View reports that BF16 and Blocks point into memory the source
+	// owns, as Float32's view does.
+	View bool
+	// Format and Blocks hold a tensor stored in a block-quantized format
+	// as it is stored: Format names it as GGUF does ("Q8_0", "Q4_0",
+	// "Q4_K"), Blocks are its blocks, row after row (a view when View).
+	// Empty for a tensor that is not quantized. A backend that computes
+	// with quantized weights can take them as they are; any other loads
+	// Float32's values.
+	Format string
+	Blocks []byte
+}
+
+// OpenDir opens a checkpoint directory of safetensors files as a Source:
+// config.json and model.safetensors (or its shards).
+func OpenDir(dir string) (Source, error) {
+	c, err := LoadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	return &dirSource{c: c, ck: ck}, nil
+}
+
+// dirSource is a safetensors checkpoint directory.
+type dirSource struct {
+	c  *Config
+	ck *safetensors.Checkpoint
+}
+
+func (s *dirSource) Config() *Config { return s.c }
+func (s *dirSource) String() string  { return s.ck.Dir() }
+func (s *dirSource) Close() error    { return s.ck.Close() }
+
+func (s *dirSource) Tensor(name string) (SourceTensor, error) {
+	f, info, err := s.ck.Find(name)
+	if err != nil {
+		return SourceTensor{}, err
+	}
+	t := SourceTensor{Path: f.Path(), Shape: info.Shape, View: true}
+	if info.DType == safetensors.BF16 {
+		if t.BF16, err = f.Uint16(name); err != nil {
+			return SourceTensor{}, err
+		}
+	}
+	t.Float32 = func() ([]float32, bool, error) {
+		vals, err := f.Float32(name) // a view for F32, a widened copy otherwise
+		return vals, info.DType == safetensors.F32, err
+	}
+	return t, nil
+}

@@ -1,0 +1,241 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// TokenType is the role of a token in a Vocab, numbered as GGUF files
+// number them (tokenizer.ggml.token_type).
+type TokenType int32
+
+// Token types.
+const (
+	TokenNormal      TokenType = 1 // a BPE token in the byte-level alphabet
+	TokenUnknown     TokenType = 2
+	TokenControl     TokenType = 3 // a special added token ("<|im_end|>")
+	TokenUserDefined TokenType = 4 // an added token that is not special ("<think>")
+	TokenUnused      TokenType = 5 // a placeholder that pads the vocabulary
+	TokenByte        TokenType = 6
+)
+
+// Names of pre-tokenizers as llama.cpp's converter writes them
+// (tokenizer.ggml.pre), for the pre-tokenizers this package runs.
+const (
+	PreQwen2  = "qwen2"     // PatternQwen2, NFC normalization (Qwen2, Qwen2.5, Qwen3)
+	PreLlama3 = "llama-bpe" // PatternLlama3, merges ignored for whole-word tokens (Llama 3)
+	PreGPT2   = "gpt-2"     // the GPT-2 byte-level pattern
+)
+
+// Vocab is a byte-level BPE vocabulary as a GGUF file holds it: the
+// tokens by id in the byte-level alphabet (added tokens as their text),
+// their types, the merge rules by rank, the pre-tokenizer's name, the
+// special tokens and the chat templates. FromVocab builds a Tokenizer
+// from one; Tokenizer.Vocab makes one.
+type Vocab struct {
+	Tokens []string
+	// Types has one entry per token; nil means every token is normal.
+	Types  []TokenType
+	Merges [][2]string
+	// Pre names the pre-tokenizer: PreQwen2, PreLlama3 (or its other
+	// names "llama3" and "llama-v3"), PreGPT2 ("gpt2"), or "default",
+	// which llama.cpp's converter writes for a pre-tokenizer it does not
+	// recognise and which is read as GPT-2's (the pattern of a plain
+	// byte-level tokenizer.json).
+	Pre string
+	// BOS, EOS and PAD are token ids, −1 for none.
+	BOS, EOS, PAD int32
+	// ChatTemplates by name; "default" is the chat template.
+	ChatTemplates map[string]string
+}
+
+// preTokenizer is how a pre-tokenizer name is run.
+type preTokenizer struct {
+	normalizer   string // tokenizer.json's normalizer section, "" for none
+	preTokenizer string
+	ignoreMerges bool
+}
+
+func splitByteLevel(pattern string) string {
+	return `{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":` + quoteJSON(pattern) +
+		`},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":false,"use_regex":false}]}`
+}
+
+var preTokenizers = map[string]preTokenizer{
+	PreQwen2:   {normalizer: `{"type":"NFC"}`, preTokenizer: splitByteLevel(PatternQwen2)},
+	PreLlama3:  {preTokenizer: splitByteLevel(PatternLlama3), ignoreMerges: true},
+	"llama3":   {preTokenizer: splitByteLevel(PatternLlama3), ignoreMerges: true},
+	"llama-v3": {preTokenizer: splitByteLevel(PatternLlama3), ignoreMerges: true},
+	PreGPT2:    {preTokenizer: `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`},
+	"gpt2":     {preTokenizer: `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`},
+	"default":  {preTokenizer: `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`},
+}
+
+// PreTokenizerNames lists the pre-tokenizer names FromVocab accepts.
+func PreTokenizerNames() []string { return slices.Sorted(maps.Keys(preTokenizers)) }
+
+// FromVocab builds a tokenizer from a vocabulary: normal (and byte and
+// unknown) tokens form the BPE vocabulary, control tokens become special
+// added tokens and user-defined tokens added tokens that are not special,
+// both matched in the raw text; unused tokens are left out (their ids
+// decode to nothing). A special-token id that names no token is ignored.
+func FromVocab(v Vocab) (*Tokenizer, error) {
+	pre, ok := preTokenizers[v.Pre]
+	if !ok {
+		return nil, unsupported("pre-tokenizer %q (supported: %s)", v.Pre, strings.Join(PreTokenizerNames(), ", "))
+	}
+	if v.Types != nil && len(v.Types) != len(v.Tokens) {
+		return nil, fmt.Errorf("%d token types for %d tokens", len(v.Types), len(v.Tokens))
+	}
+	f := &fileJSON{
+		PreTokenizer: rawJSON(pre.preTokenizer),
+		Decoder:      rawJSON(`{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":false,"use_regex":false}`),
+		Model: modelJSON{
+			Type:         "BPE",
+			Vocab:        make(map[string]int32, len(v.Tokens)),
+			IgnoreMerges: pre.ignoreMerges,
+		},
+	}
+	if pre.normalizer != "" {
+		f.Normalizer = rawJSON(pre.normalizer)
+	}
+	addedAt := map[string]int32{}
+	for i, s := range v.Tokens {
+		id := int32(i)
+		typ := TokenNormal
+		if v.Types != nil {
+			typ = v.Types[i]
+		}
+		switch typ {
+		case TokenNormal, TokenByte, TokenUnknown:
+			if s == "" {
+				return nil, fmt.Errorf("token %d is empty", id)
+			}
+			if prev, dup := f.Model.Vocab[s]; dup {
+				return nil, fmt.Errorf("token %q has two ids, %d and %d", s, prev, id)
+			}
+			f.Model.Vocab[s] = id
+		case TokenControl, TokenUserDefined:
+			if s == "" {
+				return nil, fmt.Errorf("added token %d is empty", id)
+			}
+			if prev, dup := addedAt[s]; dup {
+				return nil, fmt.Errorf("added token %q has two ids, %d and %d", s, prev, id)
+			}
+			addedAt[s] = id
+			f.AddedTokens = append(f.AddedTokens, addedToken{ID: id, Content: s, Special: typ == TokenControl})
+		case TokenUnused:
+		default:
+			return nil, fmt.Errorf("token %d (%q) has type %d, not one of 1-6", id, s, typ)
+		}
+	}
+	f.Model.Merges = make([]mergeJSON, len(v.Merges))
+	for i, m := range v.Merges {
+		f.Model.Merges[i] = mergeJSON(m)
+	}
+	t, err := build(f)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range []struct {
+		id  int32
+		dst *specialToken
+	}{{v.BOS, &t.bos}, {v.EOS, &t.eos}, {v.PAD, &t.pad}} {
+		if t.valid(st.id) {
+			*st.dst = specialToken{text: t.TokenString(st.id), id: st.id, ok: true}
+		}
+	}
+	if len(v.ChatTemplates) > 0 {
+		t.chat = newChatTemplates(v.ChatTemplates)
+	}
+	return t, nil
+}
+
+// ParseMerge splits a merge rule written "a b" (as GGUF files and older
+// tokenizer.json files write them) into its two tokens.
+func ParseMerge(s string) ([2]string, error) {
+	a, b, ok := strings.Cut(s, " ")
+	if !ok || a == "" || b == "" || strings.Contains(b, " ") {
+		return [2]string{}, fmt.Errorf("merge %q is not two tokens separated by one space", s)
+	}
+	return [2]string{a, b}, nil
+}
+
+// ErrNoPreName is wrapped by Vocab's error for a tokenizer whose
+// pre-tokenizer has no name in GGUF files.
+var ErrNoPreName = errors.New("the pre-tokenizer has no GGUF name")
+
+// Vocab returns the tokenizer as a GGUF vocabulary of size tokens (at
+// least VocabSize: ids past the tokenizer's, and ids no token has, are
+// unused tokens named "[PADn]", as llama.cpp's converter pads them), so
+// that FromVocab gives back a tokenizer that encodes every text the same.
+// It fails with ErrNoPreName when the normalizer and pre-tokenizer are not
+// exactly one of the named ones (Qwen2's, Llama 3's, GPT-2's).
+func (t *Tokenizer) Vocab(size int) (Vocab, error) {
+	pre, err := t.preName()
+	if err != nil {
+		return Vocab{}, err
+	}
+	n := max(size, len(t.strs))
+	v := Vocab{Tokens: make([]string, n), Types: make([]TokenType, n), Pre: pre, BOS: -1, EOS: -1, PAD: -1}
+	for id := range n {
+		i := int32(id)
+		switch a, added := t.addedAt[i]; {
+		case added && t.added[a].Special:
+			v.Tokens[id], v.Types[id] = t.added[a].Content, TokenControl
+		case added:
+			v.Tokens[id], v.Types[id] = t.added[a].Content, TokenUserDefined
+		case t.valid(i):
+			v.Tokens[id], v.Types[id] = t.strs[id], TokenNormal
+		default:
+			v.Tokens[id], v.Types[id] = fmt.Sprintf("[PAD%d]", id), TokenUnused
+		}
+	}
+	v.Merges = make([][2]string, len(t.merges))
+	for i, m := range t.merges {
+		v.Merges[i] = [2]string{t.strs[m[0]], t.strs[m[1]]}
+	}
+	for _, st := range []struct {
+		tok specialToken
+		dst *int32
+	}{{t.bos, &v.BOS}, {t.eos, &v.EOS}, {t.pad, &v.PAD}} {
+		if st.tok.ok {
+			*st.dst = st.tok.id
+		}
+	}
+	if t.chat != nil {
+		v.ChatTemplates = make(map[string]string, len(t.chat.byName))
+		for name, ct := range t.chat.byName {
+			v.ChatTemplates[name] = ct.source
+		}
+	}
+	return v, nil
+}
+
+// preName names the tokenizer's normalizer and pre-tokenizer.
+func (t *Tokenizer) preName() (string, error) {
+	nfc := len(t.norm) == 1 && t.norm[0] == norm.NFC
+	switch p := t.pre.(type) {
+	case splitStep:
+		q, ok := p.m.(qwenMatcher)
+		if !ok || p.behavior != behaviorIsolated || p.invert {
+			break
+		}
+		switch {
+		case q.maxDigits == 1 && nfc && !t.model.ignoreMerges:
+			return PreQwen2, nil
+		case q.maxDigits == 3 && len(t.norm) == 0 && t.model.ignoreMerges:
+			return PreLlama3, nil
+		}
+	case byteLevelStep:
+		if _, ok := p.split.(gpt2Matcher); ok && !p.addPrefixSpace && len(t.norm) == 0 && !t.model.ignoreMerges {
+			return PreGPT2, nil
+		}
+	}
+	return "", fmt.Errorf("%w (GGUF files name Qwen2's: the Qwen2 split pattern after NFC; Llama 3's: the Llama 3 pattern, no normalizer, ignore_merges; and GPT-2's byte-level pattern)", ErrNoPreName)
+}

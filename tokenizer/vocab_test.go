@@ -1,0 +1,177 @@
+package tokenizer
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// vocabTexts are texts whose encodings must survive a trip through a
+// GGUF vocabulary: prose, digits, scripts, text that is not in NFC,
+// special and almost-special tokens, white space runs.
+var vocabTexts = []string{
+	"The quick brown fox jumps over the lazy dog.",
+	"In 2024, 1234567 people paid $3.14159 each.",
+	"Les élèves étudient à l'école. Ça va très bien !",
+	"Cafe\u0301 and re\u0301sume\u0301 (not NFC)",
+	"你好，世界！这是一个测试。",
+	"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+	"<|im_end <|endoftext|x <think> I'd've they'LL",
+	"  leading\t\ttabs\n\n\nand   runs   \r\n",
+	"def f(x):\n    return {\"a\": [1, 2, 3]}\n",
+	"",
+}
+
+func sameEncodings(t *testing.T, a, b *Tokenizer) {
+	t.Helper()
+	for _, s := range vocabTexts {
+		if x, y := a.Encode(s), b.Encode(s); !slices.Equal(x, y) {
+			t.Errorf("%q: %v, through the vocab %v", s, x, y)
+		}
+		if x, y := a.EncodeOrdinary(s), b.EncodeOrdinary(s); !slices.Equal(x, y) {
+			t.Errorf("%q (ordinary): %v, through the vocab %v", s, x, y)
+		}
+	}
+	for id := range int32(a.VocabSize()) {
+		if a.TokenString(id) != b.TokenString(id) || a.IsSpecial(id) != b.IsSpecial(id) {
+			t.Fatalf("token %d: %q special %v, through the vocab %q special %v", id, a.TokenString(id), a.IsSpecial(id), b.TokenString(id), b.IsSpecial(id))
+		}
+		if x, y := a.Decode([]int32{id}), b.Decode([]int32{id}); x != y {
+			t.Fatalf("token %d decodes to %q, through the vocab %q", id, x, y)
+		}
+	}
+	for _, role := range []func(*Tokenizer) (int32, bool){(*Tokenizer).BOS, (*Tokenizer).EOS, (*Tokenizer).PAD} {
+		x, okX := role(a)
+		y, okY := role(b)
+		if x != y || okX != okY {
+			t.Errorf("special token %d %v, through the vocab %d %v", x, okX, y, okY)
+		}
+	}
+}
+
+func TestVocabRoundTrip(t *testing.T) {
+	tok := smallTokenizer(t)
+	v, err := tok.Vocab(tok.VocabSize() + 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Pre != PreQwen2 || len(v.Tokens) != tok.VocabSize()+5 || v.Types[len(v.Types)-1] != TokenUnused || v.Tokens[len(v.Tokens)-1] != "[PAD1004]" {
+		t.Fatalf("pre %q, %d tokens, last %q of type %d", v.Pre, len(v.Tokens), v.Tokens[len(v.Tokens)-1], v.Types[len(v.Types)-1])
+	}
+	back, err := FromVocab(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEncodings(t, tok, back)
+	req := ChatRequest{Messages: []Message{{Role: "user", Content: "hi"}}, AddGenerationPrompt: true}
+	x, err1 := tok.ApplyChatTemplate(req)
+	y, err2 := back.ApplyChatTemplate(req)
+	if err1 != nil || err2 != nil || x != y {
+		t.Errorf("chat template: %q %v, through the vocab %q %v", x, err1, y, err2)
+	}
+	// The rebuilt tokenizer saves a tokenizer.json that loads the same.
+	again, err := FromFiles(back.TokenizerJSON(), back.ConfigJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEncodings(t, tok, again)
+}
+
+func TestVocabLlama3(t *testing.T) {
+	// A Llama 3 style tokenizer: the Llama 3 pattern, no normalizer,
+	// merges ignored for whole-word tokens.
+	v, err := smallTokenizer(t).Vocab(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Pre = "llama3"
+	tok, err := FromVocab(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tok.Encode("year 2024"); len(got) < 2 {
+		t.Errorf("year 2024: %v", got)
+	}
+	v2, err := tok.Vocab(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v2.Pre != PreLlama3 {
+		t.Errorf("pre %q, want %q", v2.Pre, PreLlama3)
+	}
+	back, err := FromVocab(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEncodings(t, tok, back)
+}
+
+func TestVocabQwen3(t *testing.T) {
+	tok := qwen3Tokenizer(t)
+	v, err := tok.Vocab(151936) // Qwen3's embedding rows
+	if err != nil {
+		t.Fatal(err)
+	}
+	think, _ := tok.TokenID("<think>")
+	if v.Types[think] != TokenUserDefined || v.Types[151645] != TokenControl || v.Types[151935] != TokenUnused {
+		t.Errorf("types: <think> %d, <|im_end|> %d, last %d", v.Types[think], v.Types[151645], v.Types[151935])
+	}
+	back, err := FromVocab(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEncodings(t, tok, back)
+}
+
+func TestFromVocabRefuses(t *testing.T) {
+	good, err := smallTokenizer(t).Vocab(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(v *Vocab)) Vocab {
+		v := good
+		v.Tokens = slices.Clone(good.Tokens)
+		v.Types = slices.Clone(good.Types)
+		v.Merges = slices.Clone(good.Merges)
+		f(&v)
+		return v
+	}
+	cases := []struct {
+		name string
+		v    Vocab
+		text string
+	}{
+		{"unknown pre-tokenizer", edit(func(v *Vocab) { v.Pre = "deepseek-llm" }), "pre-tokenizer"},
+		{"types of another length", edit(func(v *Vocab) { v.Types = v.Types[1:] }), "token types"},
+		{"bad type", edit(func(v *Vocab) { v.Types[300] = 9 }), "type 9"},
+		{"duplicate token", edit(func(v *Vocab) { v.Tokens[300] = v.Tokens[301] }), "two ids"},
+		{"empty token", edit(func(v *Vocab) { v.Tokens[300] = "" }), "empty"},
+		{"merge of unknown tokens", edit(func(v *Vocab) { v.Merges[0] = [2]string{"zz", "qq"} }), "not in vocab"},
+		{"missing byte", edit(func(v *Vocab) { v.Types[65] = TokenUnused }), "byte-level token"},
+	}
+	for _, c := range cases {
+		if _, err := FromVocab(c.v); err == nil || !strings.Contains(err.Error(), c.text) {
+			t.Errorf("%s: %v, want an error mentioning %q", c.name, err, c.text)
+		}
+	}
+	if _, err := FromVocab(edit(func(v *Vocab) { v.Pre = "x" })); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("unknown pre-tokenizer: %v is not ErrUnsupported", err)
+	}
+	// A tokenizer trained with the Llama 3 pattern keeps NFC: no GGUF name.
+	tok, err := Train(slices.Values(smallCorpus()[:20]), TrainOptions{VocabSize: 300, Pattern: PatternLlama3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tok.Vocab(0); !errors.Is(err, ErrNoPreName) {
+		t.Errorf("Llama 3 pattern with NFC: %v", err)
+	}
+	if m, err := ParseMerge("Ġ t"); err != nil || m != [2]string{"Ġ", "t"} {
+		t.Errorf("ParseMerge: %v %v", m, err)
+	}
+	for _, bad := range []string{"ab", "a  b", " a", "a b c"} {
+		if _, err := ParseMerge(bad); err == nil {
+			t.Errorf("ParseMerge(%q) accepted", bad)
+		}
+	}
+}
