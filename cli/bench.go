@@ -84,7 +84,7 @@ them.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "", "checkpoint directory to benchmark (default: a random --preset)")
+	fl.StringVar(&f.model, "model", "", "checkpoint directory or GGUF file to benchmark (default: a random --preset)")
 	fl.StringVar(&f.preset, "preset", "20m", "random checkpoint shape when --model is not given: "+presetNames())
 	fl.StringSliceVar(&f.what, "what", []string{"machine", "gemm", "model"}, "sections to run: machine, gemm, model, serve (streaming HTTP clients)")
 	fl.IntVar(&f.prefixTokens, "prefix-tokens", 16000, "serve: length of the shared system prompt for the prefix-cache TTFT test (0 = skip)")
@@ -662,7 +662,7 @@ file of integers) in one forward pass, then decodes --greedy tokens greedily
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "model", "", "checkpoint directory")
+	f.StringVar(&dir, "model", "", "checkpoint directory or GGUF file")
 	f.IntVar(&gpu, "gpu", -1, "GPU to run on (-1: the CPU)")
 	f.StringVar(&promptFile, "prompt", "", "file of prompt token ids (integers separated by white space)")
 	f.IntVar(&greedy, "greedy", 256, "greedy tokens to generate after the prompt (at least 1)")

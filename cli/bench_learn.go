@@ -104,7 +104,7 @@ Scenarios: ` + strings.Join(names, ", ") + `, or all.`,
 	fl.StringVar(&f.judge, "judge", "model", "model: the daemon's configured judge; oracle: an OpenAI-compatible judge that knows the preference (a control: votes from the user's praise, the canonical instruction as the hint)")
 	fl.StringVar(&f.url, "url", "", "talk to this running daemon instead of starting one per method (e.g. http://127.0.0.1:30000)")
 	fl.StringVar(&f.apiKey, "api-key", "", "API key for --url (default: the first of server.api_keys)")
-	fl.StringVar(&f.modelFlag, "model", "", "checkpoint directory for the in-process daemon (default: model.path, else the bundled model)")
+	fl.StringVar(&f.modelFlag, "model", "", "checkpoint directory or GGUF file for the in-process daemon (default: model.path, else the bundled model)")
 	fl.StringVar(&f.out, "out", "bench-learn", "directory for the PNGs and results.json")
 	return cmd
 }

@@ -45,7 +45,7 @@ outcome (trained, queued, dropped by reason) and steps applied.`,
 	}
 	cmd.Flags().IntVar(&clients, "clients", 64, "simulated users streaming at once")
 	cmd.Flags().Float64Var(&seconds, "seconds", 120, "how long they keep talking")
-	cmd.Flags().StringVar(&modelFlag, "model", "", "checkpoint directory (default: model.path, else the bundled model)")
+	cmd.Flags().StringVar(&modelFlag, "model", "", "checkpoint directory or GGUF file (default: model.path, else the bundled model)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "data directory (default: a fresh temporary one)")
 	return cmd
 }

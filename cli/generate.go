@@ -39,7 +39,7 @@ is applied. Timing goes to standard error.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runGenerate(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "", "checkpoint directory (default: model.path)")
+	fl.StringVar(&f.model, "model", "", "checkpoint directory or GGUF file (default: model.path)")
 	fl.StringVarP(&f.prompt, "prompt", "p", "", "prompt text (default: read standard input)")
 	fl.BoolVar(&f.chat, "chat", false, "apply the chat template: the prompt is a user message")
 	fl.StringVar(&f.system, "system", "", "system message (with --chat)")

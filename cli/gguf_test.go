@@ -18,8 +18,10 @@ import (
 // TestGGUF runs GGUF files as a user does, on the real binary: a
 // testmodel checkpoint converted to GGUF generates with `clawrl generate
 // --model FILE.gguf` what the checkpoint generates (BF16: the same
-// weights); `clawrl serve --model FILE.gguf` (Q8_0) answers a chat, learns
-// from thumbs, writes checkpoints that carry a config.json and the
+// weights); `clawrl serve --model FILE.gguf` answers a chat (Q8_0, with
+// training off: training over quantized weights is not built yet) and
+// (BF16) learns from thumbs, writes checkpoints that carry a config.json
+// and the
 // tokenizer made from the file (so `generate --model CHECKPOINT` loads
 // them) and resumes them after a restart on the same GGUF base; damaged
 // files and architectures clawrl does not run are refused with the path
@@ -70,11 +72,25 @@ func TestGGUF(t *testing.T) {
 		t.Errorf("generate --model %s --chat said nothing", q8)
 	}
 
-	os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", q8, data)), 0o600)
-	d := startDaemon(t, bin, cfg, freePort(t))
+	// The Q8_0 file serves (training over quantized weights is item 3 of
+	// issue 30: not yet).
+	quiet := filepath.Join(dir, "quiet.yaml")
+	os.WriteFile(quiet, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n", q8, filepath.Join(dir, "data-q8"))), 0o600)
+	d := startDaemon(t, bin, quiet, freePort(t))
 	if id := servedModel(d.url); id != filepath.Base(q8) {
 		t.Errorf("served model id %q", id)
 	}
+	code, m, _ := d.post(t, "/v1/chat/completions", "", nil, map[string]any{
+		"model": filepath.Base(q8), "messages": []map[string]string{{"role": "user", "content": "Hello!"}}, "max_tokens": 8,
+	})
+	if code != 200 {
+		t.Fatalf("chat with the Q8_0 file: %d %v\n%s", code, m, d.log)
+	}
+	d.kill()
+
+	// The BF16 file serves and trains.
+	os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", bf16, data)), 0o600)
+	d = startDaemon(t, bin, cfg, freePort(t))
 	chatWithThumbs(t, d, "g", "Name a fruit.", 2, 1, "", nil)
 	root := filepath.Join(data, "checkpoints")
 	var ns []uint64

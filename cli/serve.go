@@ -43,7 +43,7 @@ stage. SIGINT or SIGTERM stops it gracefully.`,
 			return a.runServe(ctx, modelFlag, nil)
 		},
 	}
-	cmd.Flags().StringVar(&modelFlag, "model", "", "checkpoint directory (default: model.path)")
+	cmd.Flags().StringVar(&modelFlag, "model", "", "checkpoint directory or GGUF file (default: model.path)")
 	fl := cmd.Flags()
 	fl.String("host", "", "listen address (server.host)")
 	config.BindFlag(fl, "host", "server.host")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/clawrl/clawrl/gguf"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/tokenizer"
 )
@@ -38,7 +39,7 @@ func presetNames() string {
 }
 
 func (a *app) testmodelCmd() *cobra.Command {
-	var preset, arch, tokDir string
+	var preset, arch, tokDir, ggufType string
 	var seed uint64
 	cmd := &cobra.Command{
 		Use:   "testmodel DIR",
@@ -48,7 +49,12 @@ tokenizer_config.json into DIR: a model of the chosen shape with random
 weights, and either a copy of an existing tokenizer (--tokenizer DIR; the
 vocabulary grows to fit it) or a small byte-level BPE trained on the spot
 with the ChatML chat template. The model speaks gibberish; every other part
-of the engine is exercised as with a real checkpoint.`,
+of the engine is exercised as with a real checkpoint.
+
+With --gguf TYPE it also writes DIR/model-TYPE.gguf, the same model as a
+GGUF file (as llama.cpp's converter makes them) in TYPE (f32, f16, bf16,
+q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k), which serve,
+generate and bench take as --model as they take DIR.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, ok := presets()[preset]
@@ -66,13 +72,25 @@ of the engine is exercised as with a real checkpoint.`,
 			if cmd.Flags().Changed("seed") {
 				spec.Seed = seed
 			}
-			return writeTestModel(args[0], spec, tokDir, false)
+			var typ gguf.TensorType
+			if ggufType != "" {
+				t, err := gguf.ParseTensorType(ggufType)
+				if err != nil || !t.Readable() {
+					return fmt.Errorf("--gguf %q: want one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k", ggufType)
+				}
+				typ = t
+			}
+			if err := writeTestModel(args[0], spec, tokDir, false); err != nil || ggufType == "" {
+				return err
+			}
+			return writeTestGGUF(args[0], typ)
 		},
 	}
 	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
 	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3)
 	cmd.Flags().StringVar(&tokDir, "tokenizer", "", "copy tokenizer.json and tokenizer_config.json from this directory")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random weights")
+	cmd.Flags().StringVar(&ggufType, "gguf", "", "also write the model as DIR/model-TYPE.gguf in this tensor type (q8_0, q4_0, bf16, ...)")
 	return cmd
 }
 
@@ -126,6 +144,26 @@ func writeTestModel(dir string, spec model.RandomSpec, tokDir string, keepVocab 
 	}
 	fmt.Printf("wrote %s: %s, %.1fM parameters, vocabulary %d, context %d\n",
 		filepath.Clean(dir), c.Architecture, float64(c.NumParams())/1e6, c.VocabSize, c.MaxPositions)
+	return nil
+}
+
+// writeTestGGUF writes the checkpoint in dir, with its tokenizer, as
+// dir/model-TYPE.gguf.
+func writeTestGGUF(dir string, typ gguf.TensorType) error {
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return err
+	}
+	src, err := model.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	path := filepath.Join(dir, "model-"+strings.ToLower(typ.String())+".gguf")
+	if err := gguf.WriteModel(path, src, tok, typ); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s\n", path)
 	return nil
 }
 

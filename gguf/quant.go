@@ -32,6 +32,15 @@ import (
 //	Q6_K  256 elements, 210 bytes: 128 bytes of low nibbles, 64 bytes of
 //	      high 2-bit pairs, 16 int8 scales, d; sub-block i of 16
 //	      elements has x = d·sc_i·(q−32).
+//	Q2_K  256 elements, 84 bytes: 16 bytes of 4-bit scale and min pairs,
+//	      64 bytes of 2-bit quants, d, dmin; sub-block i of 16 elements
+//	      has x = d·sc_i·q − dmin·m_i. Element 128n+32j+16h+l is bits
+//	      2j..2j+1 of byte 32n+16h+l.
+//	Q3_K  256 elements, 110 bytes: 32 bytes of high bits, 64 bytes of
+//	      2-bit quants (placed as Q2_K's), 12 bytes of sixteen 6-bit
+//	      scales, d; x = d·(sc_i−32)·(q − 4 unless the high bit is set),
+//	      the high bit of element 128n+32j+16h+l being bit 4n+j of byte
+//	      16h+l.
 //
 // Dequantization follows ggml's reference formulas in float32, each
 // product and sum rounded in the order the reference writes it (no fused
@@ -63,6 +72,8 @@ var dequantizers = map[TensorType]dequantizer{
 	Q4_K: dequantQ4_K,
 	Q5_K: dequantQ5_K,
 	Q6_K: dequantQ6_K,
+	Q2_K: dequantQ2_K,
+	Q3_K: dequantQ3_K,
 }
 
 // Dequantize decodes src, the bytes of len(dst) elements of type t, into
@@ -268,6 +279,65 @@ func dequantQ6_K(dst []float32, src []byte) {
 				y[l+32] = float32(d*float32(int8(sc[is+2]))) * float32(q2)
 				y[l+64] = float32(d*float32(int8(sc[is+4]))) * float32(q3)
 				y[l+96] = float32(d*float32(int8(sc[is+6]))) * float32(q4)
+			}
+		}
+		dst = dst[qk:]
+	}
+}
+
+func dequantQ2_K(dst []float32, src []byte) {
+	for b := 0; len(dst) > 0; b++ {
+		blk := src[84*b : 84*b+84]
+		scales, qs := blk[:16], blk[16:80]
+		d, dmin := f16(blk[80:]), f16(blk[82:])
+		for n := range 2 { // halves of 128 elements
+			q := qs[32*n : 32*n+32]
+			for j := range 4 { // 2-bit planes
+				for h := range 2 { // sub-blocks of 16
+					sc := scales[8*n+2*j+h]
+					dl, ml := d*float32(sc&0xF), dmin*float32(sc>>4)
+					y := dst[128*n+32*j+16*h:]
+					for l := range 16 {
+						y[l] = float32(dl*float32(q[16*h+l]>>(2*j)&3)) - ml
+					}
+				}
+			}
+		}
+		dst = dst[qk:]
+	}
+}
+
+// scaleQ3K unpacks the 6-bit scale of sub-block k (0-15) of a Q3_K block:
+// its low 4 bits are a nibble of byte k%8 (the low one for k < 8), its
+// high 2 bits are bits 2(k/4) of byte 8+k%4.
+func scaleQ3K(s []byte, k int) int {
+	low := s[k%8] & 0xF
+	if k >= 8 {
+		low = s[k%8] >> 4
+	}
+	return int(low|(s[8+k%4]>>(2*(k/4))&3)<<4) - 32
+}
+
+func dequantQ3_K(dst []float32, src []byte) {
+	for b := 0; len(dst) > 0; b++ {
+		blk := src[110*b : 110*b+110]
+		hm, qs, scales := blk[:32], blk[32:96], blk[96:108]
+		d := f16(blk[108:])
+		for n := range 2 {
+			q := qs[32*n : 32*n+32]
+			for j := range 4 {
+				bit := byte(1) << (4*n + j)
+				for h := range 2 {
+					dl := d * float32(scaleQ3K(scales, 8*n+2*j+h))
+					y := dst[128*n+32*j+16*h:]
+					for l := range 16 {
+						v := int(q[16*h+l] >> (2 * j) & 3)
+						if hm[16*h+l]&bit == 0 {
+							v -= 4
+						}
+						y[l] = dl * float32(v)
+					}
+				}
 			}
 		}
 		dst = dst[qk:]

@@ -111,11 +111,34 @@ func refElement(t TensorType, blk []byte, e int) float64 {
 		}
 		q += 16 * int(blk[128+32*h+r%32]>>(2*(r/32))&3)
 		return half(blk, 208) * float64(int8(blk[192+e/16])) * float64(q-32)
+	case Q2_K, Q3_K:
+		// Element e = 128n + 32j + 16h + l: its two low bits are bits
+		// 2j, 2j+1 of quant byte 32n + 16h + l; its sub-block is e/16.
+		n, r := e/128, e%128
+		j, h, l := r/32, r%32/16, r%16
+		if t == Q2_K {
+			q := int(blk[16+32*n+16*h+l]) >> (2 * j) & 3
+			sc := blk[e/16]
+			return half(blk, 80)*float64(sc&15)*float64(q) - half(blk, 82)*float64(sc>>4)
+		}
+		q := int(blk[32+32*n+16*h+l]) >> (2 * j) & 3
+		if bit(blk[16*h+l:], 4*n+j) == 0 { // the high bit, from hmask
+			q -= 4
+		}
+		// The 6-bit scale k: a nibble of scales[k mod 8] (high for k ≥ 8)
+		// under bits 2(k/4), 2(k/4)+1 of scales[8 + k mod 4].
+		scales, k := blk[96:108], e/16
+		low := lowNibble(scales[k%8])
+		if k >= 8 {
+			low = highNibble(scales[k%8])
+		}
+		sc := low + 16*int(scales[8+k%4]>>(2*(k/4))&3) - 32
+		return half(blk, 108) * float64(sc) * float64(q)
 	}
 	panic("no reference for " + t.String())
 }
 
-var testTypes = []TensorType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K}
+var testTypes = []TensorType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
 
 // randomBlocks returns n blocks of random bytes of type t whose half-float
 // scales are finite (random in ±2^±4).
@@ -144,6 +167,11 @@ func randomBlocks(rng *rand.Rand, t TensorType, n int) []byte {
 			scale(blk + 2)
 		case Q6_K:
 			scale(blk + 208)
+		case Q2_K:
+			scale(blk + 80)
+			scale(blk + 82)
+		case Q3_K:
+			scale(blk + 108)
 		}
 	}
 	return b
@@ -215,6 +243,10 @@ func maxError(t TensorType, amax float64) float64 {
 		return 2 * amax * (1.0/31 + 1.0/63)
 	case Q6_K:
 		return amax * (1.0/32 + 1.0/128)
+	case Q3_K:
+		return amax * (1.0/4 + 1.0/32)
+	case Q2_K:
+		return 2 * amax * (1.0/3 + 1.0/15)
 	}
 	return math.Inf(1)
 }
@@ -272,7 +304,7 @@ func TestQuantizeChecksSizes(t *testing.T) {
 	if err := Dequantize(make([]float32, 32), make([]byte, 18), Q8_0); err == nil {
 		t.Error("18 bytes decoded as a Q8_0 block")
 	}
-	if err := Dequantize(make([]float32, 256), make([]byte, 110), Q3_K); err == nil {
-		t.Error("Q3_K decoded")
+	if err := Dequantize(make([]float32, 256), make([]byte, 66), IQ2_XXS); err == nil {
+		t.Error("IQ2_XXS decoded")
 	}
 }

@@ -25,6 +25,8 @@ var quantizers = map[TensorType]quantizer{
 	Q4_K: quantQ4_K,
 	Q5_K: quantQ5_K,
 	Q6_K: quantQ6_K,
+	Q2_K: quantQ2_K,
+	Q3_K: quantQ3_K,
 }
 
 // EncodedSize is the number of bytes n elements of type t take, or an
@@ -43,8 +45,9 @@ func EncodedSize(t TensorType, n int) (int, error) {
 // Quantize encodes src as values of type t into dst, which must hold
 // exactly EncodedSize(t, len(src)) bytes. F32, F16 and BF16 round to
 // nearest even. The block formats take a scale per block from its largest
-// magnitude (Q8_0, Q4_0, Q5_0, Q6_K's sub-blocks) or its range (Q4_1,
-// Q5_1, Q4_K and Q5_K's sub-blocks) and round each value to the nearest
+// magnitude (Q8_0, Q4_0, Q5_0, the sub-blocks of Q6_K and Q3_K) or its
+// range (Q4_1, Q5_1, the sub-blocks of Q4_K, Q5_K and Q2_K) and round
+// each value to the nearest
 // step: the plain reference scheme, without the search for better scales
 // that llama.cpp's quantizer does for K-quants, so its K-quant files are
 // somewhat more accurate than these.
@@ -359,6 +362,89 @@ func quantQ6_K(dst []byte, src, recon []float32) {
 				ql[l] = byte(q1&0xF) | byte(q3&0xF)<<4
 				ql[l+32] = byte(q2&0xF) | byte(q4&0xF)<<4
 				qh[l] = byte(q1>>4) | byte(q2>>4)<<2 | byte(q3>>4)<<4 | byte(q4>>4)<<6
+			}
+		}
+		src = src[qk:]
+	}
+}
+
+// q2q3Index is where element e of a Q2_K or Q3_K block keeps its 2 low
+// bits: byte 32n+16h+l of the quants, at bit 2j; the high bit of Q3_K is
+// bit 4n+j of byte 16h+l of hmask.
+func q2q3Index(e int) (n, j, h, l int) {
+	n, r := e/128, e%128
+	return n, r / 32, r % 32 / 16, r % 16
+}
+
+func quantQ2_K(dst []byte, src []float32, recon []float32) {
+	for b := 0; len(src) > 0; b++ {
+		blk, x := dst[84*b:84*b+84], src[:qk]
+		var scale, minus [16]float32
+		for i := range 16 {
+			lo, hi := minMax(x[16*i : 16*i+16])
+			lo = min(lo, 0)
+			scale[i], minus[i] = (hi-lo)/3, -lo
+		}
+		_, maxScale := absMax(scale[:])
+		_, maxMin := absMax(minus[:])
+		d := putF16(blk[80:], maxScale/15)
+		dmin := putF16(blk[82:], maxMin/15)
+		qs := blk[16:80]
+		clear(qs)
+		for i := range 16 {
+			sc := clampInt(nearest(scale[i]*inverse(d)), 0, 15)
+			m := clampInt(nearest(minus[i]*inverse(dmin)), 0, 15)
+			blk[i] = byte(sc) | byte(m)<<4
+			step, off := d*float32(sc), dmin*float32(m)
+			id := inverse(step)
+			for l := range 16 {
+				e := 16*i + l
+				q := clampInt(nearest((x[e]+off)*id), 0, 3)
+				n, j, h, ll := q2q3Index(e)
+				qs[32*n+16*h+ll] |= byte(q) << (2 * j)
+				if recon != nil {
+					recon[qk*b+e] = float32(step*float32(q)) - off
+				}
+			}
+		}
+		src = src[qk:]
+	}
+}
+
+func quantQ3_K(dst []byte, src []float32, recon []float32) {
+	for b := 0; len(src) > 0; b++ {
+		blk, x := dst[110*b:110*b+110], src[:qk]
+		// Each 16-element sub-block's largest magnitude maps to −4.
+		var scale [16]float32
+		for i := range 16 {
+			signed, _ := absMax(x[16*i : 16*i+16])
+			scale[i] = signed / -4
+		}
+		signed, _ := absMax(scale[:])
+		d := putF16(blk[108:], signed/-32)
+		hm, qs, scales := blk[:32], blk[32:96], blk[96:108]
+		clear(blk[:108])
+		for i := range 16 {
+			sc := clampInt(nearest(scale[i]*inverse(d)), -32, 31)
+			six := byte(sc + 32)
+			if i < 8 {
+				scales[i] |= six & 0xF
+			} else {
+				scales[i-8] |= (six & 0xF) << 4
+			}
+			scales[8+i%4] |= six >> 4 << (2 * (i / 4))
+			step := d * float32(sc)
+			id := inverse(step)
+			for l := range 16 {
+				e := 16*i + l
+				q := clampInt(nearest(x[e]*id), -4, 3)
+				v := q + 4
+				n, j, h, ll := q2q3Index(e)
+				qs[32*n+16*h+ll] |= byte(v&3) << (2 * j)
+				hm[16*h+ll] |= byte(v>>2) << (4*n + j)
+				if recon != nil {
+					recon[qk*b+e] = step * float32(q)
+				}
 			}
 		}
 		src = src[qk:]
