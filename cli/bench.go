@@ -310,6 +310,20 @@ func weightBytesPerToken(c *model.Config) float64 {
 	return params * size
 }
 
+// decodeBytes is what one decode step of m reads from its weights as
+// loaded (quantized or not): every tensor once, except an input embedding
+// that is not also the output projection, of which it reads one row.
+func decodeBytes(m *model.Model) float64 {
+	var n float64
+	for _, p := range m.Weights().Params() {
+		if p.Name == "model.embed_tokens.weight" && !m.Config.TieWordEmbeddings {
+			continue
+		}
+		n += float64(p.T.DType().Bytes(compute.Len(p.T)))
+	}
+	return n
+}
+
 // prefillFlops counts the floating-point operations of a prefill of n
 // tokens: the layers' matrix products for every token (2 per weight), the
 // attention's two products under the causal mask (each token sees its
@@ -385,6 +399,9 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	if kvdt == compute.BF16 {
 		name += ", BF16 KV cache"
 	}
+	if q := a.cfg.Model.Quantize; !onGPU && q != "" && q != "none" {
+		name += fmt.Sprintf(", %s weights (model.quantize, %.0f MB read per token)", q, decodeBytes(m)/1e6)
+	}
 	row(name, "", "", "")
 
 	r := rand.New(rand.NewPCG(3, 4))
@@ -448,7 +465,7 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 				return err
 			}
 		} else {
-			tps, err = benchDecodeCPU(cfg, f.bandwidthMB<<20, d, f.rounds, decode, row)
+			tps, err = benchDecodeCPU(decodeBytes(m), f.bandwidthMB<<20, d, f.rounds, decode, row)
 			if err != nil {
 				return err
 			}
@@ -517,10 +534,9 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 // does) is the second row, with its own ratio to the copy: a decode that
 // streams its weights cannot pass the read loop, so read/copy bounds the
 // first ratio on this machine. It returns the median tokens per second.
-func benchDecodeCPU(cfg *model.Config, bwBytes int, d time.Duration, rounds int, decode func(int, time.Duration) (float64, error), row func(...string)) (float64, error) {
+func benchDecodeCPU(wbytes float64, bwBytes int, d time.Duration, rounds int, decode func(int, time.Duration) (float64, error), row func(...string)) (float64, error) {
 	meter := engine.NewBandwidthMeter(bwBytes)
 	defer meter.Free()
-	wbytes := weightBytesPerToken(cfg)
 	var tpsR, bwR, ratioR, rdR, rdRatioR, rdCopyR []float64
 	for range max(1, rounds) {
 		bw := meter.Copy(d)
@@ -626,7 +642,7 @@ func benchLongContext(m *model.Model, dt compute.DType, ctx, decodeN int, tokens
 	}
 	row(fmt.Sprintf("  prefill, %d-token context", ctx), fmt.Sprintf("%.1f", float64(ctx)/pel.Seconds()), "tok/s", note)
 	row(fmt.Sprintf("  decode after %d tokens", ctx), fmt.Sprintf("%.1f", tps), "tok/s",
-		fmt.Sprintf("reads %.0f MB of %v keys and values and %.0f MB of weights per token (%.1f GB/s)", kvMB, dt, weightBytesPerToken(cfg)/1e6, tps*(kvMB*1e6+weightBytesPerToken(cfg))/1e9))
+		fmt.Sprintf("reads %.0f MB of %v keys and values and %.0f MB of weights per token (%.1f GB/s)", kvMB, dt, decodeBytes(m)/1e6, tps*(kvMB*1e6+decodeBytes(m))/1e9))
 	return nil
 }
 

@@ -258,6 +258,9 @@ type Model struct {
 	// KVCacheDType is the key/value cache's storage: auto, bf16 or f32 (see
 	// config.yaml).
 	KVCacheDType string `mapstructure:"kv_cache_dtype"`
+	// Quantize quantizes the checkpoint's matrices as they are loaded:
+	// none, q8_0 or q4_0 (see config.yaml).
+	Quantize string `mapstructure:"quantize"`
 }
 
 // Server configures the OpenAI-compatible API.
@@ -514,6 +517,10 @@ func (c *Config) Validate() error {
 	}
 	oneOf("model.precision", c.Model.Precision, "auto", "bf16", "f32")
 	oneOf("model.kv_cache_dtype", c.Model.KVCacheDType, "auto", "bf16", "f32")
+	oneOf("model.quantize", c.Model.Quantize, "none", "q8_0", "q4_0")
+	if c.Model.Quantize != "none" && len(c.Devices.Rollout.GPUs) > 0 {
+		errs = append(errs, fmt.Errorf("model.quantize: %s: quantized weights run on the CPU only; serving on GPUs (devices.rollout.gpus) takes the checkpoint's weights (set model.quantize: none)", c.Model.Quantize))
+	}
 	if c.Server.Port < 1 || c.Server.Port > 65535 {
 		errs = append(errs, fmt.Errorf("server.port: %d is not a TCP port (1-65535)", c.Server.Port))
 	}

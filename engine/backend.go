@@ -20,10 +20,11 @@ const (
 // Defaults is the configuration library callers without a config file
 // get (Open and LoadModel with a nil config): the CPU, one thread per
 // core, float32 products, the KV cache's dtype following the weights',
-// the scheduler's own defaults with the prefix cache on.
+// the weights as stored, the scheduler's own defaults with the prefix
+// cache on.
 func Defaults() *config.Config {
 	return &config.Config{
-		Model:   config.Model{Precision: "f32", KVCacheDType: "auto"},
+		Model:   config.Model{Precision: "f32", KVCacheDType: "auto", Quantize: "none"},
 		Rollout: config.Rollout{PrefixCache: true},
 	}
 }
@@ -74,15 +75,35 @@ func kvDType(cfg *config.Config, c *model.Config) compute.DType {
 }
 
 // LoadModel loads the checkpoint in dir alone, with no tokenizer, cache,
-// versions or scheduler, on the CPU (cfg nil: Defaults): for benchmarks of
-// the forward pass and for offline training (pretrain), which need a
-// compute.Trainer (the CPU backend is one).
+// versions or scheduler, on the CPU (cfg nil: Defaults), quantized as
+// model.quantize says: for benchmarks of the forward pass and for offline
+// training (pretrain), which need a compute.Trainer (the CPU backend is
+// one).
 func LoadModel(cfg *config.Config, dir string) (*model.Model, error) {
 	if cfg == nil {
 		cfg = Defaults()
 	}
 	setServingThreads(cfg)
-	return loadModel(hostBackend(cfg), dir)
+	return loadHost(cfg, dir)
+}
+
+// loadHost loads the checkpoint at path on the CPU backend of cfg, its
+// matrices quantized as model.quantize says.
+func loadHost(cfg *config.Config, path string) (*model.Model, error) {
+	return loadQuantized(hostBackend(cfg), path, QuantizeType(cfg))
+}
+
+// QuantizeType is the type model.quantize quantizes the checkpoint's
+// matrices to on load (model.Quantize): compute.Q8_0, compute.Q4_0, or 0
+// for none.
+func QuantizeType(cfg *config.Config) compute.DType {
+	switch cfg.Model.Quantize {
+	case "q8_0":
+		return compute.Q8_0
+	case "q4_0":
+		return compute.Q4_0
+	}
+	return 0
 }
 
 // setServingThreads sets the default pool's budget, serving's:

@@ -114,12 +114,29 @@ func IsGGUF(path string) bool {
 // loadModel loads the checkpoint at path (a directory or a GGUF file) on
 // backend b.
 func loadModel(b compute.Backend, path string) (*model.Model, error) {
-	if !IsGGUF(path) {
-		return model.Load(b, path)
+	return loadQuantized(b, path, 0)
+}
+
+// loadQuantized is loadModel with the checkpoint's matrices quantized to
+// dt as they are read (model.Quantize; 0 loads them as stored).
+func loadQuantized(b compute.Backend, path string, dt compute.DType) (*model.Model, error) {
+	var src model.Source
+	var err error
+	if IsGGUF(path) {
+		src, err = gguf.OpenModel(path)
+	} else {
+		src, err = model.OpenDir(path)
 	}
-	src, err := gguf.OpenModel(path)
 	if err != nil {
 		return nil, err
+	}
+	if dt != 0 {
+		q, err := model.Quantize(src, dt)
+		if err != nil {
+			src.Close()
+			return nil, err
+		}
+		src = q
 	}
 	return model.LoadFrom(b, src) // closes src when it fails
 }

@@ -124,7 +124,7 @@ func (e *Engine) open() error {
 	}
 	e.tok = tok
 	start := time.Now()
-	m, err := loadModel(hostBackend(cfg), dir)
+	m, err := loadHost(cfg, dir)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,8 @@ func (e *Engine) open() error {
 	e.gate = priority.New(cfg.Trainer.ShareUnderLoad)
 	c := m.Config
 	ev := e.log.Info().Str("model", dir).Str("arch", c.Architecture).
-		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).Str("kernels", Kernels())
+		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).Str("kernels", Kernels()).
+		Str("quantize", cfg.Model.Quantize).Int64("weights_mib", m.Weights().Bytes()>>20)
 	if len(gpus.rollout) > 0 {
 		// Serving on GPUs: the CPU model is the actor's and the versions'.
 		reps, err := e.openReplicas(groupRollout, gpus.rollout, e.versions, false)

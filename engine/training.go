@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+
 	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/reward"
@@ -27,6 +29,9 @@ func TrainerOptions(cfg *config.Config) trainer.Options {
 // the actor group's model, at the current version; with TrainingYields
 // its passes give way to serving. Close closes it.
 func (e *Engine) NewTrainer(opts trainer.Options) (*trainer.Trainer, error) {
+	if dt := QuantizeType(e.cfg); dt != 0 {
+		return nil, fmt.Errorf("model.quantize: %s: training over a quantized base (LoRA over %v weights, as QLoRA) is not built yet; set trainer.enabled: false to serve the quantized model", e.cfg.Model.Quantize, dt)
+	}
 	actor, err := e.Actor()
 	if err != nil {
 		return nil, err

@@ -72,11 +72,14 @@ var benchModels = []struct {
 	name     string
 	ckpt     string // checkpoint directory name
 	spec     func() RandomSpec
-	zeroCopy bool // decode from the mapped file (cpu.Options.ZeroCopyWeights)
+	zeroCopy bool          // decode from the mapped file (cpu.Options.ZeroCopyWeights)
+	quant    compute.DType // quantized on load (Quantize), or 0
 }{
-	{"llama-20M-bf16", "llama-20M-bf16", SpecLlama20M, false},
-	{"qwen3-0.6B-bf16", "qwen3-0.6B-bf16", SpecQwen3_0_6B, false},
-	{"qwen3-0.6B-bf16-zerocopy", "qwen3-0.6B-bf16", SpecQwen3_0_6B, true},
+	{"llama-20M-bf16", "llama-20M-bf16", SpecLlama20M, false, 0},
+	{"qwen3-0.6B-bf16", "qwen3-0.6B-bf16", SpecQwen3_0_6B, false, 0},
+	{"qwen3-0.6B-bf16-zerocopy", "qwen3-0.6B-bf16", SpecQwen3_0_6B, true, 0},
+	{"qwen3-0.6B-q8_0", "qwen3-0.6B-bf16", SpecQwen3_0_6B, false, compute.Q8_0},
+	{"qwen3-0.6B-q4_0", "qwen3-0.6B-bf16", SpecQwen3_0_6B, false, compute.Q4_0},
 }
 
 // Machine ceilings, measured once per process with the kernels package's
@@ -107,7 +110,7 @@ func weightBytesPerStep(m *Model) int64 {
 		if t == nil {
 			return 0
 		}
-		return int64(compute.Len(t) * t.DType().Size())
+		return int64(t.DType().Bytes(compute.Len(t)))
 	}
 	walkWeights(m.Config, m.w, func(name string, _ []int, f *compute.Tensor) error {
 		if name != "model.embed_tokens.weight" {
@@ -121,11 +124,18 @@ func weightBytesPerStep(m *Model) int64 {
 	return n
 }
 
-func loadBench(b *testing.B, name string, spec RandomSpec, zeroCopy bool) *Model {
+func loadBench(b *testing.B, name string, spec RandomSpec, zeroCopy bool, quant compute.DType) *Model {
 	b.Helper()
 	dir := benchCheckpoint(b, name, spec)
 	start := time.Now()
-	m, err := Load(cpu.NewWithOptions(cpu.Options{ZeroCopyWeights: zeroCopy, Precision: benchPrecision()}), dir)
+	src, err := OpenDir(dir)
+	if err == nil && quant != 0 {
+		src, err = Quantize(src, quant)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := LoadFrom(cpu.NewWithOptions(cpu.Options{ZeroCopyWeights: zeroCopy, Precision: benchPrecision()}), src)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -167,7 +177,7 @@ func BenchmarkDecode(b *testing.B) {
 				continue
 			}
 			b.Run(fmt.Sprintf("%s/batch%d", bm.name, batch), func(b *testing.B) {
-				m := loadBench(b, bm.ckpt, bm.spec(), bm.zeroCopy)
+				m := loadBench(b, bm.ckpt, bm.spec(), bm.zeroCopy, bm.quant)
 				const prompt, maxCtx = 32, 256
 				kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken(benchKV()) * int64(batch*(maxCtx+16)), DType: benchKV()})
 				if err != nil {
@@ -222,7 +232,7 @@ func BenchmarkPrefill512(b *testing.B) {
 			continue
 		}
 		b.Run(bm.name, func(b *testing.B) {
-			m := loadBench(b, bm.ckpt, bm.spec(), false)
+			m := loadBench(b, bm.ckpt, bm.spec(), false, bm.quant)
 			kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken(benchKV()) * 512, DType: benchKV()})
 			if err != nil {
 				b.Fatal(err)
@@ -272,7 +282,7 @@ func BenchmarkDecodeLongContext(b *testing.B) {
 
 func benchLongContext(b *testing.B, dt compute.DType) {
 	const prompt = 16384
-	m := loadBench(b, "llama-20M-bf16", SpecLlama20M(), false)
+	m := loadBench(b, "llama-20M-bf16", SpecLlama20M(), false, 0)
 	kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken(dt) * (prompt + 1024), DType: dt})
 	if err != nil {
 		b.Fatal(err)

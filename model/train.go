@@ -151,6 +151,9 @@ func (m *Model) NewTrainable(base *Weights, opts TrainOptions) (*Trainable, erro
 	if base.m != m.owner() {
 		return nil, errors.New("model: the weight set belongs to another model")
 	}
+	if name, dt := quantizedIn(m.Config, base.w); name != "" {
+		return nil, fmt.Errorf("model: LoRA over a quantized base is not built yet (%s is %v); train over a BF16 or F32 checkpoint", name, dt)
+	}
 	refs, err := base.retain()
 	if err != nil {
 		return nil, err

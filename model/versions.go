@@ -160,7 +160,7 @@ func (w *Weights) Params() []NamedTensor {
 func (w *Weights) Bytes() int64 {
 	var n int64
 	for _, r := range w.refs {
-		n += int64(compute.Len(r.t) * r.t.DType().Size())
+		n += int64(r.t.DType().Bytes(compute.Len(r.t)))
 	}
 	return n
 }
@@ -269,10 +269,10 @@ func ReadTensor(b compute.Backend, t compute.Tensor) ([]float32, error) {
 			return nil, fmt.Errorf("model: reading a tensor: %w", err)
 		}
 		return out, nil
-	case compute.BF16:
+	case compute.BF16, compute.Q8_0, compute.Q4_0: // widened or dequantized exactly
 		tb, ok := b.(compute.Trainer)
 		if !ok {
-			return nil, fmt.Errorf("model: backend %s cannot convert BF16 tensors", b.Name())
+			return nil, fmt.Errorf("model: backend %s cannot convert %v tensors", b.Name(), t.DType())
 		}
 		wide, err := b.NewTensor(compute.F32, t.Shape()...)
 		if err != nil {

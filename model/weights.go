@@ -153,6 +153,14 @@ func loadWeights(b compute.Backend, c *Config, src Source, copyHost bool) (*weig
 		if !slices.Equal(st.Shape, shape) {
 			return fmt.Errorf("%s: tensor %q has shape %s, the config implies %s", st.Path, name, compute.ShapeString(st.Shape), compute.ShapeString(shape))
 		}
+		if t, ok, err := weightQuant(b, st, shape); ok { // Q8_0, Q4_0 blocks (quantize.go)
+			if err != nil {
+				return fmt.Errorf("%s: tensor %q: %w", st.Path, name, err)
+			}
+			made = append(made, t)
+			*field = t
+			return nil
+		}
 		var t compute.Tensor
 		if len(shape) == 2 && st.BF16 != nil {
 			bits := st.BF16

@@ -1,0 +1,166 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/clawrl/clawrl/compute"
+)
+
+// Quantize-on-load: a checkpoint of float weights served with
+// block-quantized matrices (config model.quantize), the way llama-quantize
+// makes a Q8_0 or Q4_0 GGUF file from a BF16 one, but as the weights are
+// read, so that nothing is written to disk.
+//
+// Which tensors, following llama.cpp's mixes (llama_tensor_get_type):
+// every matrix of the layers (q, k, v, o, gate, up, down) takes the type;
+// norms and biases stay F32. The output projection keeps more precision:
+// Q8_0 in both mixes (llama.cpp gives it Q6_K in its Q4_0 mix; Q8_0 is the
+// nearest type the backend has), and so does a tied embedding, which is
+// the output projection too. An untied input embedding takes the type, as
+// llama.cpp's token_embd does. A matrix whose rows are not a multiple of
+// 32 values stays as it is (llama.cpp falls back likewise), and so does a
+// tensor a GGUF file already stores as Q8_0 or Q4_0; one it stores in
+// another block format (Q4_K, Q6_K, ...), which the backend would widen to
+// float32, is quantized again from its values.
+
+// Quantize returns src with its matrices quantized to dt (compute.Q8_0 or
+// compute.Q4_0) as they are read, per the mix above: Tensor returns them
+// as blocks (SourceTensor.Format and Blocks), which a
+// compute.QuantBackend takes as they are and any other backend as the
+// dequantized values. Closing the result closes src.
+func Quantize(src Source, dt compute.DType) (Source, error) {
+	if !dt.Quantized() {
+		return nil, fmt.Errorf("model: cannot quantize weights to %v (Q8_0 or Q4_0)", dt)
+	}
+	return &quantSource{Source: src, dt: dt}, nil
+}
+
+// quantSource is a Source whose matrices are quantized as they are read.
+type quantSource struct {
+	Source
+	dt compute.DType
+}
+
+// QuantizedType is the type Quantize gives the tensor name of shape shape
+// in a model of config c quantized to dt: dt, Q8_0 for the output
+// projection, or 0 for a tensor that stays as it is.
+func QuantizedType(c *Config, name string, shape []int, dt compute.DType) compute.DType {
+	if len(shape) != 2 || shape[1]%compute.QK != 0 || shape[1] == 0 {
+		return 0
+	}
+	switch {
+	case name == "lm_head.weight", name == "model.embed_tokens.weight" && c.TieWordEmbeddings:
+		return compute.Q8_0
+	}
+	return dt
+}
+
+func (s *quantSource) Tensor(name string) (SourceTensor, error) {
+	st, err := s.Source.Tensor(name)
+	if err != nil || quantFormat(st.Format) != 0 {
+		return st, err
+	}
+	dt := QuantizedType(s.Config(), name, st.Shape, s.dt)
+	if dt == 0 {
+		return st, nil
+	}
+	rows, cols := st.Shape[0], st.Shape[1]
+	blocks := make([]byte, dt.Bytes(rows*cols))
+	var vals []float32
+	if st.BF16 == nil { // widened or viewed whole; BF16 is widened a row at a time
+		if vals, _, err = st.Float32(); err != nil {
+			return st, err
+		}
+	}
+	rowBytes := dt.Bytes(cols)
+	var firstErr error
+	var mu sync.Mutex
+	forRows(rows, func(lo, hi int) {
+		row := make([]float32, cols)
+		for r := lo; r < hi; r++ {
+			x := row
+			if st.BF16 != nil {
+				for j, h := range st.BF16[r*cols : (r+1)*cols] {
+					row[j] = bf16ToF32(h)
+				}
+			} else {
+				x = vals[r*cols : (r+1)*cols]
+			}
+			if err := compute.Quantize(dt, blocks[r*rowBytes:(r+1)*rowBytes], x); err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+				return
+			}
+		}
+	})
+	if firstErr != nil {
+		return st, fmt.Errorf("model: quantizing %q to %v: %w", name, dt, firstErr)
+	}
+	q := st
+	q.BF16, q.View = nil, false
+	q.Format, q.Blocks = dt.String(), blocks
+	q.Float32 = func() ([]float32, bool, error) {
+		out := make([]float32, rows*cols)
+		err := compute.Dequantize(dt, out, blocks)
+		return out, false, err
+	}
+	return q, nil
+}
+
+// bf16ToF32 widens BF16 bits exactly.
+func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// forRows runs fn over [0, n) in one contiguous range per core.
+func forRows(n int, fn func(lo, hi int)) {
+	t := min(n, runtime.GOMAXPROCS(0))
+	if t <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range t {
+		wg.Go(func() { fn(n*i/t, n*(i+1)/t) })
+	}
+	wg.Wait()
+}
+
+// quantFormat is the dtype of a SourceTensor's Format this package passes
+// to a compute.QuantBackend as blocks (0 for another format, which loads
+// as float values).
+func quantFormat(f string) compute.DType {
+	switch f {
+	case "Q8_0":
+		return compute.Q8_0
+	case "Q4_0":
+		return compute.Q4_0
+	}
+	return 0
+}
+
+// weightQuant makes the weight of a tensor src stores in blocks of a
+// format the backend computes with (ok false otherwise: the caller loads
+// its float values).
+func weightQuant(b compute.Backend, st SourceTensor, shape []int) (t compute.Tensor, ok bool, err error) {
+	dt := quantFormat(st.Format)
+	qb, isQ := b.(compute.QuantBackend)
+	if dt == 0 || !isQ || len(shape) != 2 || st.Blocks == nil {
+		return nil, false, nil
+	}
+	t, err = qb.WeightQuant(dt, st.Blocks, shape...)
+	return t, true, err
+}
+
+// quantizedIn returns the name of a tensor of w stored quantized, or "".
+func quantizedIn(c *Config, w *weights) (name string, dt compute.DType) {
+	walkWeights(c, w, func(n string, _ []int, f *compute.Tensor) error {
+		if *f != nil && (*f).DType().Quantized() && name == "" {
+			name, dt = n, (*f).DType()
+		}
+		return nil
+	})
+	return name, dt
+}

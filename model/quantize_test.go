@@ -1,0 +1,141 @@
+package model
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/cpu"
+)
+
+// loadQuantized loads the checkpoint in dir on a CPU backend, quantized
+// to dt (0: as stored).
+func loadQuantized(t *testing.T, dir string, dt compute.DType) *Model {
+	t.Helper()
+	src, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dt != 0 {
+		if src, err = Quantize(src, dt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := LoadFrom(cpu.New(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestQuantizeOnLoad checks the mix (which tensors take which type), that
+// the quantized weights are the reference quantizer's blocks, and that the
+// logits of a quantized model stay near the BF16 model's.
+func TestQuantizeOnLoad(t *testing.T) {
+	for _, tied := range []bool{true, false} {
+		dir := filepath.Join(t.TempDir(), "ck")
+		spec := RandomSpec{Arch: ArchQwen3, Hidden: 64, Intermediate: 96, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
+			Vocab: 200, Tied: tied, InitStd: 0.1, Seed: 3}
+		if err := WriteRandomCheckpoint(dir, spec); err != nil {
+			t.Fatal(err)
+		}
+		base := loadQuantized(t, dir, 0)
+		prompt := []int32{5, 17, 99, 3, 150, 42, 7, 7, 8, 120, 33, 1}
+		ref := forwardAll(t, base, prompt)
+		for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0} {
+			m := loadQuantized(t, dir, dt)
+			for _, nt := range m.Weights().Params() {
+				want := QuantizedType(m.Config, nt.Name, nt.T.Shape(), dt)
+				got := nt.T.DType()
+				switch {
+				case want == 0 && got.Quantized():
+					t.Errorf("tied %v, %v: %s is %v, want it as stored", tied, dt, nt.Name, got)
+				case want != 0 && got != want:
+					t.Errorf("tied %v, %v: %s is %v, want %v", tied, dt, nt.Name, got, want)
+				}
+				// Output projection at Q8_0; layers at dt; norms as stored.
+				if strings.HasSuffix(nt.Name, "norm.weight") && got.Quantized() {
+					t.Errorf("%s quantized", nt.Name)
+				}
+			}
+			out := m.Weights().Params()
+			for _, nt := range out {
+				if nt.Name != "model.layers.1.mlp.down_proj.weight" {
+					continue
+				}
+				// The weight holds the reference quantizer's values.
+				got, err := ReadTensor(m.Backend(), nt.T)
+				if err != nil {
+					t.Fatal(err)
+				}
+				orig, err := ReadTensor(base.Backend(), tensorNamed(base, nt.Name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				blocks := make([]byte, dt.Bytes(len(orig)))
+				want := make([]float32, len(orig))
+				if err := compute.Quantize(dt, blocks, orig); err != nil {
+					t.Fatal(err)
+				}
+				compute.Dequantize(dt, want, blocks)
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("%v: %s[%d] = %g, want %g", dt, nt.Name, i, got[i], want[i])
+					}
+				}
+			}
+			if b, bb := m.Weights().Bytes(), base.Weights().Bytes(); !(b < bb*3/4) {
+				t.Errorf("%v: %d bytes of weights, BF16 %d", dt, b, bb)
+			}
+			// Logits: the relative RMS error over the prompt's rows.
+			got := forwardAll(t, m, prompt)
+			var se, ss float64
+			for i := range got {
+				d := float64(got[i] - ref[i])
+				se += d * d
+				ss += float64(ref[i]) * float64(ref[i])
+			}
+			rel := math.Sqrt(se / ss)
+			bound := map[compute.DType]float64{compute.Q8_0: 0.05, compute.Q4_0: 0.5}[dt] // random weights: a sanity bound (see TestQuantizedLogProbs)
+			t.Logf("tied %v, %v: logits' relative RMS error %.4f", tied, dt, rel)
+			if !(rel < bound) {
+				t.Errorf("tied %v, %v: logits' relative RMS error %.4f, want < %g", tied, dt, rel, bound)
+			}
+			if _, err := m.NewTrainable(nil, TrainOptions{LoRA: &LoRAConfig{Rank: 4, Alpha: 8}}); err == nil || !strings.Contains(err.Error(), "quantized base") {
+				t.Errorf("%v: NewTrainable over a quantized base: %v", dt, err)
+			}
+		}
+	}
+	if _, err := Quantize(nil, compute.BF16); err == nil {
+		t.Error("Quantize to BF16 accepted")
+	}
+}
+
+// forwardAll returns the logits of every position of tokens.
+func forwardAll(t *testing.T, m *Model, tokens []int32) []float32 {
+	t.Helper()
+	kv, err := m.NewKVCache(KVCacheOptions{Budget: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	seq := kv.NewSequence()
+	defer seq.Free()
+	out, err := m.Forward([]Step{{Seq: seq, Tokens: tokens}}, AllLogits, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func tensorNamed(m *Model, name string) compute.Tensor {
+	for _, nt := range m.Weights().Params() {
+		if nt.Name == name {
+			return nt.T
+		}
+	}
+	return nil
+}
