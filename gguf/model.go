@@ -202,6 +202,12 @@ func (m *Model) readConfig() error {
 	if !known {
 		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3)", arch)
 	}
+	if n, _, err := m.intKey("split.count"); err != nil || n > 1 {
+		if err != nil {
+			return err
+		}
+		return m.f.errorf("one of %d parts of a split model (split.count): clawrl loads single files; merge the parts first (llama-gguf-split --merge)", n)
+	}
 	m.arch = arch
 	key := func(k string) string { return arch + "." + k }
 	if n, _, err := m.intKey(key("expert_count")); err != nil || n > 0 {

@@ -579,6 +579,7 @@ func TestBadModels(t *testing.T) {
 		{"key of the wrong type", func(cv *converted) { setKV(cv, "llama.block_count", String("2")) }, "open", "not an integer"},
 		{"negative count", func(cv *converted) { setKV(cv, "llama.embedding_length", Int32(-256)) }, "open", "not an integer"},
 		{"mixture of experts", func(cv *converted) { setKV(cv, "llama.expert_count", Uint32(8)) }, "open", "experts"},
+		{"part of a split model", func(cv *converted) { setKV(cv, "split.count", Uint16(3)) }, "open", "one of 3 parts"},
 		{"partial rotary", func(cv *converted) { setKV(cv, "llama.rope.dimension_count", Uint32(32)) }, "open", "partial rotary"},
 		{"yarn", func(cv *converted) { setKV(cv, "llama.rope.scaling.type", String("yarn")) }, "open", `rope scaling "yarn"`},
 		{"heads that do not divide", func(cv *converted) { setKV(cv, "llama.attention.head_count_kv", Uint32(3)) }, "open", "not divisible"},
