@@ -9,6 +9,7 @@ import (
 
 	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/export"
+	"github.com/clawrl/clawrl/gguf"
 	"github.com/clawrl/clawrl/weights"
 )
 
@@ -16,8 +17,8 @@ import (
 // standalone Hugging Face model directory or PEFT adapter.
 func (a *app) exportCmd() *cobra.Command {
 	var (
-		out, dtype, ckpt, baseName, shard string
-		adapter, force                    bool
+		out, dtype, ckpt, baseName, shard, format, qtype string
+		adapter, force                                   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "export [VERSION] --out DIR",
@@ -40,11 +41,24 @@ matrices in F32) and sets config.json's torch_dtype to the narrowest dtype
 that holds every value exactly, so a loader that honours it keeps every update; f32 widens everything (exact);
 bf16 halves the size but rounds away updates below half a BF16 step.
 Weights over --max-shard-size (default 5GB, as transformers' save_pretrained)
-are split into shards with a model.safetensors.index.json.`,
+are split into shards with a model.safetensors.index.json.
+
+--format gguf writes one GGUF file at --out instead, the format llama.cpp and
+Ollama load (and clawrl serve --model FILE.gguf): the merged weights with
+matrices in --type (bf16, f16, f32, q8_0, q4_0, or a K-quant such as q4_k;
+norms stay F32), llama's q/k rows permuted as llama.cpp's converter does, and
+the tokenizer's vocabulary and chat template in the file's metadata.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return errors.New("export: --out DIR is required")
+			}
+			switch format {
+			case "gguf":
+				return a.exportGGUF(cmd, args, out, ckpt, qtype, adapter, force)
+			case "hf":
+			default:
+				return fmt.Errorf("export: --format %q: use hf (a Hugging Face directory) or gguf (one file for llama.cpp and Ollama)", format)
 			}
 			dt, err := export.ParseDType(dtype)
 			if err != nil {
@@ -91,7 +105,34 @@ are split into shards with a model.safetensors.index.json.`,
 	f.StringVar(&ckpt, "checkpoint", "", "export this checkpoint directory (a vNNNNNNNN under any checkpoint root) instead of a version of the configured lineage")
 	f.StringVar(&shard, "max-shard-size", "5GB", "split weights larger than this into model-0000i-of-0000n.safetensors with an index, as transformers does (0: one file)")
 	f.StringVar(&baseName, "base-name", "", "name of the base model in the model card and adapter_config.json (default: the configured model's directory)")
+	f.StringVar(&format, "format", "hf", "hf: a Hugging Face model directory; gguf: one GGUF file (llama.cpp, Ollama)")
+	f.StringVar(&qtype, "type", "bf16", "with --format gguf: the matrices' type (bf16, f16, f32, q8_0, q4_0, q4_k, q6_k, ...)")
 	return cmd
+}
+
+// exportGGUF is `clawrl export --format gguf`.
+func (a *app) exportGGUF(cmd *cobra.Command, args []string, out, ckpt, qtype string, adapter, force bool) error {
+	if adapter {
+		return errors.New("export: --adapter writes a PEFT directory; --format gguf writes a merged model")
+	}
+	typ, err := gguf.ParseTensorType(qtype)
+	if err != nil {
+		return fmt.Errorf("export: --type: %w", err)
+	}
+	c, err := a.exportSource(args, ckpt)
+	if err != nil {
+		return err
+	}
+	opts := export.Options{Force: force}
+	if base, err := engine.ModelDir(a.cfg, "", a.log); err == nil {
+		opts.BaseDir = base
+	}
+	res, err := export.GGUF(c, out, typ, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "exported weight version %d as GGUF (%s matrices, %.1f MB) to %s\n", res.Version, res.DType, float64(res.Bytes)/1e6, res.Dir)
+	return nil
 }
 
 // exportSource opens the checkpoint to export: --checkpoint DIR, the

@@ -103,7 +103,7 @@ func TestExportServes(t *testing.T) {
 	// serves: no skill check or scoring shares a batch with the probe
 	// (batch composition moves log-probs by up to ~2e-4).
 	quiet := filepath.Join(dir, "quiet.yaml")
-	os.WriteFile(quiet, []byte(fmt.Sprintf("model:\n  kv_cache_dtype: f32\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n", data)), 0o600)
+	os.WriteFile(quiet, []byte(fmt.Sprintf("model:\n  kv_cache_dtype: f32\n  precision: f32\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n", data)), 0o600)
 	d = startDaemon(t, bin, quiet, freePort(t))
 	wantText, wantLP := probe(d)
 	d.kill()
@@ -111,7 +111,7 @@ func TestExportServes(t *testing.T) {
 		t.Fatalf("the restarted daemon served %q, want version %d", wantText, newest)
 	}
 	other := filepath.Join(dir, "other.yaml")
-	os.WriteFile(other, []byte(fmt.Sprintf("model:\n  path: %s\n  kv_cache_dtype: f32\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n", model, filepath.Join(dir, "data2"))), 0o600)
+	os.WriteFile(other, []byte(fmt.Sprintf("model:\n  path: %s\n  kv_cache_dtype: f32\n  precision: f32\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n", model, filepath.Join(dir, "data2"))), 0o600)
 	d2 := startDaemon(t, bin, other, freePort(t))
 	gotText, gotLP := probe(d2)
 	d2.kill()
@@ -119,6 +119,35 @@ func TestExportServes(t *testing.T) {
 	_, gotReply, _ := strings.Cut(gotText, " ")
 	if gotReply != wantReply || !closeLogprobs(gotLP, wantLP, 1e-4) {
 		t.Errorf("the exported model answers %q with log-probs %v;\nthe lineage's version %d answers %q with %v", gotReply, gotLP, newest, wantReply, wantLP)
+	}
+
+	// As one GGUF file: in F32 it answers as the version does (both
+	// daemons multiply in F32: model.precision f32), its log-probs within
+	// 1e-4; in Q8_0 it serves too.
+	for _, tc := range []struct {
+		typ string
+		tol float64
+	}{{"f32", 1e-4}, {"q8_0", 0.5}} {
+		file := filepath.Join(dir, "exported-"+tc.typ+".gguf")
+		out, err := clawrl("export", "--format", "gguf", "--type", tc.typ, "--out", file)
+		if err != nil || !strings.Contains(out, fmt.Sprintf("exported weight version %d as GGUF", newest)) {
+			t.Fatalf("export --format gguf --type %s: %v\n%s", tc.typ, err, out)
+		}
+		cfg := filepath.Join(dir, "gguf-"+tc.typ+".yaml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\n  kv_cache_dtype: f32\n  precision: f32\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n", file, filepath.Join(dir, "data-"+tc.typ))), 0o600)
+		d3 := startDaemon(t, bin, cfg, freePort(t))
+		text, lp := probe(d3)
+		d3.kill()
+		_, reply, _ := strings.Cut(text, " ")
+		if tc.typ == "f32" && reply != wantReply || !closeLogprobs(lp, wantLP, tc.tol) && tc.typ == "f32" {
+			t.Errorf("the %s GGUF export answers %q with log-probs %v; the version answers %q with %v", tc.typ, reply, lp, wantReply, wantLP)
+		}
+		if reply == "" {
+			t.Errorf("the %s GGUF export answered nothing", tc.typ)
+		}
+	}
+	if out, err := clawrl("export", "--format", "gguf", "--type", "q9_9", "--out", filepath.Join(dir, "x5.gguf")); err == nil || !strings.Contains(out, "unknown tensor type") {
+		t.Errorf("an unknown GGUF type: %v\n%s", err, out)
 	}
 }
 

@@ -31,12 +31,19 @@ func trained(t *testing.T, lora bool) (string, *weights.Checkpoint) {
 
 // trainedSteps is trained with steps optimizer steps.
 func trainedSteps(t *testing.T, lora bool, steps int) (string, *weights.Checkpoint) {
+	return trainedWith(t, lora, steps, map[string][]byte{"tokenizer.json": []byte(`{"model":{}}`), "tokenizer_config.json": []byte(`{}`)}, 64)
+}
+
+// trainedWith is trainedSteps with the tokenizer files given (a stand-in
+// tokenizer.json for the tests that only copy it) and a vocabulary of
+// vocab.
+func trainedWith(t *testing.T, lora bool, steps int, tokFiles map[string][]byte, vocab int) (string, *weights.Checkpoint) {
 	t.Helper()
 	base := t.TempDir()
 	spec := model.RandomSpec{
 		Arch: model.ArchQwen3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 16,
-		Vocab: 64, MaxPositions: 128, DType: "bfloat16", Seed: 7, InitStd: 0.2,
-		ExtraFiles: map[string][]byte{"tokenizer.json": []byte(`{"model":{}}`), "tokenizer_config.json": []byte(`{}`)},
+		Vocab: vocab, MaxPositions: 128, DType: "bfloat16", Seed: 7, InitStd: 0.2,
+		ExtraFiles: tokFiles,
 	}
 	if err := model.WriteRandomCheckpoint(base, spec); err != nil {
 		t.Fatal(err)
@@ -84,7 +91,7 @@ func trainedSteps(t *testing.T, lora bool, steps int) (string, *weights.Checkpoi
 	}
 	c, err := tr.Save(store, trainer.CheckpointOptions{
 		Root: filepath.Join(t.TempDir(), "checkpoints"), ConfigJSON: cfg, Base: testBase,
-		ExtraFiles: map[string][]byte{"tokenizer.json": spec.ExtraFiles["tokenizer.json"], "generation_config.json": []byte(`{"do_sample":true}`)},
+		ExtraFiles: map[string][]byte{"tokenizer.json": spec.ExtraFiles["tokenizer.json"], "tokenizer_config.json": spec.ExtraFiles["tokenizer_config.json"], "generation_config.json": []byte(`{"do_sample":true}`)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -379,6 +379,11 @@ func Open(dir string) (*Checkpoint, error) {
 	return c, nil
 }
 
+// VerifyFile checks the file at path against its manifest entry (size and
+// SHA-256), for a reader that uses a checkpoint's file in place long after
+// Open verified it.
+func VerifyFile(path string, e FileEntry) error { return verifyFile(path, e) }
+
 // verifyFile checks one file's size and SHA-256 against its entry.
 func verifyFile(path string, e FileEntry) error {
 	f, err := os.Open(path)
