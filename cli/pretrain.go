@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/pretrain"
 )
@@ -159,7 +160,7 @@ tables a finished run writes.`,
 	f.IntVar(&o.EvalTools, "eval-tools", o.EvalTools, "held-out tool-use prompts in the final evaluation")
 	f.IntVar(&o.EvalJudge, "eval-judge", o.EvalJudge, "held-out judge prompts in the final evaluation")
 	f.StringVar(&o.Init, "init", "", "start from this checkpoint (a pretrain output) instead of a new vocabulary and random weights")
-	f.StringToStringVar(&mix, "mix", nil, "corpus mix overrides, category=weight,... (categories: "+strings.Join(pretrain.Categories, ", ")+")")
+	f.StringToStringVar(&mix, "mix", nil, "corpus mix overrides, category=weight,... (categories: "+strings.Join(corpus.Categories, ", ")+")")
 	f.BoolVar(&o.Resume, "resume", false, "continue the run saved in --work")
 	f.BoolVar(&o.Restart, "restart", false, "discard a run saved in --work and start over")
 	f.IntVar(&o.StopAfter, "stop-after", 0, "stop (and save) after this many steps, as if interrupted")
@@ -251,23 +252,23 @@ func relative(path string) string {
 }
 
 func printCorpus(w io.Writer, n int, seed uint64, noTexts bool) error {
-	var texts *pretrain.Texts
+	var texts *corpus.Texts
 	if !noTexts {
-		t, err := pretrain.LoadTexts()
+		t, err := corpus.LoadTexts()
 		if err != nil {
 			return err
 		}
 		texts = t
 	}
-	render, err := pretrain.NewRenderer()
+	render, err := corpus.NewRenderer()
 	if err != nil {
 		return err
 	}
-	g := pretrain.NewGenerator(texts)
+	g := corpus.NewGenerator(texts)
 	r := rand.New(rand.NewPCG(seed, 1))
 	for i := range n {
 		ex := g.Next(r)
-		s, err := pretrain.Render(render, ex, false)
+		s, err := corpus.Render(render, ex, false)
 		if err != nil {
 			return err
 		}
@@ -292,9 +293,9 @@ func printReport(w io.Writer, rep *pretrain.Report) {
 // evalCheckpoint evaluates dir as a finished run is evaluated and prints
 // the evaluation's part of TRAINING.md.
 func (a *app) evalCheckpoint(cmd *cobra.Command, dir string, o pretrain.Options) error {
-	var texts *pretrain.Texts
+	var texts *corpus.Texts
 	if !o.NoTexts {
-		t, err := pretrain.LoadTexts()
+		t, err := corpus.LoadTexts()
 		if err != nil {
 			return err
 		}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/clawrl/clawrl/pretrain"
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/rollout"
 	"github.com/clawrl/clawrl/sample"
 	"github.com/clawrl/clawrl/tokenizer"
@@ -72,7 +72,7 @@ func probePasses(p Probe, text string, finish rollout.FinishReason) bool {
 		return false
 	}
 	tool := ""
-	if c, ok := pretrain.ParseToolCall(text); ok {
+	if c, ok := corpus.ParseToolCall(text); ok {
 		tool = c.Name
 	}
 	return p.Check(strings.TrimSpace(text), tool)

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/instruct"
-	"github.com/clawrl/clawrl/pretrain"
 	"github.com/clawrl/clawrl/tokenizer"
 )
 
@@ -35,7 +35,7 @@ func NewUser(pref instruct.Constraint, phrasing instruct.Split, seed uint64) *Us
 // Question returns the next question the user asks: a plain question of
 // the training split (the probes are held out).
 func (u *User) Question() string {
-	q, _, _ := pretrain.PlainQuestion(u.r, false)
+	q, _, _ := corpus.PlainQuestion(u.r, false)
 	return q
 }
 
@@ -99,7 +99,7 @@ func PreferenceProbes(pref instruct.Constraint, n int, seed uint64) ([]Probe, er
 		if tries > 200*n+1000 {
 			return out, fmt.Errorf("learnbench: only %d of %d held-out probes violate %s", len(out), n, pref)
 		}
-		q, a, _ := pretrain.PlainQuestion(r, true)
+		q, a, _ := corpus.PlainQuestion(r, true)
 		if seen[q] || pref.Check(a) {
 			continue
 		}
@@ -131,7 +131,7 @@ func PreferenceProbes(pref instruct.Constraint, n int, seed uint64) ([]Probe, er
 // Deterministic for seed.
 func SkillProbes(n int, seed uint64) []Probe {
 	r := rand.New(rand.NewPCG(seed, 0x5c111))
-	g := pretrain.NewGenerator(nil)
+	g := corpus.NewGenerator(nil)
 	var out []Probe
 	for i := range n {
 		switch i % 4 {
@@ -145,17 +145,17 @@ func SkillProbes(n int, seed uint64) []Probe {
 			out = append(out, FactProbe(r))
 			continue
 		}
-		cat := pretrain.CatArithmetic
+		cat := corpus.CatArithmetic
 		if i%4 == 1 {
-			cat = pretrain.CatTools
+			cat = corpus.CatTools
 		}
-		ex := pretrain.Prompt(g.HeldOutExample(r, cat))
+		ex := corpus.Prompt(g.HeldOutExample(r, cat))
 		want := ex.Want
 		p := Probe{Messages: ex.Messages, Kind: "tool"}
 		p.Tools = ex.Tools
-		if cat == pretrain.CatArithmetic {
+		if cat == corpus.CatArithmetic {
 			p.Kind = "arithmetic"
-			p.Check = func(text, _ string) bool { return pretrain.LastInteger(text) == want }
+			p.Check = func(text, _ string) bool { return corpus.LastInteger(text) == want }
 		} else {
 			p.Check = func(_, tool string) bool { return tool == want }
 		}
@@ -171,7 +171,7 @@ func SkillProbes(n int, seed uint64) []Probe {
 // capital of Brazil is Brazil.".
 func FactProbe(r *rand.Rand) Probe {
 	for {
-		q, a, key := pretrain.PlainQuestion(r, false)
+		q, a, key := corpus.PlainQuestion(r, false)
 		want := factAnswer(key, a)
 		if want == "" {
 			continue
@@ -215,7 +215,7 @@ var plainKinds = map[string]bool{"cap": true, "ant": true, "tf": true, "gt": tru
 // reference answer.
 func plainProbe(r *rand.Rand) (q, a string) {
 	for {
-		q, a, key := pretrain.PlainQuestion(r, true)
+		q, a, key := corpus.PlainQuestion(r, true)
 		if i := strings.IndexAny(key, ":+-"); i > 0 && plainKinds[key[:i]] {
 			return q, a
 		}

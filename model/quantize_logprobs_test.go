@@ -7,10 +7,10 @@ import (
 
 	"github.com/clawrl/clawrl/bundled"
 	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/cpu/kernels"
 	"github.com/clawrl/clawrl/model"
-	"github.com/clawrl/clawrl/pretrain"
 	"github.com/clawrl/clawrl/tokenizer"
 )
 
@@ -35,12 +35,12 @@ func TestQuantizedLogProbs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := pretrain.NewGenerator(nil)
+	gen := corpus.NewGenerator(nil)
 	r := rand.New(rand.NewPCG(1, 0))
-	var convs []pretrain.Encoded
+	var convs []corpus.Encoded
 	cats := gen.Categories()
 	for i := range 32 {
-		enc, err := pretrain.Encode(tok, gen.HeldOutExample(r, cats[i%len(cats)]))
+		enc, err := corpus.Encode(tok, gen.HeldOutExample(r, cats[i%len(cats)]))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
-	"regexp"
 	"strings"
 	"sync"
 
 	"github.com/rs/zerolog"
 
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/instruct"
 	"github.com/clawrl/clawrl/model"
@@ -129,7 +128,7 @@ type EvalOptions struct {
 	// Follow is the number of held-out prompts per instruction kind and
 	// placement; 0 skips that evaluation.
 	Follow int
-	Texts  *Texts // for the generator's text category (may be nil)
+	Texts  *corpus.Texts // for the generator's text category (may be nil)
 }
 
 // evaluator generates greedily with a loaded checkpoint.
@@ -155,8 +154,8 @@ func openEvaluator(dir string) (*evaluator, error) {
 }
 
 // reply generates greedily after the conversation ex (up to maxTokens).
-func (e *evaluator) reply(ctx context.Context, ex Example, maxTokens int) (string, error) {
-	text, err := Render(e.tok, ex, true)
+func (e *evaluator) reply(ctx context.Context, ex corpus.Example, maxTokens int) (string, error) {
+	text, err := corpus.Render(e.tok, ex, true)
 	if err != nil {
 		return "", err
 	}
@@ -182,7 +181,7 @@ func (e *evaluator) reply(ctx context.Context, ex Example, maxTokens int) (strin
 }
 
 // replies generates for every conversation, several at once.
-func (e *evaluator) replies(ctx context.Context, exs []Example, maxTokens int) ([]string, error) {
+func (e *evaluator) replies(ctx context.Context, exs []corpus.Example, maxTokens int) ([]string, error) {
 	out := make([]string, len(exs))
 	errs := make([]error, len(exs))
 	sem := make(chan struct{}, 16)
@@ -200,51 +199,6 @@ func (e *evaluator) replies(ctx context.Context, exs []Example, maxTokens int) (
 	return out, errors.Join(errs...)
 }
 
-var lastInt = regexp.MustCompile(`[-−]?\d+`)
-
-// LastInteger is the last integer written in s ("" if none).
-func LastInteger(s string) string {
-	all := lastInt.FindAllString(s, -1)
-	if len(all) == 0 {
-		return ""
-	}
-	return strings.Replace(all[len(all)-1], "−", "-", 1)
-}
-
-// ParsedCall is a tool call read from generated text.
-type ParsedCall struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
-
-// ParseToolCall reads the first <tool_call>...</tool_call> block of s; ok
-// means it is a JSON object with a name and an object of arguments.
-func ParseToolCall(s string) (ParsedCall, bool) {
-	i := strings.Index(s, "<tool_call>")
-	if i < 0 {
-		return ParsedCall{}, false
-	}
-	rest := s[i+len("<tool_call>"):]
-	j := strings.Index(rest, "</tool_call>")
-	if j < 0 {
-		return ParsedCall{}, false
-	}
-	var c ParsedCall
-	if err := json.Unmarshal([]byte(rest[:j]), &c); err != nil || c.Name == "" {
-		return ParsedCall{}, false
-	}
-	var args map[string]any
-	if err := json.Unmarshal(c.Arguments, &args); err != nil || args == nil {
-		return c, false
-	}
-	return c, true
-}
-
-func jsonEqual(a, b []byte) bool {
-	var x, y any
-	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
-}
-
 // Evaluate measures the checkpoint in dir on held-out questions: the
 // accuracy of arithmetic answers, the share of tool-use prompts answered
 // with a well-formed call of the right function, and the judge's votes;
@@ -255,21 +209,21 @@ func Evaluate(ctx context.Context, dir string, o EvalOptions) (*Eval, error) {
 		return nil, err
 	}
 	defer e.e.Close()
-	g := NewGenerator(o.Texts)
+	g := corpus.NewGenerator(o.Texts)
 	rng := rand.New(rand.NewPCG(o.Seed, 0xe7a1))
 	res := &Eval{ArithmeticBy: map[string]Score{}}
 
-	var arith []Example
+	var arith []corpus.Example
 	for range o.Arithmetic {
-		ex := g.HeldOutExample(rng, CatArithmetic)
-		arith = append(arith, Prompt(ex))
+		ex := g.HeldOutExample(rng, corpus.CatArithmetic)
+		arith = append(arith, corpus.Prompt(ex))
 	}
 	out, err := e.replies(ctx, arith, 40)
 	if err != nil {
 		return nil, err
 	}
 	for i, ex := range arith {
-		ok := LastInteger(out[i]) == ex.Want
+		ok := corpus.LastInteger(out[i]) == ex.Want
 		res.Arithmetic.add(ok)
 		op := opOf(ex.Key)
 		s := res.ArithmeticBy[op]
@@ -277,15 +231,15 @@ func Evaluate(ctx context.Context, dir string, o EvalOptions) (*Eval, error) {
 		res.ArithmeticBy[op] = s
 	}
 
-	var tools []Example
+	var tools []corpus.Example
 	var want []tokenizer.ToolCall
 	for len(tools) < o.Tools {
-		ex := g.HeldOutExample(rng, CatTools)
-		m, _ := FirstReply(ex)
+		ex := g.HeldOutExample(rng, corpus.CatTools)
+		m, _ := corpus.FirstReply(ex)
 		if ex.Want == "" || len(m.ToolCalls) == 0 {
 			continue
 		}
-		tools = append(tools, Prompt(ex))
+		tools = append(tools, corpus.Prompt(ex))
 		want = append(want, m.ToolCalls[0])
 	}
 	out, err = e.replies(ctx, tools, 160)
@@ -295,14 +249,14 @@ func Evaluate(ctx context.Context, dir string, o EvalOptions) (*Eval, error) {
 	ts := &res.Tools
 	for i, ex := range tools {
 		ts.N++
-		c, ok := ParseToolCall(out[i])
+		c, ok := corpus.ParseToolCall(out[i])
 		if !ok {
 			continue
 		}
 		ts.Parsed++
 		if c.Name == ex.Want {
 			ts.RightName++
-			if jsonEqual(c.Arguments, want[i].Function.Arguments) {
+			if corpus.JSONEqual(c.Arguments, want[i].Function.Arguments) {
 				ts.RightArgs++
 			}
 		}
@@ -311,13 +265,13 @@ func Evaluate(ctx context.Context, dir string, o EvalOptions) (*Eval, error) {
 		ts.ParseRate, ts.NameRate, ts.ArgsRate = float64(ts.Parsed)/float64(ts.N), float64(ts.RightName)/float64(ts.N), float64(ts.RightArgs)/float64(ts.N)
 	}
 
-	var judge []Example
+	var judge []corpus.Example
 	var votes []int
 	for range o.Judge {
-		ex := g.HeldOutExample(rng, CatJudge)
-		m, _ := FirstReply(ex)
+		ex := g.HeldOutExample(rng, corpus.CatJudge)
+		m, _ := corpus.FirstReply(ex)
 		v, _ := reward.ParseVote(m.Content)
-		judge = append(judge, Prompt(ex))
+		judge = append(judge, corpus.Prompt(ex))
 		votes = append(votes, v)
 	}
 	out, err = e.replies(ctx, judge, 120)
@@ -346,7 +300,7 @@ func Evaluate(ctx context.Context, dir string, o EvalOptions) (*Eval, error) {
 		}
 	}
 
-	samples := SampleConversations()
+	samples := corpus.SampleConversations()
 	out, err = e.replies(ctx, samples, 160)
 	if err != nil {
 		return nil, err
@@ -376,47 +330,6 @@ func opOf(key string) string {
 	return "?"
 }
 
-func toolByName(name string) *toolDef {
-	for _, t := range toolDefs {
-		if t.name == name {
-			return t
-		}
-	}
-	panic("pretrain: no tool " + name)
-}
-
-// SampleConversations are the fixed prompts whose replies the report shows.
-func SampleConversations() []Example {
-	weather := toolByName("get_weather").definition()
-	read := toolByName("read_file").definition()
-	calc := toolByName("calculator").definition()
-	judge := reward.JudgeMessages(&reward.Turn{
-		Messages:  []tokenizer.Message{user("What is 8 + 5?")},
-		Response:  assistant("8 + 5 = 12."),
-		NextState: []tokenizer.Message{user("That's wrong, 8 + 5 is 13.")},
-	}, "", reward.DefaultLimits())
-	return []Example{
-		{Messages: []tokenizer.Message{user("Hi!")}},
-		{Messages: []tokenizer.Message{user("Who are you?")}},
-		{Messages: []tokenizer.Message{user("What is 7 + 5?")}},
-		{Messages: []tokenizer.Message{user("What is 23 + 48?")}},
-		{Messages: []tokenizer.Message{user("What is 9 × 8?")}},
-		{Messages: []tokenizer.Message{user("How many minutes are in 3 hours?")}},
-		{Messages: []tokenizer.Message{user("What day comes after Friday?")}},
-		{Messages: []tokenizer.Message{user("Spell cat backwards.")}},
-		{Messages: []tokenizer.Message{user("List 3 fruits as bullet points.")}},
-		{Messages: []tokenizer.Message{user("Give me a JSON object with name Ada, age 36 and city London.")}},
-		{Messages: []tokenizer.Message{user("What is the capital of France?")}},
-		{Messages: []tokenizer.Message{user("What is 8 + 5?"), assistant("8 + 5 = 12."), user("That's wrong.")}},
-		{Messages: []tokenizer.Message{user("What's the weather in Lisbon?")}, Tools: []json.RawMessage{weather, read}},
-		{Messages: []tokenizer.Message{user("Show me the contents of notes.txt.")}, Tools: []json.RawMessage{weather, read, calc}},
-		{Messages: []tokenizer.Message{user("What's the weather in Oslo?"),
-			{Role: "assistant", ToolCalls: []tokenizer.ToolCall{toolCall("get_weather", obj{{"location", "Oslo"}})}},
-			{Role: "tool", Content: `{"location": "Oslo", "temperature": 4, "unit": "celsius", "condition": "snowy"}`}}, Tools: []json.RawMessage{weather}},
-		{Messages: judge},
-	}
-}
-
 // judgeClass reads the class of what happened next from a judge example's
 // key, and whether it is a vote (not a hint) example.
 func judgeClass(key string) (string, bool) {
@@ -431,16 +344,7 @@ func judgeClass(key string) (string, bool) {
 // evalHints asks the hint judge about n held-out corrections of a reply's
 // form.
 func (e *evaluator) evalHints(ctx context.Context, rng *rand.Rand, n int, hs *HintScore) error {
-	var exs []Example
-	var want []string
-	for len(exs) < n {
-		c := genJudgeCase(rng)
-		if c.class != evFormFix {
-			continue
-		}
-		exs = append(exs, Example{Messages: reward.HintMessages(&c.turn, c.feedback, reward.DefaultLimits())})
-		want = append(want, c.hint)
-	}
+	exs, want := corpus.HintCases(rng, n)
 	out, err := e.replies(ctx, exs, 120)
 	if err != nil {
 		return err
@@ -454,21 +358,7 @@ func (e *evaluator) evalHints(ctx context.Context, rng *rand.Rand, n int, hs *Hi
 // evalSessions asks the vote judge about n session turns and the hint
 // judge about n corrected ones, the corrections in held-out phrasings.
 func (e *evaluator) evalSessions(ctx context.Context, rng *rand.Rand, n int, votes *Score, hs *HintScore) error {
-	var exs []Example
-	var want []string
-	for range n {
-		c := genSessionCase(rng, instruct.HeldOut)
-		exs = append(exs, Example{Messages: reward.JudgeMessages(&c.turn, "", reward.DefaultLimits())})
-		want = append(want, fmt.Sprint(evidence[c.class].vote))
-	}
-	for len(exs) < 2*n {
-		c := genSessionCase(rng, instruct.HeldOut)
-		if c.class != evFormFix {
-			continue
-		}
-		exs = append(exs, Example{Messages: reward.HintMessages(&c.turn, "", reward.DefaultLimits())})
-		want = append(want, c.hint)
-	}
+	exs, want := corpus.SessionCases(rng, n)
 	out, err := e.replies(ctx, exs, 120)
 	if err != nil {
 		return err
@@ -490,21 +380,21 @@ func (e *evaluator) evalFollow(ctx context.Context, rng *rand.Rand, n int) (map[
 	type item struct {
 		kind, place string
 		c           instruct.Constraint
-		ex          Example
+		ex          corpus.Example
 	}
 	var items []item
 	for _, k := range instruct.Kinds() {
 		for range n {
 			c := instruct.Random(rng, k, instruct.HeldOut)
-			q, _, _ := PlainQuestion(rng, true)
+			q, _, _ := corpus.PlainQuestion(rng, true)
 			instr := c.Instruction(rng, instruct.HeldOut)
 			items = append(items,
-				item{string(k), PlaceNone, c, Example{Messages: []tokenizer.Message{user(q)}}},
-				item{string(k), PlaceSystem, c, Example{Messages: []tokenizer.Message{{Role: "system", Content: instr}, user(q)}}},
-				item{string(k), PlaceHint, c, Example{Messages: []tokenizer.Message{user(WithHint(q, instr))}}})
+				item{string(k), PlaceNone, c, corpus.Example{Messages: []tokenizer.Message{corpus.User(q)}}},
+				item{string(k), PlaceSystem, c, corpus.Example{Messages: []tokenizer.Message{{Role: "system", Content: instr}, corpus.User(q)}}},
+				item{string(k), PlaceHint, c, corpus.Example{Messages: []tokenizer.Message{corpus.User(corpus.WithHint(q, instr))}}})
 		}
 	}
-	exs := make([]Example, len(items))
+	exs := make([]corpus.Example, len(items))
 	for i, it := range items {
 		exs[i] = it.ex
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -189,7 +191,7 @@ func (rep *Report) followMarkdown() string {
 	var b strings.Builder
 	if len(e.JudgeBy) > 0 {
 		fmt.Fprintf(&b, "\n## The judge (held-out, greedy)\n\n| what happened next | votes matching the reference |\n|---|---|\n")
-		for _, c := range sortedKeys(e.JudgeBy) {
+		for _, c := range slices.Sorted(maps.Keys(e.JudgeBy)) {
 			fmt.Fprintf(&b, "| %s | %s of %d |\n", c, pct(e.JudgeBy[c].Rate), e.JudgeBy[c].N)
 		}
 		fmt.Fprintf(&b, "\nHints from held-out corrections of a reply's form: %s of %d parse, %s state exactly the instruction the user gave.\n",

@@ -1,6 +1,6 @@
 // Package pretrain trains the small model bundled with clawrl from scratch,
-// on the CPU: it generates its own corpus of short assistant dialogues
-// (corpus.go, tools.go, judge.go, text.go), learns a byte-level BPE
+// on the CPU: it draws its corpus of short assistant dialogues from
+// package corpus, learns a byte-level BPE
 // vocabulary on it, and trains a Llama-architecture model with next-token
 // cross-entropy on the assistant replies, with AdamW, warm-up and cosine
 // decay, gradient clipping, checkpoints that can be resumed bit for bit,
@@ -32,6 +32,7 @@ import (
 
 	"github.com/clawrl/clawrl/atomicfile"
 	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/safetensors"
@@ -133,8 +134,8 @@ func (o *Options) Validate() error {
 	if s.Hidden < 8 || s.Layers < 1 || s.Heads < 1 || s.KVHeads < 1 || s.Heads%s.KVHeads != 0 || s.Hidden%s.Heads != 0 || (s.Hidden/s.Heads)%2 != 0 || s.Intermediate < 1 {
 		bad("shape", fmt.Sprintf("%+v", s), "needs hidden ≥ 8 divisible by heads, an even head size, heads divisible by kv heads")
 	}
-	if s.Vocab < 256+len(SpecialTokens)+1 {
-		bad("--vocab", s.Vocab, fmt.Sprintf("must exceed %d (bytes and special tokens)", 256+len(SpecialTokens)))
+	if s.Vocab < 256+len(corpus.SpecialTokens)+1 {
+		bad("--vocab", s.Vocab, fmt.Sprintf("must exceed %d (bytes and special tokens)", 256+len(corpus.SpecialTokens)))
 	}
 	if s.MaxPositions < o.SeqLen {
 		bad("--context", s.MaxPositions, "must be at least --seq-len")
@@ -170,8 +171,8 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--resume and --restart exclude each other"))
 	}
 	for cat, w := range o.Mix {
-		if !slices.Contains(Categories, cat) {
-			bad("--mix", cat, "unknown category (known: "+strings.Join(Categories, ", ")+")")
+		if !slices.Contains(corpus.Categories, cat) {
+			bad("--mix", cat, "unknown category (known: "+strings.Join(corpus.Categories, ", ")+")")
 		}
 		if !(w >= 0) || math.IsInf(w, 0) {
 			bad("--mix "+cat, w, "weight must be a finite number ≥ 0")
@@ -281,15 +282,15 @@ func ShapeOf(dir string) (Shape, error) {
 type run struct {
 	o     Options
 	st    state
-	gen   *Generator
+	gen   *corpus.Generator
 	tok   *tokenizer.Tokenizer
 	m     *model.Model
 	tb    compute.Trainer
 	tr    *model.Trainable
 	ps    []model.Param
 	mom   [][2]compute.Tensor
-	held  []Encoded
-	texts *Texts
+	held  []corpus.Encoded
+	texts *corpus.Texts
 }
 
 // Run trains (or resumes) and writes the finished checkpoint to Out, with
@@ -328,16 +329,16 @@ func (r *run) printf(format string, args ...any) {
 // one.
 func open(o Options) (*run, error) {
 	r := &run{o: o}
-	var texts *Texts
+	var texts *corpus.Texts
 	if !o.NoTexts {
-		t, err := LoadTexts()
+		t, err := corpus.LoadTexts()
 		if err != nil {
 			return nil, err
 		}
 		texts = t
 	}
 	r.texts = texts
-	r.gen = NewGenerator(texts)
+	r.gen = corpus.NewGenerator(texts)
 	if err := r.gen.SetMix(o.Mix); err != nil {
 		return nil, fmt.Errorf("pretrain: %w", err)
 	}
@@ -415,17 +416,17 @@ func (r *run) initialise() error {
 		}
 		return atomicfile.WriteBytes(filepath.Join(dir, initMark), 0o644, []byte(o.Init+"\n"))
 	}
-	render, err := NewRenderer()
+	render, err := corpus.NewRenderer()
 	if err != nil {
 		return err
 	}
 	t0 := time.Now()
 	rng := rand.New(rand.NewPCG(o.Seed, 0x70c))
-	docs, err := tokenizerDocs(r.gen, render, rng, o.TokenizerDocs, r.texts, o.TextBytes)
+	docs, err := corpus.TokenizerDocs(r.gen, render, rng, o.TokenizerDocs, r.texts, o.TextBytes)
 	if err != nil {
 		return err
 	}
-	tok, err := tokenizer.Train(slices.Values(docs), tokenizerOptions(o.Shape.Vocab))
+	tok, err := tokenizer.Train(slices.Values(docs), corpus.TokenizerOptions(o.Shape.Vocab))
 	if err != nil {
 		return fmt.Errorf("pretrain: vocabulary: %w", err)
 	}
@@ -506,7 +507,7 @@ func (r *run) load() error {
 		for used < budget {
 			cat := r.gen.Next(rng).Category
 			ex := r.gen.HeldOutExample(rng, cat)
-			e, err := Encode(tok, ex)
+			e, err := corpus.Encode(tok, ex)
 			if err != nil {
 				return err
 			}
@@ -547,13 +548,13 @@ func (r *run) close() {
 
 // batch returns the conversations of step (1-based): drawn from the
 // step's own random stream, so that a resumed run sees the same data.
-func (r *run) batch(step int) ([]Encoded, error) {
+func (r *run) batch(step int) ([]corpus.Encoded, error) {
 	rng := rand.New(rand.NewPCG(r.o.Seed, uint64(step)))
 	budget := r.o.Batch * r.o.SeqLen
-	var out []Encoded
+	var out []corpus.Encoded
 	used := 0
 	for tries := 0; ; tries++ {
-		e, err := Encode(r.tok, r.gen.Next(rng))
+		e, err := corpus.Encode(r.tok, r.gen.Next(rng))
 		if err != nil {
 			return nil, err
 		}
@@ -576,7 +577,7 @@ func (r *run) batch(step int) ([]Encoded, error) {
 
 // forward runs a pass over es and returns it with the summed negative
 // log-likelihood of the targets and their count.
-func (r *run) forward(es []Encoded) (*model.Pass, float64, int, error) {
+func (r *run) forward(es []corpus.Encoded) (*model.Pass, float64, int, error) {
 	samples := make([]model.TrainSample, len(es))
 	for i, e := range es {
 		samples[i] = model.TrainSample{Prompt: e.IDs[:1], Response: e.IDs[1:]}

@@ -15,7 +15,7 @@
 // examples as well as towards the users' signal.
 //
 // A Source draws examples from the bundled model's own pretraining corpus
-// (package pretrain: arithmetic, tool calls, plain questions, instructions
+// (package corpus: arithmetic, tool calls, plain questions, instructions
 // in the system prompt, ...; never its held-out questions) or from a JSONL
 // file of conversations for any other checkpoint.
 package replay
@@ -31,7 +31,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/clawrl/clawrl/pretrain"
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/tokenizer"
 	"github.com/clawrl/clawrl/trainer"
 )
@@ -76,11 +76,11 @@ type Source struct {
 // the corpus's own weights for everything the served policy does. The
 // judge's own categories are left out, since the local judge runs the
 // base's frozen weights, not the trained ones.
-var CorpusMix = map[string]float64{pretrain.CatJudge: 0, pretrain.CatJudgeSession: 0}
+var CorpusMix = map[string]float64{corpus.CatJudge: 0, corpus.CatJudgeSession: 0}
 
 // Corpus returns a Source over the pretraining corpus of the bundled
 // model, drawn with the corpus's own category weights as changed by mix
-// (see pretrain.Generator.SetMix; nil: CorpusMix), never a held-out
+// (see corpus.Generator.SetMix; nil: CorpusMix), never a held-out
 // question. It fits the bundled model and checkpoints trained from it (the
 // chat template and the corpus's format must be theirs).
 func Corpus(tok *tokenizer.Tokenizer, mix map[string]float64, opts Options) (*Source, error) {
@@ -90,7 +90,7 @@ func Corpus(tok *tokenizer.Tokenizer, mix map[string]float64, opts Options) (*So
 	if mix == nil {
 		mix = CorpusMix
 	}
-	g := pretrain.NewGenerator(nil)
+	g := corpus.NewGenerator(nil)
 	if err := g.SetMix(mix); err != nil {
 		return nil, fmt.Errorf("replay: %w", err)
 	}
@@ -169,27 +169,27 @@ func File(path string, tok *tokenizer.Tokenizer, opts Options) (*Source, error) 
 	}}, nil
 }
 
-func parseLine(line []byte) (pretrain.Example, error) {
+func parseLine(line []byte) (corpus.Example, error) {
 	var fl fileLine
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&fl); err != nil {
-		return pretrain.Example{}, fmt.Errorf("not a {\"messages\": [...]} object: %w", err)
+		return corpus.Example{}, fmt.Errorf("not a {\"messages\": [...]} object: %w", err)
 	}
 	if len(fl.Messages) < 2 {
-		return pretrain.Example{}, errors.New("a conversation needs a prompt and an assistant reply")
+		return corpus.Example{}, errors.New("a conversation needs a prompt and an assistant reply")
 	}
 	for i, m := range fl.Messages {
 		switch m.Role {
 		case "system", "user", "assistant", "tool":
 		default:
-			return pretrain.Example{}, fmt.Errorf("message %d: unknown role %q", i, m.Role)
+			return corpus.Example{}, fmt.Errorf("message %d: unknown role %q", i, m.Role)
 		}
 	}
 	if last := fl.Messages[len(fl.Messages)-1]; last.Role != "assistant" {
-		return pretrain.Example{}, fmt.Errorf("the last message is %q; it must be the assistant's reply to learn", last.Role)
+		return corpus.Example{}, fmt.Errorf("the last message is %q; it must be the assistant's reply to learn", last.Role)
 	}
-	return pretrain.Example{Category: "file", Messages: fl.Messages, Tools: fl.Tools}, nil
+	return corpus.Example{Category: "file", Messages: fl.Messages, Tools: fl.Tools}, nil
 }
 
 // String says where the samples come from.
@@ -223,8 +223,8 @@ func (s *Source) Samples(n int, version uint64) ([]trainer.Sample, error) {
 // encode turns a conversation into a sample: the last assistant reply (its
 // closing token included) is the response, everything before it the
 // prompt, tokenized as pretraining and serving tokenize them.
-func encode(tok *tokenizer.Tokenizer, ex pretrain.Example, maxTokens int) (trainer.Sample, error) {
-	enc, err := pretrain.Encode(tok, ex)
+func encode(tok *tokenizer.Tokenizer, ex corpus.Example, maxTokens int) (trainer.Sample, error) {
+	enc, err := corpus.Encode(tok, ex)
 	if err != nil {
 		return trainer.Sample{}, err
 	}

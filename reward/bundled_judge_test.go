@@ -17,9 +17,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawrl/clawrl/bundled"
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/instruct"
-	"github.com/clawrl/clawrl/pretrain"
 	"github.com/clawrl/clawrl/reward"
 	"github.com/clawrl/clawrl/tokenizer"
 )
@@ -85,7 +85,7 @@ func heldOutCases(n int, seed uint64, praise, complaints []string, suffixes []re
 	r := rand.New(rand.NewPCG(seed, 28))
 	var cs []judgeCase
 	for i := range n {
-		q, a, _ := pretrain.PlainQuestion(r, true)
+		q, a, _ := corpus.PlainQuestion(r, true)
 		for _, re := range []struct {
 			next string
 			want int
@@ -275,7 +275,7 @@ func sessionCases(n int, seed uint64) []judgeCase {
 	r := rand.New(rand.NewPCG(seed, 29))
 	var cs []judgeCase
 	for i := range n {
-		q, a, _ := pretrain.PlainQuestion(r, false)
+		q, a, _ := corpus.PlainQuestion(r, false)
 		c := judgeCase{q: q, a: a, want: 1, kind: "praise"}
 		if i%2 == 1 {
 			split := instruct.Train
@@ -288,7 +288,7 @@ func sessionCases(n int, seed uint64) []judgeCase {
 			c.next = instruct.Praise(r)
 		}
 		if (i/2)%2 == 0 {
-			q2, _, _ := pretrain.PlainQuestion(r, false)
+			q2, _, _ := corpus.PlainQuestion(r, false)
 			c.next += "\n\n" + q2
 			c.kind += ", next question"
 		}

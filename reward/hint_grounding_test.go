@@ -29,9 +29,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawrl/clawrl/bundled"
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/instruct"
-	"github.com/clawrl/clawrl/pretrain"
 	"github.com/clawrl/clawrl/reward"
 	"github.com/clawrl/clawrl/tokenizer"
 )
@@ -67,7 +67,7 @@ func hintTurns(n int, seed uint64) []recordedHint {
 			pref := instruct.Random(r, k, instruct.Train)
 			var h recordedHint
 			for range 200 {
-				q, a, _ := pretrain.PlainQuestion(r, false)
+				q, a, _ := corpus.PlainQuestion(r, false)
 				h = recordedHint{Pref: pref.String(), Turn: len(out), Correction: i%4 != 3, Question: q}
 				if h.Correction {
 					if pref.Check(a) {
@@ -84,7 +84,7 @@ func hintTurns(n int, seed uint64) []recordedHint {
 				break
 			}
 			if i%4 != 1 {
-				q, _, _ := pretrain.PlainQuestion(r, false)
+				q, _, _ := corpus.PlainQuestion(r, false)
 				h.Next += "\n\n" + q
 			}
 			out = append(out, h)

@@ -1,4 +1,4 @@
-package pretrain
+package corpus
 
 import (
 	"slices"
@@ -89,8 +89,8 @@ const ChatTemplate = `{%- if tools %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}`
 
-// tokenizerOptions are the options of the bundled vocabulary's training.
-func tokenizerOptions(vocab int) tokenizer.TrainOptions {
+// TokenizerOptions are the options of the bundled vocabulary's training.
+func TokenizerOptions(vocab int) tokenizer.TrainOptions {
 	return tokenizer.TrainOptions{
 		VocabSize:     vocab,
 		SpecialTokens: slices.Clone(SpecialTokens),
@@ -105,5 +105,5 @@ func tokenizerOptions(vocab int) tokenizer.TrainOptions {
 // with the chat template: enough to render conversations to text before
 // the real vocabulary exists (the text is the same under any vocabulary).
 func NewRenderer() (*tokenizer.Tokenizer, error) {
-	return tokenizer.Train(slices.Values([]string{""}), tokenizerOptions(256+len(SpecialTokens)))
+	return tokenizer.Train(slices.Values([]string{""}), TokenizerOptions(256+len(SpecialTokens)))
 }

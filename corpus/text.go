@@ -1,4 +1,4 @@
-package pretrain
+package corpus
 
 import (
 	"bufio"
@@ -249,9 +249,9 @@ func (g *Generator) genText(r *rand.Rand) Example {
 	return s.fn(r.IntN(s.n))
 }
 
-// tokenizerDocs is the corpus of the vocabulary's training: n generated
+// TokenizerDocs is the corpus of the vocabulary's training: n generated
 // conversations, rendered, plus the public-domain text and generated JSON.
-func tokenizerDocs(g *Generator, render *tokenizer.Tokenizer, r *rand.Rand, n int, texts *Texts, textBytes int) ([]string, error) {
+func TokenizerDocs(g *Generator, render *tokenizer.Tokenizer, r *rand.Rand, n int, texts *Texts, textBytes int) ([]string, error) {
 	var docs []string
 	for range n {
 		ex := g.Next(r)

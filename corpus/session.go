@@ -1,4 +1,4 @@
-package pretrain
+package corpus
 
 import (
 	"fmt"
