@@ -599,6 +599,9 @@ func (c *Config) Validate() error {
 	if c.Trainer.LoRARank < 0 {
 		errs = append(errs, fmt.Errorf("trainer.lora_rank: %d must be >= 0 (0 = full fine-tuning)", c.Trainer.LoRARank))
 	}
+	if c.Trainer.Enabled && c.Trainer.LoRARank == 0 && (c.Model.Quantize == "q8_0" || c.Model.Quantize == "q4_0") {
+		errs = append(errs, fmt.Errorf("trainer.lora_rank: 0 (full fine-tuning) over model.quantize: %s is not supported: set trainer.lora_rank > 0 to train LoRA adapters over the quantized base, or model.quantize: none", c.Model.Quantize))
+	}
 	if c.Reward.HintVotes < 0 {
 		errs = append(errs, fmt.Errorf("reward.hint_votes: %d must be >= 0", c.Reward.HintVotes))
 	}

@@ -35,6 +35,9 @@ func (m *Model) Import(src *Weights, opts ImportOptions) (*Weights, error) {
 		return nil, fmt.Errorf("model: import: %w", err)
 	}
 	defer src.unlock()
+	if src.w.lora != nil {
+		return nil, errors.New("model: import: the set serves unmerged LoRA adapters over quantized matrices, which another backend cannot take")
+	}
 	if dst.base == nil || sm.base == nil {
 		return nil, errors.New("model: import: model is closed")
 	}

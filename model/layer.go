@@ -92,25 +92,44 @@ func (m *Model) block(bp blockPass, l int, w *layer, io *blockIO, ps *[3]proj) {
 // as one LinearMulti (a decode step reads all their weights in one pass,
 // where separate products would synchronise threads and restart a memory
 // stream after each matrix), attention over the paged KV cache, no
-// yields.
+// yields. A set's unmerged LoRA adapters (over quantized matrices) join
+// the same LinearMulti with their x·Aᵀ, and add scale·(x·Aᵀ)·Bᵀ after it.
 type servePass struct {
 	b    compute.Backend
 	kv   *KVCache
 	v    *views
 	attn *compute.Attention
-	outs *[3]compute.LinearOut
+	outs *[6]compute.LinearOut
+
+	lora  [][numTargets]*adapter // the set's unmerged adapters; nil: none
+	scale float32
+	tb    compute.Trainer // for the adapters' MatMul
 }
 
-func (s *servePass) project(_ int, x compute.Tensor, ps []proj) {
-	outs := s.outs[:len(ps)]
-	for i, p := range ps {
-		outs[i] = compute.LinearOut{Dst: p.dst, W: p.w, Bias: p.bias}
+func (s *servePass) project(l int, x compute.Tensor, ps []proj) {
+	outs := s.outs[:0]
+	for _, p := range ps {
+		outs = append(outs, compute.LinearOut{Dst: p.dst, W: p.w, Bias: p.bias})
+	}
+	var ads [3]*adapter
+	if s.lora != nil {
+		for i, p := range ps {
+			if ad := s.lora[l][p.target]; ad != nil {
+				ads[i] = ad
+				outs = append(outs, compute.LinearOut{Dst: s.v.lora[i], W: ad.A})
+			}
+		}
 	}
 	if len(outs) == 1 {
 		s.b.Linear(outs[0].Dst, x, outs[0].W, outs[0].Bias)
-		return
+	} else {
+		s.b.LinearMulti(x, outs)
 	}
-	s.b.LinearMulti(x, outs)
+	for i, ad := range ads[:len(ps)] {
+		if ad != nil {
+			s.tb.MatMul(ps[i].dst, s.v.lora[i], ad.B, false, true, s.scale, 1) // dst += s·u·Bᵀ
+		}
+	}
 }
 
 func (s *servePass) attend(l int, dst, q, k, v compute.Tensor) {

@@ -177,7 +177,14 @@ func (t *Trainable) newAdapters(cfg *LoRAConfig) error {
 }
 
 // snapshotLoRA makes a weight set sharing every base tensor except the
-// adapted matrices, which are replaced by merged copies W + scale·B·A.
+// adapted matrices. An adapted F32 or BF16 matrix is replaced by a merged
+// copy W + scale·B·A (in LoRAConfig.MergeDType). An adapted quantized
+// matrix (Q8_0, Q4_0) stays shared, and the set carries copies of its
+// adapter's A and B, which serving adds to its product unmerged (as
+// llama.cpp's --lora does): quantizing the merged matrix again would round
+// away updates far smaller than a quantization step (at Q4_0 about a
+// seventh of the largest weight of a block of 32), and a merged F32 copy
+// would take eight times the quantized matrix's memory.
 func (t *Trainable) snapshotLoRA() (*Weights, error) {
 	m, b := t.m, t.tb
 	baseRefs := map[compute.Tensor]*tensorRef{}
@@ -189,7 +196,7 @@ func (t *Trainable) snapshotLoRA() (*Weights, error) {
 		mergeDT = compute.F32
 	}
 	sb := setBuilder{w: &weights{Layers: make([]layer, m.Config.NumLayers)}}
-	// Every field starts as the base tensor; then the adapted ones are
+	// Every field starts as the base tensor; then the merged ones are
 	// replaced.
 	src := map[string]compute.Tensor{}
 	walkWeights(m.Config, t.w, func(name string, _ []int, f *compute.Tensor) error {
@@ -199,8 +206,8 @@ func (t *Trainable) snapshotLoRA() (*Weights, error) {
 	merged := map[compute.Tensor]bool{}
 	for l := range t.lora {
 		for i, ad := range t.lora[l] {
-			if ad != nil {
-				merged[*t.w.Layers[l].target(i)] = true
+			if w := *t.w.Layers[l].target(i); ad != nil && !w.DType().Quantized() {
+				merged[w] = true
 			}
 		}
 	}
@@ -210,17 +217,37 @@ func (t *Trainable) snapshotLoRA() (*Weights, error) {
 		}
 		return nil
 	})
+	fail := func(err error) (*Weights, error) {
+		sb.abort(b)
+		return nil, fmt.Errorf("model: snapshot of LoRA adapters: %w", err)
+	}
 	for l := range t.lora {
 		for i, ad := range t.lora[l] {
 			if ad == nil {
 				continue
 			}
 			w := *t.w.Layers[l].target(i)
+			if w.DType().Quantized() {
+				A, err := copyF32(b, ad.A)
+				if err != nil {
+					return fail(err)
+				}
+				sb.own(A)
+				B, err := copyF32(b, ad.B)
+				if err != nil {
+					return fail(err)
+				}
+				sb.own(B)
+				if sb.w.lora == nil {
+					sb.w.lora, sb.w.loraScale = make([][numTargets]*adapter, m.Config.NumLayers), t.scale
+				}
+				sb.w.lora[l][i] = &adapter{A: A, B: B}
+				continue
+			}
 			shape := w.Shape()
 			f32, err := b.NewTensor(compute.F32, shape...)
 			if err != nil {
-				sb.abort(b)
-				return nil, fmt.Errorf("model: merging LoRA: %w", err)
+				return fail(err)
 			}
 			b.Convert(f32, w)
 			b.MatMul(f32, ad.B, ad.A, false, false, t.scale, 1)
@@ -229,8 +256,7 @@ func (t *Trainable) snapshotLoRA() (*Weights, error) {
 				bf, err := b.NewTensor(compute.BF16, shape...)
 				if err != nil {
 					b.Free(f32)
-					sb.abort(b)
-					return nil, fmt.Errorf("model: merging LoRA: %w", err)
+					return fail(err)
 				}
 				b.Convert(bf, f32)
 				b.Free(f32)
@@ -240,4 +266,40 @@ func (t *Trainable) snapshotLoRA() (*Weights, error) {
 		}
 	}
 	return sb.done(m), nil
+}
+
+// copyF32 returns a new F32 tensor holding x's values.
+func copyF32(b compute.Backend, x compute.Tensor) (compute.Tensor, error) {
+	c, err := b.NewTensor(compute.F32, x.Shape()...)
+	if err != nil {
+		return nil, err
+	}
+	b.Copy(c, x)
+	return c, nil
+}
+
+// loraRank is the rank of the set's unmerged adapters (0: none).
+func (w *weights) loraRank() int {
+	for _, l := range w.lora {
+		for _, ad := range l {
+			if ad != nil {
+				return ad.A.Shape()[0]
+			}
+		}
+	}
+	return 0
+}
+
+// Adapters reports how many matrices of the set carry an unmerged LoRA
+// adapter (those over quantized matrices; see Trainable.Snapshot).
+func (w *Weights) Adapters() int {
+	n := 0
+	for _, l := range w.w.lora {
+		for _, ad := range l {
+			if ad != nil {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -335,7 +335,19 @@ func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 		}
 	}
 
-	views, err := s.views(b, c, total, len(steps), maxBlocks)
+	var tb compute.Trainer
+	rank := 0
+	if w.lora != nil {
+		var ok bool
+		if tb, ok = b.(compute.Trainer); !ok {
+			for j, st := range steps {
+				st.Seq.unreserve(reserved[j])
+			}
+			return nil, fmt.Errorf("model: backend %s cannot serve a weight set with unmerged LoRA adapters (it does not implement compute.Trainer)", b.Name())
+		}
+		rank = w.loraRank()
+	}
+	views, err := s.views(b, c, total, len(steps), maxBlocks, rank)
 	if err != nil {
 		for j, st := range steps {
 			st.Seq.unreserve(reserved[j])
@@ -358,7 +370,7 @@ func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 
 	x := views.x
 	b.Embedding(x, w.Embed, views.ids)
-	sp := &servePass{b: b, kv: kv, v: &views, attn: attn, outs: &s.outs}
+	sp := &servePass{b: b, kv: kv, v: &views, attn: attn, outs: &s.outs, lora: w.lora, scale: w.loraScale, tb: tb}
 	io := &blockIO{xin: x, xmid: x, xout: x, h1: views.h, h2: views.h, qpre: views.q, kpre: views.k, q: views.q, k: views.k,
 		v: views.v, att: views.att, out: views.out, gate: views.gate, up: views.up, act: views.gate, pos: views.pos}
 	for l := range w.Layers {

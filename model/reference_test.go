@@ -33,6 +33,30 @@ type refModel struct {
 	// cache.
 	roundQ bool
 	bf16   map[string]bool // the weights stored as BF16
+
+	// quant names the weights stored quantized (their values in w are the
+	// dequantized ones): the input of their products is quantized to Q8_0
+	// blocks, as the engine's quantized products do (compute's package
+	// doc). In record mode (replay false) every such product keeps its
+	// rounding residual Q(x) − x, in call order from the start of a loss;
+	// in replay mode it adds the recorded residual to x instead, so that
+	// the forward is the quantized one at the recorded point and its
+	// derivative takes the rounding as the identity (the engine's
+	// backward: a straight-through estimator).
+	quant  map[string]bool
+	replay bool
+	resid  [][]float64
+	call   int
+	// lora adds scale·B·(A·x) to a weight's product (x before any
+	// rounding), as the engine serves and trains adapters unmerged.
+	lora map[string]refAdapter
+}
+
+// refAdapter is one LoRA adapter of the reference: A [rank, in], B [out,
+// rank], row-major, and the scale alpha/rank.
+type refAdapter struct {
+	A, B  []float64
+	scale float64
 }
 
 func loadRef(t *testing.T, dir string) *refModel {
@@ -104,10 +128,60 @@ func loadRef(t *testing.T, dir string) *refModel {
 // linear returns the product of weight name with x (+ b), x rounded to
 // BF16 first when r.roundInputs and the weight is BF16.
 func (r *refModel) linear(name string, x, b []float64) []float64 {
+	xin := x
 	if r.roundInputs && r.bf16[name] {
 		x = roundBF16s(x)
 	}
-	return matvec(r.w[name], x, b)
+	if r.quant[name] {
+		x = r.quantizeInput(x)
+	}
+	out := matvec(r.w[name], x, b)
+	if ad, ok := r.lora[name]; ok {
+		u := matvec(ad.A, xin, nil)
+		for o := range out {
+			s := 0.0
+			for k, uk := range u {
+				s += ad.B[o*len(u)+k] * uk
+			}
+			out[o] += ad.scale * s
+		}
+	}
+	return out
+}
+
+// quantizeInput returns x as the engine's quantized products see it (see
+// refModel.quant): in record mode each block of 32 rounded to Q8_0 as
+// compute's package doc says (d = max|x|/127 in float32, q = x·(1/d)
+// rounded to nearest even), its residual kept; in replay mode x plus the
+// recorded residual.
+func (r *refModel) quantizeInput(x []float64) []float64 {
+	i := r.call
+	r.call++
+	out := make([]float64, len(x))
+	if r.replay {
+		for j, v := range x {
+			out[j] = v + r.resid[i][j]
+		}
+		return out
+	}
+	res := make([]float64, len(x))
+	for b := 0; b < len(x); b += 32 {
+		var amax float32
+		for _, v := range x[b : b+32] {
+			amax = max(amax, float32(math.Abs(v)))
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		for j := b; j < b+32; j++ {
+			out[j] = float64(d) * math.RoundToEven(float64(float32(x[j])*id))
+			res[j] = out[j] - x[j]
+		}
+	}
+	r.resid = append(r.resid, res)
+	return out
 }
 
 // roundBF16s returns x rounded through float32 to BF16 (to nearest even).

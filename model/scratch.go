@@ -50,9 +50,10 @@ type scratch struct {
 	x, h, q, k, v, att, out, gate, up buffer
 	ids, pos, slots, qstart, ctx, tab buffer
 	final, rows, logits, logp, target buffer
+	lora                              [3]buffer // x·Aᵀ of unmerged LoRA adapters, one per product of a call
 
 	attn  compute.Attention
-	outs  [3]compute.LinearOut // the products of one LinearMulti call
+	outs  [6]compute.LinearOut // the products of one LinearMulti call (and their adapters' x·Aᵀ)
 	projs [3]proj              // the products of one block step
 
 	hIDs, hPos, hSlots, hQStart, hCtx, hTable, hRows []int32
@@ -62,12 +63,16 @@ type scratch struct {
 
 // views are the scratch tensors of one forward pass, cut to its size.
 type views struct {
-	x, h, q, k, v, att, out, gate, up compute.Tensor // activations
-	ids, pos, slots                   compute.Tensor // I32 per token
-	qstart, ctx, table                compute.Tensor // I32 per sequence
+	x, h, q, k, v, att, out, gate, up compute.Tensor    // activations
+	ids, pos, slots                   compute.Tensor    // I32 per token
+	qstart, ctx, table                compute.Tensor    // I32 per sequence
+	lora                              [3]compute.Tensor // [tokens, rank]: x·Aᵀ of unmerged adapters (nil without)
 }
 
-func (s *scratch) views(b compute.Backend, c *Config, tokens, seqs, maxBlocks int) (views, error) {
+// views cuts the scratch to a pass of tokens new tokens in seqs
+// sequences; with rank > 0, also the products of unmerged LoRA adapters
+// of that rank.
+func (s *scratch) views(b compute.Backend, c *Config, tokens, seqs, maxBlocks, rank int) (views, error) {
 	var v views
 	var err error
 	for _, a := range []struct {
@@ -97,12 +102,20 @@ func (s *scratch) views(b compute.Backend, c *Config, tokens, seqs, maxBlocks in
 			return views{}, err
 		}
 	}
+	if rank > 0 {
+		for i := range v.lora {
+			if v.lora[i], err = s.lora[i].view(b, compute.F32, tokens, rank); err != nil {
+				return views{}, err
+			}
+		}
+	}
 	return v, nil
 }
 
 func (s *scratch) free(b compute.Backend) {
 	for _, bf := range []*buffer{&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.out, &s.gate, &s.up,
-		&s.ids, &s.pos, &s.slots, &s.qstart, &s.ctx, &s.tab, &s.final, &s.rows, &s.logits, &s.logp, &s.target} {
+		&s.ids, &s.pos, &s.slots, &s.qstart, &s.ctx, &s.tab, &s.final, &s.rows, &s.logits, &s.logp, &s.target,
+		&s.lora[0], &s.lora[1], &s.lora[2]} {
 		if bf.t != nil {
 			b.Free(bf.t)
 		}

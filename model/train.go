@@ -137,6 +137,18 @@ func (noSlicer) Yield(release func()) func() { return release }
 // adapters (opts.LoRA). The model's backend must implement
 // compute.Trainer. The Trainable holds references to base's tensors until
 // Free, so freeing base meanwhile is safe.
+//
+// Over a quantized base (Q8_0, Q4_0 matrices) only LoRA trains, as QLoRA
+// does: the base stays quantized and frozen, the adapters, their
+// gradients and the optimizer's state are F32. The forward pass runs the
+// quantized products as serving does (activations quantized to Q8_0
+// blocks), so its log-probs are the served ones; the backward pass takes
+// the input gradients through the exactly dequantized matrices
+// (LinearBackwardInput), which treats the forward's rounding of the
+// activations as the identity (a straight-through estimator; QLoRA, which
+// multiplies by the dequantized matrix in BF16, rounds differently). Full
+// fine-tuning over a quantized base is refused: it would train F32 master
+// copies of every matrix, the memory the quantized base saves.
 func (m *Model) NewTrainable(base *Weights, opts TrainOptions) (*Trainable, error) {
 	tb, ok := m.b.(compute.Trainer)
 	if !ok {
@@ -151,8 +163,11 @@ func (m *Model) NewTrainable(base *Weights, opts TrainOptions) (*Trainable, erro
 	if base.m != m.owner() {
 		return nil, errors.New("model: the weight set belongs to another model")
 	}
-	if name, dt := quantizedIn(m.Config, base.w); name != "" {
-		return nil, fmt.Errorf("model: LoRA over a quantized base is not built yet (%s is %v); train over a BF16 or F32 checkpoint", name, dt)
+	if name, dt := quantizedIn(m.Config, base.w); name != "" && opts.LoRA == nil {
+		return nil, fmt.Errorf("model: full fine-tuning over a quantized base is not supported (%s is %v): train LoRA adapters over it (as QLoRA), or load the checkpoint unquantized", name, dt)
+	}
+	if base.w.lora != nil {
+		return nil, errors.New("model: the weight set serves unmerged LoRA adapters (a snapshot over a quantized base); train over the checkpoint's set")
 	}
 	refs, err := base.retain()
 	if err != nil {
@@ -275,7 +290,9 @@ func (t *Trainable) ReleaseActivations() {
 // converted back to the base tensor's dtype (BF16 rounds to nearest even).
 // LoRA: the base set's tensors shared (reference counted), except each
 // adapted matrix, replaced by a merged copy W + (Alpha/Rank)·B·A in
-// LoRAConfig.MergeDType. Free the set when it is no longer served.
+// LoRAConfig.MergeDType; an adapted quantized matrix stays shared and the
+// set carries a copy of its adapter, served unmerged (see snapshotLoRA).
+// Free the set when it is no longer served.
 func (t *Trainable) Snapshot() (*Weights, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

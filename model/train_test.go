@@ -1,6 +1,7 @@
 package model
 
 import (
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -56,6 +57,10 @@ func coefficients(samples []TrainSample, seed uint64) ([][]float32, [][]float64)
 
 // loss is Σ coef·log p(response | prompt) under the reference model.
 func (r *refModel) loss(samples []TrainSample, coef [][]float64) float64 {
+	r.call = 0
+	if !r.replay {
+		r.resid = r.resid[:0]
+	}
 	total := 0.0
 	for i, s := range samples {
 		toks := append(append([]int32(nil), s.Prompt...), s.Response[:len(s.Response)-1]...)
@@ -143,19 +148,42 @@ func probe(r *rand.Rand, name string, n, cols int, used []int32) []int {
 // tensor, and a directional derivative over all parameters.
 func checkAgainstReference(t *testing.T, ref *refModel, samples []TrainSample, c64 [][]float64, grads map[string][]float32, perturb func(name string, i int, delta float64)) {
 	t.Helper()
+	ge := gradientErrors(ref, samples, c64, grads, perturb)
+	worst := 0.0
+	for _, name := range slices.Sorted(maps.Keys(ge.tensor)) {
+		e := ge.tensor[name]
+		worst = math.Max(worst, e)
+		if !(e < 1e-3) {
+			t.Errorf("%s: relative error %.3g of the analytic gradient against central differences (scale %.3g)", name, e, ge.scale[name])
+		}
+	}
+	t.Logf("worst relative error over %d tensors: %.2g", len(ge.tensor), worst)
+	if e := ge.directional; !(e < 1e-4) {
+		t.Errorf("directional derivative: analytic %.8g, numeric %.8g (relative error %.3g)", ge.analytic, ge.numeric, e)
+	} else {
+		t.Logf("directional derivative: relative error %.2g", e)
+	}
+}
+
+// gradErrors are the errors of analytic gradients against the reference's
+// central differences (gradientErrors).
+type gradErrors struct {
+	tensor, scale     map[string]float64 // per tensor: max |analytic − numeric| / max |numeric| over the probes
+	directional       float64            // relative error of the directional derivative
+	analytic, numeric float64            // the directional derivative both ways
+}
+
+// gradientErrors computes central differences of the reference's loss over
+// the probed elements of each tensor, and a directional derivative over
+// all parameters, and their errors against the analytic gradients.
+func gradientErrors(ref *refModel, samples []TrainSample, c64 [][]float64, grads map[string][]float32, perturb func(name string, i int, delta float64)) gradErrors {
 	const h = 1e-5
 	r := rand.New(rand.NewPCG(5, 6))
 	var used []int32
 	for _, s := range samples {
 		used = append(append(used, s.Prompt...), s.Response...)
 	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range grads {
-			if !yield(n) {
-				return
-			}
-		}
-	})
+	names := slices.Sorted(maps.Keys(grads))
 	num := func(name string, i int) float64 {
 		perturb(name, i, h)
 		lp := ref.loss(samples, c64)
@@ -164,7 +192,7 @@ func checkAgainstReference(t *testing.T, ref *refModel, samples []TrainSample, c
 		perturb(name, i, h)
 		return (lp - lm) / (2 * h)
 	}
-	worst := 0.0
+	ge := gradErrors{tensor: map[string]float64{}, scale: map[string]float64{}}
 	for _, name := range names {
 		g := grads[name]
 		cols := ref.hidden
@@ -177,22 +205,16 @@ func checkAgainstReference(t *testing.T, ref *refModel, samples []TrainSample, c
 		if scale < 1e-6 { // all probes in a zero-gradient region
 			scale = 1e-6
 		}
-		e := diff / scale
-		worst = math.Max(worst, e)
-		if !(e < 1e-3) {
-			t.Errorf("%s: relative error %.3g of the analytic gradient against central differences (scale %.3g)", name, e, scale)
-		}
+		ge.tensor[name], ge.scale[name] = diff/scale, scale
 	}
-	t.Logf("worst relative error over %d tensors: %.2g", len(names), worst)
 
 	// Directional derivative along a random direction over all parameters.
 	dir := map[string][]float64{}
-	var analytic float64
 	for _, name := range names {
 		d := make([]float64, len(grads[name]))
 		for i := range d {
 			d[i] = r.Float64()*2 - 1
-			analytic += d[i] * float64(grads[name][i])
+			ge.analytic += d[i] * float64(grads[name][i])
 		}
 		dir[name] = d
 	}
@@ -208,12 +230,9 @@ func checkAgainstReference(t *testing.T, ref *refModel, samples []TrainSample, c
 	move(-2 * h)
 	lm := ref.loss(samples, c64)
 	move(h)
-	numeric := (lp - lm) / (2 * h)
-	if e := math.Abs(analytic-numeric) / math.Abs(numeric); !(e < 1e-4) {
-		t.Errorf("directional derivative: analytic %.8g, numeric %.8g (relative error %.3g)", analytic, numeric, e)
-	} else {
-		t.Logf("directional derivative: relative error %.2g", e)
-	}
+	ge.numeric = (lp - lm) / (2 * h)
+	ge.directional = math.Abs(ge.analytic-ge.numeric) / math.Abs(ge.numeric)
+	return ge
 }
 
 var gradSpecs = []struct {

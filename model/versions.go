@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -166,7 +167,7 @@ func (w *Weights) Bytes() int64 {
 }
 
 // Clone returns a deep copy of the set on the backend, every tensor new
-// and with its dtype kept.
+// and with its dtype kept (unmerged LoRA adapters included).
 func (w *Weights) Clone() (*Weights, error) {
 	m := w.m
 	if _, err := m.acquire(w); err != nil {
@@ -190,6 +191,27 @@ func (w *Weights) Clone() (*Weights, error) {
 		*f = sb.own(t)
 		return nil
 	})
+	if err == nil && w.w.lora != nil {
+		sb.w.lora, sb.w.loraScale = make([][numTargets]*adapter, len(w.w.lora)), w.w.loraScale
+	adapters:
+		for l, ads := range w.w.lora {
+			for i, ad := range ads {
+				if ad == nil {
+					continue
+				}
+				c := &adapter{}
+				for _, x := range []struct{ dst, src *compute.Tensor }{{&c.A, &ad.A}, {&c.B, &ad.B}} {
+					var t compute.Tensor
+					if t, err = copyF32(b, *x.src); err != nil {
+						err = fmt.Errorf("model: cloning a LoRA adapter: %w", err)
+						break adapters
+					}
+					*x.dst = sb.own(t)
+				}
+				sb.w.lora[l][i] = c
+			}
+		}
+	}
 	if err != nil {
 		sb.abort(b)
 		return nil, err
@@ -286,4 +308,77 @@ func ReadTensor(b compute.Backend, t compute.Tensor) ([]float32, error) {
 		return out, nil
 	}
 	return nil, fmt.Errorf("model: reading a tensor of dtype %v", t.DType())
+}
+
+// FileTensor is one tensor of a weight set as a checkpoint file
+// (model.safetensors) holds it.
+type FileTensor struct {
+	Name  string // Hugging Face name
+	Shape []int
+	// DType is F32 or BF16: the tensor's own, or F32 for a quantized
+	// matrix (dequantized exactly) and for a matrix the set serves with an
+	// unmerged LoRA adapter (merged into F32: dequant(W) + scale·B·A).
+	DType compute.DType
+	// Read returns the values (BF16 widened exactly). It fails once the
+	// set is freed.
+	Read func() ([]float32, error)
+}
+
+// FileTensors lists the set's tensors as a checkpoint file holds them, in
+// the order of Params, so that the file loads as a plain model (here and
+// in other tools): F32 and BF16 tensors as they are; over a quantized
+// base, every quantized matrix dequantized to F32 and every adapter merged
+// into its matrix in F32, exactly as the set serves it up to the rounding
+// of the activations its quantized products do. Read computes one tensor
+// at a time, in a temporary tensor of the backend, which must implement
+// compute.Trainer for anything but F32.
+func (w *Weights) FileTensors() []FileTensor {
+	adapted := map[string]*adapter{}
+	for l, ads := range w.w.lora {
+		for i, ad := range ads {
+			if ad != nil {
+				adapted[fmt.Sprintf("model.layers.%d.%s.weight", l, targetModules[i])] = ad
+			}
+		}
+	}
+	var out []FileTensor
+	walkWeights(w.m.Config, w.w, func(name string, _ []int, f *compute.Tensor) error {
+		t, ad := *f, adapted[name]
+		dt := t.DType()
+		if dt.Quantized() || ad != nil {
+			dt = compute.F32
+		}
+		out = append(out, FileTensor{Name: name, Shape: slices.Clone(t.Shape()), DType: dt,
+			Read: func() ([]float32, error) { return w.readFile(t, ad) }})
+		return nil
+	})
+	return out
+}
+
+// readFile returns the values of t, with ad (if not nil) merged in.
+func (w *Weights) readFile(t compute.Tensor, ad *adapter) ([]float32, error) {
+	m := w.m
+	if _, err := m.acquire(w); err != nil {
+		return nil, err
+	}
+	defer w.unlock()
+	if ad == nil {
+		return ReadTensor(m.b, t)
+	}
+	tb, ok := m.b.(compute.Trainer)
+	if !ok {
+		return nil, fmt.Errorf("model: backend %s cannot merge LoRA adapters (no compute.Trainer)", m.b.Name())
+	}
+	f32, err := m.b.NewTensor(compute.F32, t.Shape()...)
+	if err != nil {
+		return nil, fmt.Errorf("model: merging a LoRA adapter: %w", err)
+	}
+	defer m.b.Free(f32)
+	tb.Convert(f32, t)
+	tb.MatMul(f32, ad.B, ad.A, false, false, w.w.loraScale, 1)
+	out := make([]float32, compute.Len(f32))
+	if err := m.b.Read(out, f32); err != nil {
+		return nil, fmt.Errorf("model: merging a LoRA adapter: %w", err)
+	}
+	return out, nil
 }

@@ -27,6 +27,14 @@ type weights struct {
 	Norm   compute.Tensor `hf:"model.norm.weight" shape:"hidden"`
 	Output compute.Tensor `hf:"lm_head.weight" shape:"vocab,hidden" if:"untied"`
 	Layers []layer
+
+	// lora are LoRA adapters that the set serves unmerged, over quantized
+	// matrices (see Trainable.Snapshot): lora[l][i] adapts target i of
+	// layer l (nil where none), adding loraScale·(x·Aᵀ)·Bᵀ to its product.
+	// nil for a set without any. Not checkpoint tensors: walkWeights does
+	// not visit them.
+	lora      [][numTargets]*adapter
+	loraScale float32
 }
 
 // layer is one transformer block.

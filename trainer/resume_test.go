@@ -1,11 +1,13 @@
 package trainer
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/weights"
@@ -22,15 +24,20 @@ func TestResumeBitIdentical(t *testing.T) {
 		name  string
 		dtype string
 		lora  bool
+		quant compute.DType // the base quantized on load (LoRA over it, as QLoRA)
 	}{
-		{"full f32", "float32", false},
-		{"full bf16", "bfloat16", false},
-		{"lora bf16", "bfloat16", true},
+		{"full f32", "float32", false, 0},
+		{"full bf16", "bfloat16", false, 0},
+		{"lora bf16", "bfloat16", true, 0},
+		{"lora over q4_0", "bfloat16", true, compute.Q4_0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tinySpec()
 			spec.DType = tt.dtype
 			m, dir := loadTiny(t, spec)
+			if tt.quant != 0 {
+				m = loadQuantized(t, dir, tt.quant)
+			}
 			o := testOptions(tt.lora)
 			o.WarmupSteps, o.WeightDecay = 3, 0.1 // exercise the schedule and decay across the restart
 			var batches [][]Sample
@@ -69,6 +76,8 @@ func TestResumeBitIdentical(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			reqs := reqsOf(batches[0])
+			fromFirst := newScorer(t, m).logProbs(t, v.Weights(), reqs, 0)
 			ck, err := first.Save(store, CheckpointOptions{Root: root, Keep: 2, ConfigJSON: cfg, ExtraFiles: map[string][]byte{"tokenizer.json": []byte("{}")}})
 			if err != nil {
 				t.Fatal(err)
@@ -77,11 +86,16 @@ func TestResumeBitIdentical(t *testing.T) {
 			store.Close()
 
 			// Second run: the base model again, the newest checkpoint.
-			m2, err := model.Load(cpu.New(), dir)
-			if err != nil {
-				t.Fatal(err)
+			var m2 *model.Model
+			if tt.quant != 0 {
+				m2 = loadQuantized(t, dir, tt.quant)
+			} else {
+				m2, err = model.Load(cpu.New(), dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { m2.Close() })
 			}
-			t.Cleanup(func() { m2.Close() })
 			got, refused, err := weights.OpenLatest(root)
 			if err != nil || len(refused) != 0 || got.Dir() != ck.Dir() {
 				t.Fatalf("OpenLatest: %v, %v, %v", got, refused, err)
@@ -103,19 +117,46 @@ func TestResumeBitIdentical(t *testing.T) {
 				t.Fatalf("republished as %v, want %v", v2, v)
 			}
 
+			// The restored trainer's version serves what the first one
+			// published, bit for bit.
+			fromVersion := newScorer(t, m2).logProbs(t, v2.Weights(), reqs, 0)
+			for i := range reqs {
+				if !slices.Equal(fromFirst[i].LogProbs, fromVersion[i].LogProbs) {
+					t.Fatalf("request %d: the restored version scores %v, the first %v", i, fromVersion[i].LogProbs, fromFirst[i].LogProbs)
+				}
+			}
 			// The checkpoint is a model: it scores like the published
-			// version, bit for bit.
+			// version, bit for bit; over a quantized base it holds the
+			// dequantized matrices with the adapters merged in F32, and
+			// scores like the version up to the rounding of the inputs of
+			// the version's quantized products.
 			m3, err := model.Load(cpu.New(), got.Dir())
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { m3.Close() })
-			reqs := reqsOf(batches[0])
 			fromFile := newScorer(t, m3).logProbs(t, m3.Weights(), reqs, 0)
-			fromVersion := newScorer(t, m2).logProbs(t, v2.Weights(), reqs, 0)
+			worst := 0.0
 			for i := range reqs {
-				if !slices.Equal(fromFile[i].LogProbs, fromVersion[i].LogProbs) {
+				for j := range fromFile[i].LogProbs {
+					worst = math.Max(worst, math.Abs(float64(fromFile[i].LogProbs[j]-fromVersion[i].LogProbs[j])))
+				}
+				if tt.quant == 0 && !slices.Equal(fromFile[i].LogProbs, fromVersion[i].LogProbs) {
 					t.Fatalf("request %d: checkpoint scores %v, published version %v", i, fromFile[i].LogProbs, fromVersion[i].LogProbs)
+				}
+			}
+			if tt.quant != 0 {
+				// Training moved the version's log-probs by far more.
+				base := newScorer(t, m2).logProbs(t, m2.Weights(), reqs, 0)
+				moved := 0.0
+				for i := range reqs {
+					for j := range base[i].LogProbs {
+						moved = math.Max(moved, math.Abs(float64(base[i].LogProbs[j]-fromVersion[i].LogProbs[j])))
+					}
+				}
+				t.Logf("checkpoint (merged, F32) vs the version (quantized, adapters unmerged): max |Δ log p| %.3g; training moved them by %.3g", worst, moved)
+				if !(worst < 0.1 && worst < moved/4) {
+					t.Errorf("the checkpoint scores the version's tokens off by up to %.3g (training moved them by %.3g)", worst, moved)
 				}
 			}
 
@@ -168,4 +209,23 @@ func TestRestoreRefusesMismatch(t *testing.T) {
 			t.Fatal("a refused restore changed the trainer")
 		}
 	}
+}
+
+// loadQuantized loads the checkpoint in dir on the CPU backend with its
+// matrices quantized to dt (model.Quantize).
+func loadQuantized(t *testing.T, dir string, dt compute.DType) *model.Model {
+	t.Helper()
+	src, err := model.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src, err = model.Quantize(src, dt); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.LoadFrom(cpu.New(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
 }
