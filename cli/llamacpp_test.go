@@ -26,6 +26,10 @@ import (
 // Q8_0 and Q4_0 (both multiply the blocks with int8-quantized activations, in
 // their own orders). Agreement also needs the file's tokenizer to split
 // the text as clawrl's does, and llama.cpp's chunk count is compared.
+// The other way round, files that llama.cpp's own llama-quantize makes
+// from the F32 export (Q4_K_M, a mix of Q4_K and Q6_K, and Q6_K), which
+// clawrl dequantizes and multiplies in float while llama.cpp multiplies
+// the blocks, agree to 1e-2.
 //
 // llama.cpp is not installed where CI runs, so the test runs only when
 // LLAMA_CPP_BIN names a directory holding llama-perplexity (a build's
@@ -64,11 +68,18 @@ func TestLlamaCppReadsExport(t *testing.T) {
 	const nCtx = 128
 
 	for _, c := range []struct {
-		typ string
-		tol float64
-	}{{"f32", 1e-3}, {"q8_0", 5e-3}, {"q4_0", 5e-3}} {
+		typ      string
+		quantize string // made by llama-quantize from the F32 export (of this type), not by clawrl
+		tol      float64
+	}{{"f32", "", 1e-3}, {"q8_0", "", 5e-3}, {"q4_0", "", 5e-3}, {"q4_k_m", "Q4_K_M", 1e-2}, {"q6_k", "Q6_K", 1e-2}} {
 		file := filepath.Join(dir, "bundled-"+c.typ+".gguf")
-		if out, err := exec.Command(bin, "export", "1", "--config", cfg, "--format", "gguf", "--type", c.typ, "--out", file).CombinedOutput(); err != nil {
+		if c.quantize != "" {
+			cmd := exec.Command(filepath.Join(llama, "llama-quantize"), filepath.Join(dir, "bundled-f32.gguf"), file, c.quantize)
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+llama)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("llama-quantize %s: %v\n%s", c.quantize, err, out)
+			}
+		} else if out, err := exec.Command(bin, "export", "1", "--config", cfg, "--format", "gguf", "--type", c.typ, "--out", file).CombinedOutput(); err != nil {
 			t.Fatalf("export --type %s: %v\n%s", c.typ, err, out)
 		}
 
