@@ -18,14 +18,13 @@ import (
 // TestGGUF runs GGUF files as a user does, on the real binary: a
 // testmodel checkpoint converted to GGUF generates with `clawrl generate
 // --model FILE.gguf` what the checkpoint generates (BF16: the same
-// weights); `clawrl serve --model FILE.gguf` answers a chat (Q8_0, with
-// training off: training over quantized weights is not built yet) and
-// (BF16) learns from thumbs, writes checkpoints that carry a config.json
-// and the
-// tokenizer made from the file (so `generate --model CHECKPOINT` loads
-// them) and resumes them after a restart on the same GGUF base; damaged
-// files and architectures clawrl does not run are refused with the path
-// and the reason.
+// weights); `clawrl serve --model FILE.gguf` learns from thumbs over a
+// Q4_0 file (LoRA over the quantized matrices, the versions serving the
+// adapters unmerged: qloraServes) and over a BF16 one, writes checkpoints
+// that carry a config.json and the tokenizer made from the file (so
+// `generate --model CHECKPOINT` loads them) and resumes them after a
+// restart on the same GGUF base; damaged files and architectures clawrl
+// does not run are refused with the path and the reason.
 func TestGGUF(t *testing.T) {
 	bin := realBinary(t)
 	dir := t.TempDir()
@@ -41,8 +40,8 @@ func TestGGUF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bf16, q8 := filepath.Join(dir, "tiny-bf16.gguf"), filepath.Join(dir, "tiny-q8_0.gguf")
-	for path, typ := range map[string]gguf.TensorType{bf16: gguf.BF16, q8: gguf.Q8_0} {
+	bf16, q8, q4 := filepath.Join(dir, "tiny-bf16.gguf"), filepath.Join(dir, "tiny-q8_0.gguf"), filepath.Join(dir, "tiny-q4_0.gguf")
+	for path, typ := range map[string]gguf.TensorType{bf16: gguf.BF16, q8: gguf.Q8_0, q4: gguf.Q4_0} {
 		if err := gguf.WriteModel(path, src, tok, typ); err != nil {
 			t.Fatal(err)
 		}
@@ -72,25 +71,12 @@ func TestGGUF(t *testing.T) {
 		t.Errorf("generate --model %s --chat said nothing", q8)
 	}
 
-	// The Q8_0 file serves (training over quantized weights is item 3 of
-	// issue 30: not yet).
-	quiet := filepath.Join(dir, "quiet.yaml")
-	os.WriteFile(quiet, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n", q8, filepath.Join(dir, "data-q8"))), 0o600)
-	d := startDaemon(t, bin, quiet, freePort(t))
-	if id := servedModel(d.url); id != filepath.Base(q8) {
-		t.Errorf("served model id %q", id)
-	}
-	code, m, _ := d.post(t, "/v1/chat/completions", "", nil, map[string]any{
-		"model": filepath.Base(q8), "messages": []map[string]string{{"role": "user", "content": "Hello!"}}, "max_tokens": 8,
-	})
-	if code != 200 {
-		t.Fatalf("chat with the Q8_0 file: %d %v\n%s", code, m, d.log)
-	}
-	d.kill()
+	// The Q4_0 file serves and trains (LoRA over its quantized matrices).
+	qloraServes(t, bin, q4, filepath.Join(dir, "q4"))
 
 	// The BF16 file serves and trains.
 	os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", bf16, data)), 0o600)
-	d = startDaemon(t, bin, cfg, freePort(t))
+	d := startDaemon(t, bin, cfg, freePort(t))
 	chatWithThumbs(t, d, "g", "Name a fruit.", 2, 1, "", nil)
 	root := filepath.Join(data, "checkpoints")
 	var ns []uint64
@@ -149,4 +135,95 @@ func TestGGUF(t *testing.T) {
 			t.Errorf("clawrl %v: %v, want an error with %s and %q\n%s", tc.args, err, path, tc.want, out)
 		}
 	}
+}
+
+// qloraServes runs `clawrl serve` on the quantized GGUF file gg with
+// training on (the default, LoRA rank 16) in dir: thumbs train versions
+// that are served (X-Weight-Version) and checkpointed; the checkpoint
+// exports as a model (the dequantized matrices with the adapters merged,
+// F32) that generates, and as a PEFT adapter; a restart on the same file
+// serves the newest checkpoint's version and keeps training.
+func qloraServes(t *testing.T, bin, gg, dir string) {
+	t.Helper()
+	data := filepath.Join(dir, "data")
+	cfg := filepath.Join(dir, "config.yaml")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\nreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", gg, data)), 0o600)
+	root := filepath.Join(data, "checkpoints")
+	// trained waits for the daemon to log a checkpoint of a version after
+	// at least, and returns its number.
+	trained := func(d *daemon, after uint64) uint64 {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); {
+			if ns, _ := weights.List(root); len(ns) > 0 && ns[0] > after {
+				return ns[0]
+			}
+			if !waitLog(d, "checkpoint saved", time.Until(deadline)) {
+				break
+			}
+		}
+		t.Fatalf("no checkpoint of a version after %d\n%s", after, d.log)
+		return 0
+	}
+
+	d := startDaemon(t, bin, cfg, freePort(t))
+	if id := servedModel(d.url); id != filepath.Base(gg) {
+		t.Errorf("served model id %q", id)
+	}
+	base := startupVersion(t, d)
+	chatWithThumbs(t, d, "q", "Name a fruit.", 2, 1, "", nil)
+	v := trained(d, base) // version 1 is the base's
+	if got := d.servedVersion(t); got < v {
+		t.Errorf("serving version %d, the trainer checkpointed %d", got, v)
+	}
+	if !strings.Contains(d.log.String(), "trained and published a new version") {
+		t.Errorf("no published version in the log\n%s", d.log)
+	}
+	if err := d.stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, d.log)
+	}
+	c, _, err := weights.OpenLatest(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "tokenizer.json", "model.safetensors", "trainer_state.safetensors"} {
+		if !c.Has(f) {
+			t.Errorf("the checkpoint over a quantized GGUF base lacks %s", f)
+		}
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(bin, append(args, "--config", cfg)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("clawrl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	merged, adapter := filepath.Join(dir, "merged"), filepath.Join(dir, "adapter")
+	run("export", "--out", merged)
+	run("export", "--adapter", "--out", adapter)
+	if _, err := os.Stat(filepath.Join(adapter, "adapter_model.safetensors")); err != nil {
+		t.Errorf("export --adapter: %v", err)
+	}
+	cmd := exec.Command(bin, "generate", "--config", cfg, "--model", merged, "-t", "0", "-n", "8", "--prompt", "The quick")
+	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Errorf("generate --model %s (the merged export): %v %q", merged, err, out)
+	}
+
+	// A restart on the same file resumes the newest checkpoint and trains on.
+	d = startDaemon(t, bin, cfg, freePort(t))
+	if got := startupVersion(t, d); got != c.Info().Version {
+		t.Errorf("after a restart: serving version %d, the newest checkpoint is %d\n%s", got, c.Info().Version, d.log)
+	}
+	if !strings.Contains(d.log.String(), "resumed the newest checkpoint") {
+		t.Errorf("no resume in the log\n%s", d.log)
+	}
+	chatWithThumbs(t, d, "q2", "Name a colour.", 2, 1, "", nil)
+	v2 := trained(d, c.Info().Version)
+	if got := d.servedVersion(t); got < v2 {
+		t.Errorf("after the restart: serving version %d, the trainer checkpointed %d", got, v2)
+	}
+	t.Logf("%s: base version %d, trained and served %d, checkpoint %s; after a restart served %d and trained on to %d",
+		filepath.Base(gg), base, v, filepath.Base(c.Dir()), c.Info().Version, v2)
+	d.kill()
 }

@@ -89,6 +89,23 @@
 // The backward pass is checked against central differences of the float64
 // reference model (train_test.go).
 //
+// Over a quantized base (Q8_0 or Q4_0 matrices, from Quantize or a GGUF
+// file) only LoRA trains, as QLoRA does: the base stays quantized and
+// frozen, and the adapters and the optimizer's state are F32. The forward
+// pass runs the quantized products as serving does; the backward pass
+// goes through the exactly dequantized matrices, the activations' rounding
+// passed through as the identity (qlora_test.go checks the whole gradient
+// against the float64 reference with the dequantized weights). A snapshot
+// of such a Trainable does not merge: it shares the quantized matrices and
+// carries a copy of each adapter, which Run adds to its product unmerged
+// (x·Wᵀ + (Alpha/Rank)·(x·Aᵀ)·Bᵀ, the x·Aᵀ in the same LinearMulti as the
+// base products), as llama.cpp's --lora does. Merging would mean
+// quantizing the merged matrix again, which rounds away updates much
+// smaller than a quantization step, or keeping it in F32, eight times a
+// Q4_0 matrix. Weights.FileTensors gives such a set's tensors for a
+// checkpoint file merged and dequantized, in F32, and Import merges them
+// for another backend.
+//
 // WriteRandomCheckpoint writes small (or Qwen3-0.6B-shaped) checkpoints of
 // random weights in the exact Hugging Face layout, for tests and benchmarks
 // of this and other packages.

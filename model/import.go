@@ -18,7 +18,11 @@ import (
 // norms, embeddings, unadapted matrices) are shared with m's checkpoint
 // set instead of copied; the others are copied in their dtype. A BF16
 // tensor is read back through its backend's compute.Trainer (Convert, an
-// exact widening). src stays valid and unchanged.
+// exact widening). A matrix that src serves with an unmerged LoRA adapter
+// (over a quantized base) is merged into a copy, dequant(W) + scale·B·A,
+// F32 (BF16 with RoundToBase where m's checkpoint holds it in BF16): m's
+// backend may have no quantized products, and its checkpoint set holds
+// that matrix as it does. src stays valid and unchanged.
 func (m *Model) Import(src *Weights, opts ImportOptions) (*Weights, error) {
 	dst := m.owner()
 	if src == nil {
@@ -35,18 +39,37 @@ func (m *Model) Import(src *Weights, opts ImportOptions) (*Weights, error) {
 		return nil, fmt.Errorf("model: import: %w", err)
 	}
 	defer src.unlock()
-	if src.w.lora != nil {
-		return nil, errors.New("model: import: the set serves unmerged LoRA adapters over quantized matrices, which another backend cannot take")
-	}
 	if dst.base == nil || sm.base == nil {
 		return nil, errors.New("model: import: model is closed")
 	}
 	srcBase, dstBase := byName(sm.Config, sm.base.w), byName(dst.Config, dst.base.w)
 	srcT := byName(sm.Config, src.w)
+	adapted := src.w.adaptedByName()
 	dstRefs := dst.base.refMap()
 	sb := setBuilder{w: &weights{Layers: make([]layer, dst.Config.NumLayers)}}
 	err := walkWeights(dst.Config, sb.w, func(name string, shape []int, f *compute.Tensor) error {
 		t := srcT[name]
+		if ad := adapted[name]; ad != nil {
+			// An adapter served unmerged over a quantized matrix (src's
+			// backend multiplies it quantized; m's may not): merged here.
+			vals, err := mergedValues(sm.b, t, ad, src.w.loraScale)
+			if err != nil {
+				return fmt.Errorf("model: import: %s: %w", name, err)
+			}
+			var c compute.Tensor
+			if opts.RoundToBase && dstBase[name].DType() == compute.BF16 {
+				bits := make([]uint16, len(vals))
+				toBF16Bits(bits, vals)
+				c, err = dst.b.WeightBF16(bits, shape...)
+			} else {
+				c, err = dst.b.WeightF32(vals, shape...)
+			}
+			if err != nil {
+				return fmt.Errorf("model: import: %s: %w", name, err)
+			}
+			*f = sb.own(c)
+			return nil
+		}
 		if t == srcBase[name] {
 			r := dstRefs[dstBase[name]]
 			if r == nil {

@@ -333,14 +333,7 @@ type FileTensor struct {
 // at a time, in a temporary tensor of the backend, which must implement
 // compute.Trainer for anything but F32.
 func (w *Weights) FileTensors() []FileTensor {
-	adapted := map[string]*adapter{}
-	for l, ads := range w.w.lora {
-		for i, ad := range ads {
-			if ad != nil {
-				adapted[fmt.Sprintf("model.layers.%d.%s.weight", l, targetModules[i])] = ad
-			}
-		}
-	}
+	adapted := w.w.adaptedByName()
 	var out []FileTensor
 	walkWeights(w.m.Config, w.w, func(name string, _ []int, f *compute.Tensor) error {
 		t, ad := *f, adapted[name]
@@ -365,19 +358,40 @@ func (w *Weights) readFile(t compute.Tensor, ad *adapter) ([]float32, error) {
 	if ad == nil {
 		return ReadTensor(m.b, t)
 	}
-	tb, ok := m.b.(compute.Trainer)
-	if !ok {
-		return nil, fmt.Errorf("model: backend %s cannot merge LoRA adapters (no compute.Trainer)", m.b.Name())
+	return mergedValues(m.b, t, ad, w.w.loraScale)
+}
+
+// adaptedByName maps the Hugging Face name of every matrix with an
+// unmerged adapter to it.
+func (w *weights) adaptedByName() map[string]*adapter {
+	adapted := map[string]*adapter{}
+	for l, ads := range w.lora {
+		for i, ad := range ads {
+			if ad != nil {
+				adapted[fmt.Sprintf("model.layers.%d.%s.weight", l, targetModules[i])] = ad
+			}
+		}
 	}
-	f32, err := m.b.NewTensor(compute.F32, t.Shape()...)
+	return adapted
+}
+
+// mergedValues returns the values of W + scale·B·A for the matrix t (any
+// dtype Convert widens: F32, BF16, quantized) and its adapter, computed in
+// F32 on b.
+func mergedValues(b compute.Backend, t compute.Tensor, ad *adapter, scale float32) ([]float32, error) {
+	tb, ok := b.(compute.Trainer)
+	if !ok {
+		return nil, fmt.Errorf("model: backend %s cannot merge LoRA adapters (no compute.Trainer)", b.Name())
+	}
+	f32, err := b.NewTensor(compute.F32, t.Shape()...)
 	if err != nil {
 		return nil, fmt.Errorf("model: merging a LoRA adapter: %w", err)
 	}
-	defer m.b.Free(f32)
+	defer b.Free(f32)
 	tb.Convert(f32, t)
-	tb.MatMul(f32, ad.B, ad.A, false, false, w.w.loraScale, 1)
+	tb.MatMul(f32, ad.B, ad.A, false, false, scale, 1)
 	out := make([]float32, compute.Len(f32))
-	if err := m.b.Read(out, f32); err != nil {
+	if err := b.Read(out, f32); err != nil {
 		return nil, fmt.Errorf("model: merging a LoRA adapter: %w", err)
 	}
 	return out, nil
