@@ -327,9 +327,14 @@ func quantizeRowGeneric(qa []int8, da []float32, sa []int32, x []float32) {
 type quantArch struct {
 	// kern[t][r] computes an r×32·np tile (r = 1..rows) for weights of
 	// type t (index 0 Q8_0, 1 Q4_0); see qArgs.
-	kern [2][qRows + 1]func(p *qArgs)
+	kern [2][qRows + 1]qKernel
 	rows int // the most rows of A a call takes (≤ qRows)
 }
+
+// qKernel names one assembly kernel (0: none); qKernel.call runs it.
+type qKernel uint8
+
+func (k qKernel) String() string { return fmt.Sprintf("qKernel(%d)", uint8(k)) }
 
 // qRows is the most activation rows a kernel call takes.
 const qRows = 7
@@ -525,7 +530,7 @@ func (ps *quantPass) tile(w *QMatrix, t, pan0, np, i0, r int, c []float32, ldc i
 		// Bounds the assembly trusts.
 		_ = w.panels[(pan0+np)*nb*w.typ.panelBlockBytes()-1]
 		_ = c[(r-1)*ldc+np*qPanel-1]
-		ps.kern.kern[t][r](&args)
+		ps.kern.kern[t][r].call(&args)
 		return
 	}
 	qTileGeneric(w, pan0, np, ps.qa[i0*ps.k:], ps.k, ps.da[i0*nb:], ps.corr[t][i0*nb:], r, c, ldc, beta)

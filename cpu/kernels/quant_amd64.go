@@ -4,14 +4,76 @@
 
 package kernels
 
+// The kernels as qKernel values (see qKernel.call).
+const (
+	qQ8x1 qKernel = iota + 1
+	qQ8x2
+	qQ8x3
+	qQ8x4
+	qQ8x5
+	qQ8x6
+	qQ8x7
+	qQ4x1
+	qQ4x2
+	qQ4x3
+	qQ4x4
+	qQ4x5
+	qQ4x6
+	qQ4x7
+	qQ8AVX2
+	qQ4AVX2
+)
+
 // quantAVX512 is the AVX-512 VNNI kernel table (quant_amd64.s).
-var quantAVX512 = quantArch{kern: [2][qRows + 1]func(p *qArgs){
-	{nil, qkernQ8x1, qkernQ8x2, qkernQ8x3, qkernQ8x4, qkernQ8x5, qkernQ8x6, qkernQ8x7},
-	{nil, qkernQ4x1, qkernQ4x2, qkernQ4x3, qkernQ4x4, qkernQ4x5, qkernQ4x6, qkernQ4x7},
+var quantAVX512 = quantArch{kern: [2][qRows + 1]qKernel{
+	{0, qQ8x1, qQ8x2, qQ8x3, qQ8x4, qQ8x5, qQ8x6, qQ8x7},
+	{0, qQ4x1, qQ4x2, qQ4x3, qQ4x4, qQ4x5, qQ4x6, qQ4x7},
 }, rows: qRows}
 
 // quantAVX2 is the AVX2 kernel table: one row of A per call.
-var quantAVX2 = quantArch{kern: [2][qRows + 1]func(p *qArgs){{nil, qkernQ8AVX2}, {nil, qkernQ4AVX2}}, rows: 1}
+var quantAVX2 = quantArch{kern: [2][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}}, rows: 1}
+
+// call runs kernel k on p. Each kernel is called directly, not through
+// a func value, so that p does not escape: the caller's arguments stay on
+// its stack instead of costing an allocation per tile.
+func (k qKernel) call(p *qArgs) {
+	switch k {
+	case qQ8x1:
+		qkernQ8x1(p)
+	case qQ8x2:
+		qkernQ8x2(p)
+	case qQ8x3:
+		qkernQ8x3(p)
+	case qQ8x4:
+		qkernQ8x4(p)
+	case qQ8x5:
+		qkernQ8x5(p)
+	case qQ8x6:
+		qkernQ8x6(p)
+	case qQ8x7:
+		qkernQ8x7(p)
+	case qQ4x1:
+		qkernQ4x1(p)
+	case qQ4x2:
+		qkernQ4x2(p)
+	case qQ4x3:
+		qkernQ4x3(p)
+	case qQ4x4:
+		qkernQ4x4(p)
+	case qQ4x5:
+		qkernQ4x5(p)
+	case qQ4x6:
+		qkernQ4x6(p)
+	case qQ4x7:
+		qkernQ4x7(p)
+	case qQ8AVX2:
+		qkernQ8AVX2(p)
+	case qQ4AVX2:
+		qkernQ4AVX2(p)
+	default:
+		panic("kernels: no quantized kernel " + k.String())
+	}
+}
 
 //go:noescape
 func qkernQ8x1(p *qArgs)
@@ -56,13 +118,13 @@ func qkernQ4x6(p *qArgs)
 func qkernQ4x7(p *qArgs)
 
 //go:noescape
-func quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)
-
-//go:noescape
 func qkernQ8AVX2(p *qArgs)
 
 //go:noescape
 func qkernQ4AVX2(p *qArgs)
+
+//go:noescape
+func quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)
 
 //go:noescape
 func quantRowAVX2(qa *int8, da *float32, sa *int32, x *float32, nb int)

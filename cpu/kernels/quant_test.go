@@ -184,7 +184,7 @@ func TestLinearQuant(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 3))
 	eachKernels(t, func(t *testing.T) {
 		for _, typ := range []QuantType{QuantQ8_0, QuantQ4_0} {
-			for _, sh := range [][3]int{{1, 32, 32}, {1, 64, 256}, {2, 40, 64}, {7, 96, 128}, {8, 33, 64}, {15, 64, 96}, {1, 4000, 64}, {30, 200, 320}} {
+			for _, sh := range [][3]int{{1, 32, 32}, {1, 64, 256}, {2, 40, 64}, {7, 96, 128}, {8, 33, 64}, {15, 64, 96}, {1, 4000, 64}, {30, 200, 320}, {71, 130, 96}} {
 				m, n, k := sh[0], sh[1], sh[2]
 				t.Run(fmt.Sprintf("%v/m%d_n%d_k%d", typ, m, n, k), func(t *testing.T) {
 					blocks := randBlocks(r, typ, n, k)
