@@ -321,24 +321,25 @@ func insertVersion(tx *sql.Tx, number, parent uint64, step int64, note string, n
 type VersionRecord struct {
 	Number, Parent uint64
 	Step           int64
+	Created        time.Time // when it was recorded: the trainer's version from then on
 }
 
 // Versions returns every recorded version, oldest first: the lineage that
 // staleness is measured on (trainer.Lineage).
 func (d *DB) Versions() ([]VersionRecord, error) {
-	rows, err := d.db.Query("SELECT number, parent, step FROM versions ORDER BY number")
+	rows, err := d.db.Query("SELECT number, parent, step, created FROM versions ORDER BY number")
 	if err != nil {
 		return nil, fmt.Errorf("store: versions: %w", err)
 	}
 	defer rows.Close()
 	var out []VersionRecord
 	for rows.Next() {
-		var n, p int64
+		var n, p, c int64
 		var v VersionRecord
-		if err := rows.Scan(&n, &p, &v.Step); err != nil {
+		if err := rows.Scan(&n, &p, &v.Step, &c); err != nil {
 			return nil, fmt.Errorf("store: versions: %w", err)
 		}
-		v.Number, v.Parent = uint64(n), uint64(p)
+		v.Number, v.Parent, v.Created = uint64(n), uint64(p), time.UnixMilli(c)
 		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
