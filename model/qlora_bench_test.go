@@ -1,0 +1,82 @@
+package model
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/clawrl/clawrl/compute"
+)
+
+// BenchmarkDecodeAdapters measures what serving a LoRA version over a
+// quantized base costs at decode, batch 1: the version serves its rank-16
+// adapters on all seven targets unmerged, so every step also reads them
+// (F32, 10.1M values for the Qwen3-0.6B shape: 40 MB beside 413 MB of
+// Q4_0/Q8_0 weights) and runs their products. The base weights and the
+// version alternate in 15 rounds of 32 steps (a shared machine's memory
+// bandwidth moves from second to second), and the median of the rounds'
+// ratios is reported, and the ratio of each one's best round (other load
+// on the host slows a round, never speeds it up):
+//
+//	go test -run '^$' -bench 'DecodeAdapters' -benchtime 1x ./model/
+func BenchmarkDecodeAdapters(b *testing.B) {
+	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0} {
+		b.Run(fmt.Sprintf("qwen3-0.6B-%s-lora16/batch1", dt), func(b *testing.B) {
+			m := loadBench(b, "qwen3-0.6B-bf16", SpecQwen3_0_6B(), false, dt)
+			tr, err := m.NewTrainable(nil, TrainOptions{LoRA: &LoRAConfig{Rank: 16, Alpha: 32, Seed: 1}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			snap, err := tr.Snapshot()
+			tr.Free()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer snap.Free()
+			const prompt, steps, rounds = 32, 32, 15
+			kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken(benchKV()) * 2 * (prompt + steps + 16), DType: benchKV()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer kv.Close()
+			toks := testTokens(prompt, m.Config.VocabSize)
+			sets := []*Weights{m.Weights(), snap}
+			seqs := make([]*Sequence, len(sets))
+			for i, w := range sets {
+				seqs[i] = kv.NewSequence()
+				if _, err := m.Run(w, []Step{{seqs[i], toks}}, LastLogits, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var logits []float32
+			tokps := make([][]float64, len(sets))
+			var ratios []float64
+			b.ResetTimer()
+			for range rounds {
+				for i, w := range sets {
+					seqs[i].Truncate(prompt)
+					start := time.Now()
+					for s := range steps {
+						if logits, err = m.Run(w, []Step{{seqs[i], []int32{int32(s)}}}, LastLogits, logits); err != nil {
+							b.Fatal(err)
+						}
+					}
+					tokps[i] = append(tokps[i], steps/time.Since(start).Seconds())
+				}
+				ratios = append(ratios, tokps[1][len(tokps[1])-1]/tokps[0][len(tokps[0])-1])
+			}
+			med := func(x []float64) float64 { x = slices.Clone(x); slices.Sort(x); return x[len(x)/2] }
+			b.ReportMetric(med(tokps[0]), "base-tok/s")
+			b.ReportMetric(med(tokps[1]), "lora-tok/s")
+			b.ReportMetric(med(ratios), "ratio")
+			// The best round of each: what each reaches when the machine's
+			// other load leaves it alone (a busy host slows rounds, never
+			// speeds them up).
+			b.ReportMetric(slices.Max(tokps[1])/slices.Max(tokps[0]), "best-ratio")
+			b.ReportMetric(0, "ns/op")
+			b.Logf("%v base %.0f MB, adapters %.0f MB; ratios per round %.2f", dt, float64(m.Weights().Bytes())/1e6,
+				float64(snap.Bytes()-m.Weights().Bytes())/1e6, ratios)
+		})
+	}
+}
