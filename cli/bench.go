@@ -324,6 +324,20 @@ func decodeBytes(m *model.Model) float64 {
 	return n
 }
 
+// quantTypes names the block-quantized types among m's weights as loaded
+// ("Q8_0", "Q4_0", "Q8_0+Q4_0"), or "" when there are none.
+func quantTypes(m *model.Model) string {
+	var names []string
+	for _, p := range m.Weights().Params() {
+		if dt := p.T.DType(); (dt == compute.Q8_0 || dt == compute.Q4_0) && !slices.Contains(names, dt.String()) {
+			names = append(names, dt.String())
+		}
+	}
+	slices.Sort(names)
+	slices.Reverse(names)
+	return strings.Join(names, "+")
+}
+
 // prefillFlops counts the floating-point operations of a prefill of n
 // tokens: the layers' matrix products for every token (2 per weight), the
 // attention's two products under the causal mask (each token sees its
@@ -399,8 +413,13 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	if kvdt == compute.BF16 {
 		name += ", BF16 KV cache"
 	}
-	if q := a.cfg.Model.Quantize; !onGPU && q != "" && q != "none" {
-		name += fmt.Sprintf(", %s weights (model.quantize, %.0f MB read per token)", q, decodeBytes(m)/1e6)
+	quant := quantTypes(m)
+	if quant != "" && !onGPU {
+		from := "from the file"
+		if q := a.cfg.Model.Quantize; q != "" && q != "none" {
+			from = "model.quantize"
+		}
+		name += fmt.Sprintf(", %s weights (%s, %.0f MB read per token)", quant, from, decodeBytes(m)/1e6)
 	}
 	row(name, "", "", "")
 
@@ -506,6 +525,9 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	ceil := fmt.Sprintf("flops:%.0f", flops/float64(prefillN))
 	if bf16Dot && engine.HasBF16Dot() {
 		ceil += ":bf16" // VDPBF16PS: twice the FMA's flops per instruction
+	}
+	if quant != "" { // int8 products, whose peak bench does not measure
+		ceil = fmt.Sprintf("%.0f GFLOP/s, %s products in int8", flops/el.Seconds()/1e9, quant)
 	}
 	if onGPU {
 		ceil = fmt.Sprintf("%.1f TFLOP/s", flops/el.Seconds()/1e12)

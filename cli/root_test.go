@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clawrl/clawrl/engine"
+	"github.com/clawrl/clawrl/gguf"
 	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/weights"
 )
@@ -152,6 +153,29 @@ func TestBench(t *testing.T) {
 	}
 	if _, _, err := run(t, "", "bench", "--what", "nonsense"); err == nil {
 		t.Error("unknown section accepted")
+	}
+}
+
+// TestBenchQuantized: bench --what model on a Q8_0 GGUF file says the
+// weights are quantized, the bytes a decode step reads, and prefill's rate
+// in int8 products (whose peak it does not measure).
+func TestBenchQuantized(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	if err := writeTestModel(dir, presets()["tiny"], "", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeTestGGUF(dir, gguf.Q8_0); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := run(t, "", "bench", "--what", "model", "--model", filepath.Join(dir, "model-q8_0.gguf"), "--seconds", "0.02",
+		"--bandwidth-mb", "16", "--decode-tokens", "4", "--prefill-tokens", "16", "--rounds", "1", "--batch", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Q8_0 weights (from the file,", "MB read per token)", "decode, batch 1", "GFLOP/s, Q8_0 products in int8"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench output lacks %q:\n%s", want, out)
+		}
 	}
 }
 
