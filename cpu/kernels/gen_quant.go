@@ -27,11 +27,12 @@ var pfBlocks = 1
 // activations); and fewer prefetches for Q8_0 leave its 17 lines a block
 // to the hardware prefetcher, which they otherwise got in the way of.
 // Measured on a Qwen3-0.6B-shaped model (decode steps alternated between
-// kernels in one process, 2 cores, Zen 5; median step time against
-// PREFETCHT0 of every line 8 ahead): Q8_0 1.11-1.16× with one line in 8
-// (1.02-1.14× with no prefetch, 1.08-1.10× one line in 2 or 4, 1.01-1.05×
-// every line NTA 4 to 16 ahead, 1.09-1.11× 1 ahead), Q4_0 1.02-1.04× with
-// every line (0.99-1.03× with none, 0.93-0.99× 16 ahead one line in 2,
+// kernels in one process, step by step and in blocks of 25 steps, 2
+// cores, Zen 5; speed against PREFETCHT0 of every line 8 ahead, the range
+// over 2 to 7 runs): Q8_0 1.10-1.18× with one line in 8 (1.02-1.17× with
+// no prefetch, 1.08-1.10× one line in 2 or 4, 1.01-1.05× every line 4 to
+// 16 ahead, 1.09-1.11× every line 1 ahead), Q4_0 1.01-1.04× with every
+// line (0.97-1.03× with none, 0.93-0.96× 16 ahead one line in 2,
 // 0.95-0.99× one line in 8).
 var decodePrefetch = map[string]struct{ every int }{"Q8": {8}, "Q4": {1}}
 
