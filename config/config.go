@@ -52,6 +52,7 @@ type Trainer struct {
 	ClipEpsHigh             float64       `mapstructure:"clip_eps_high"`
 	RLWeight                float64       `mapstructure:"rl_weight"`
 	OPDWeight               float64       `mapstructure:"opd_weight"`
+	BaselineWindow          int           `mapstructure:"reward_baseline_window"`
 	KLCoef                  float64       `mapstructure:"kl_coef"`
 	MaxStaleness            int           `mapstructure:"max_staleness"`
 	PPOEpochs               int           `mapstructure:"ppo_epochs"`
@@ -255,8 +256,8 @@ type Model struct {
 	// Precision of the products with BF16 weights: auto, bf16 or f32 (see
 	// config.yaml).
 	Precision string `mapstructure:"precision"`
-	// KVCacheDType is the key/value cache's storage: auto, bf16 or f32 (see
-	// config.yaml).
+	// KVCacheDType is the key/value cache's storage: auto, bf16, f32 or
+	// q8_0 (see config.yaml).
 	KVCacheDType string `mapstructure:"kv_cache_dtype"`
 	// Quantize quantizes the checkpoint's matrices as they are loaded:
 	// none, q8_0 or q4_0 (see config.yaml).
@@ -516,7 +517,17 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("model.kv_cache_mb: %d must be >= 0 (0 = sized from the model)", c.Model.KVCacheMB))
 	}
 	oneOf("model.precision", c.Model.Precision, "auto", "bf16", "f32")
-	oneOf("model.kv_cache_dtype", c.Model.KVCacheDType, "auto", "bf16", "f32")
+	oneOf("model.kv_cache_dtype", c.Model.KVCacheDType, "auto", "bf16", "f32", "q8_0")
+	if c.Model.KVCacheDType == "q8_0" {
+		for _, g := range []struct {
+			key  string
+			gpus []int
+		}{{"devices.rollout.gpus", c.Devices.Rollout.GPUs}, {"devices.judge.gpus", c.Devices.Judge.GPUs}, {"devices.actor.gpus", c.Devices.Actor.GPUs}} {
+			if len(g.gpus) > 0 {
+				errs = append(errs, fmt.Errorf("model.kv_cache_dtype: q8_0: a Q8_0 KV cache is built for the CPU backend only, not for GPUs (%s: %v); set model.kv_cache_dtype: bf16 (or auto)", g.key, g.gpus))
+			}
+		}
+	}
 	oneOf("model.quantize", c.Model.Quantize, "none", "q8_0", "q4_0")
 	if c.Model.Quantize != "none" && len(c.Devices.Rollout.GPUs) > 0 {
 		errs = append(errs, fmt.Errorf("model.quantize: %s: quantized weights run on the CPU only; serving on GPUs (devices.rollout.gpus) takes the checkpoint's weights (set model.quantize: none)", c.Model.Quantize))
@@ -552,6 +563,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Trainer.PPOEpochs < 1 || c.Trainer.PPOEpochs > 16 {
 		errs = append(errs, fmt.Errorf("trainer.ppo_epochs: %d must lie in [1, 16]: optimizer updates per batch", c.Trainer.PPOEpochs))
+	}
+	if w := c.Trainer.BaselineWindow; w < 0 {
+		errs = append(errs, fmt.Errorf("trainer.reward_baseline_window: %d must be ≥ 0 (0 turns the baseline off): the rewards the running mean subtracted from each reward spans", w))
 	}
 	if k := c.Trainer.TargetKL; !(k >= 0) || math.IsInf(k, 0) {
 		errs = append(errs, fmt.Errorf("trainer.target_kl: %v must be ≥ 0 (0 turns the trust region off): the largest KL per token from a step's start to its result", k))

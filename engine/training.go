@@ -22,6 +22,7 @@ func TrainerOptions(cfg *config.Config) trainer.Options {
 	opts.Checkpointing = tc.ActivationCheckpointing
 	opts.MeasureKL = tc.Guard.KLMax > 0
 	opts.TargetKL = tc.TargetKL
+	opts.BaselineWindow = tc.BaselineWindow
 	return opts
 }
 

@@ -156,7 +156,7 @@ func New(opts Options) (*Loop, error) {
 		replayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_replay_samples_total",
 			Help: "Replay samples (trainer.replay) added to training steps."}),
 		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "clawrl_train_step",
-			Help: "The last applied training step: clip_fraction (updates after the first, trainer.ppo_epochs > 1), importance_weight (mean truncated behaviour-to-proximal weight), kl (to the reference, at the step's start), step_kl (from the step's start to its result: the trust region's), trust_scale (share of the update kept), entropy, grad_norm, lr, advantage, samples, tokens."},
+			Help: "The last applied training step: clip_fraction (updates after the first, trainer.ppo_epochs > 1), importance_weight (mean truncated behaviour-to-proximal weight), kl (to the reference, at the step's start), step_kl (from the step's start to its result: the trust region's), trust_scale (share of the update kept), entropy, grad_norm, lr, advantage, baseline (the reward baseline, trainer.reward_baseline_window), samples, tokens."},
 			[]string{"stat"}),
 		staleness: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "clawrl_train_sample_staleness_versions",
 			Help: "Optimizer steps of the lineage between the version that generated a trained sample and the trainer's (a rollback adds none).", Buckets: []float64{0, 1, 2, 3, 4, 6, 8, 16}}, nil),
@@ -568,14 +568,14 @@ func (l *Loop) step(ctx context.Context, batch []trainer.Sample, ids []string) {
 func stepStats(met trainer.Metrics, lrScale float64, took time.Duration) map[string]float64 {
 	return map[string]float64{
 		"loss": met.Loss, "kl": met.KL, "step_kl": met.StepKL, "trust_scale": met.TrustScale, "backtracks": float64(met.Backtracks),
-		"entropy": met.Entropy, "logprob": met.LogProb, "advantage": met.Advantage, "importance_weight": met.ImportanceWeight,
+		"entropy": met.Entropy, "logprob": met.LogProb, "advantage": met.Advantage, "baseline": met.Baseline, "importance_weight": met.ImportanceWeight,
 		"clip_fraction": met.ClipFraction, "grad_norm": met.GradNorm, "lr": met.LR, "lr_scale": lrScale,
 		"samples": float64(met.Samples), "tokens": float64(met.Tokens), "dropped": float64(met.Dropped), "seconds": took.Seconds(),
 	}
 }
 
 // gaugeStats are the stepStats exported as clawrl_train_step{stat}.
-var gaugeStats = []string{"clip_fraction", "importance_weight", "kl", "step_kl", "trust_scale", "entropy", "grad_norm", "lr", "advantage", "samples", "tokens"}
+var gaugeStats = []string{"clip_fraction", "importance_weight", "kl", "step_kl", "trust_scale", "entropy", "grad_norm", "lr", "advantage", "baseline", "samples", "tokens"}
 
 // checkpoint saves the trainer's current version.
 func (l *Loop) checkpoint() {

@@ -7,7 +7,7 @@
 //
 // For a sample with response tokens t and an unmasked count n:
 //
-//	A_t  = w_rl·r + w_opd·clip(teacher_t − old_t, ±c)     (or Sample.Advantages)
+//	A_t  = w_rl·(r − b) + w_opd·clip(teacher_t − old_t, ±c) (or Sample.Advantages)
 //	w_t  = min(exp(old_t − μ_t), importance_cap)          (behaviour → proximal)
 //	ρ_t  = exp(logπ_t − old_t)
 //	pg_t = max(−ρ_t·A_t, −clip(ρ_t, 1−ε_low, 1+ε_high)·A_t)
@@ -16,6 +16,13 @@
 //
 // Tokens a grammar forced (the only one it allowed) are masked out: the
 // model had no choice there, and a reward must not push them up or down.
+//
+// b is the reward baseline (Options.BaselineWindow): a running mean of the
+// binary rewards of earlier steps. There is one response per prompt, so
+// GRPO's group mean is not available; REINFORCE's running mean stands in.
+// Without it a user who rejects nearly everything (a preference the model
+// never meets yet) is pure −1 reward on every token the model wrote, which
+// measurably damaged the bundled model's skills (bundled/LEARNING.md).
 //
 // # Which policy is trained, and what the importance weight divides by
 //

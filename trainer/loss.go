@@ -113,10 +113,11 @@ func klWeight(s *Sample, t int, old, cap float64) (w float64, ok bool) {
 type advantageConfig struct {
 	rlWeight, opdWeight float64
 	clip                float64 // |teacher − old| bound of the distillation term; ≤ 0: none
+	baseline            float64 // subtracted from a binary reward (Options.BaselineWindow)
 }
 
-// advantage is one token's advantage: w_rl·r (binary RL, when the sample has
-// a reward) plus w_opd·clip(teacher − old, ±c) (hint distillation, when it
+// advantage is one token's advantage: w_rl·(r − b) (binary RL, when the
+// sample has a reward; b the running baseline, 0 when off) plus w_opd·clip(teacher − old, ±c) (hint distillation, when it
 // has teacher log-probs). An explicit per-token advantage overrides both.
 func advantage(c advantageConfig, s *Sample, t int, old float64) float64 {
 	if s.Advantages != nil {
@@ -124,7 +125,7 @@ func advantage(c advantageConfig, s *Sample, t int, old float64) float64 {
 	}
 	var a float64
 	if s.Reward != 0 {
-		a += c.rlWeight * float64(s.Reward)
+		a += c.rlWeight * (float64(s.Reward) - c.baseline)
 	}
 	if s.TeacherLogProbs != nil {
 		d := float64(s.TeacherLogProbs[t]) - old

@@ -46,6 +46,10 @@ type Metrics struct {
 	LogProb float64
 	// Advantage is the mean advantage per unmasked token.
 	Advantage float64
+	// Baseline is the mean reward baseline subtracted from the binary
+	// rewards of the step's samples (Options.BaselineWindow; 0 when off or
+	// when no sample has a reward).
+	Baseline float64
 	// ImportanceWeight is the mean truncated importance weight per
 	// unmasked token (1 when no sample carries rollout log-probs).
 	ImportanceWeight float64

@@ -30,6 +30,16 @@ type Options struct {
 	RLWeight      float64 // rl_weight: w_rl, weight of the binary reward in the advantage
 	OPDWeight     float64 // opd_weight: w_opd, weight of teacher − old in the advantage
 	AdvantageClip float64 // advantage_clip: bound on |teacher − old|; ≤ 0 disables
+	// BaselineWindow (reward_baseline_window) is the window, in rewards,
+	// of the running mean of binary rewards that is subtracted from each
+	// reward in the advantage (REINFORCE's baseline): an exponential mean
+	// with decay 1 − 1/window over the rewards of earlier steps, starting
+	// from one neutral reward of prior weight (see rewardMean). 0 turns it
+	// off: the advantage is rl_weight·reward. Without it a user who
+	// rejects nearly every answer pushes down every token the model wrote;
+	// with it rejections that are the rule soon teach little, and the rare
+	// accepted answer much.
+	BaselineWindow int
 	// MeasureKL computes the KL to the frozen reference (Metrics.KL) even
 	// when KLCoef is 0, for a guard that watches it; it costs a forward
 	// pass of the reference per sample.
@@ -74,7 +84,7 @@ func DefaultOptions() Options {
 	return Options{
 		LR: 1e-5, Beta1: 0.9, Beta2: 0.98, AdamEps: 1e-8, WeightDecay: 0.1,
 		GradClip: 1.0, WarmupSteps: 10,
-		EpsLow: 0.2, EpsHigh: 0.28, KLCoef: 0, RLWeight: 1, OPDWeight: 1, AdvantageClip: 0,
+		EpsLow: 0.2, EpsHigh: 0.28, KLCoef: 0, RLWeight: 1, OPDWeight: 1, AdvantageClip: 0, BaselineWindow: DefaultBaselineWindow,
 		MaxStaleness: 4, ImportanceCap: 2, PPOEpochs: 1, TargetKL: DefaultTargetKL,
 		MicroBatchTokens: 4096,
 		LoRARank:         0, LoRAAlpha: 32, LoRATargets: []string{"q", "k", "v", "o", "gate", "up", "down"}, LoRASeed: 1,
@@ -85,6 +95,9 @@ func DefaultOptions() Options {
 // DefaultTargetKL is target_kl's default (config.yaml says how it was
 // measured).
 const DefaultTargetKL = 0.03
+
+// DefaultBaselineWindow is reward_baseline_window's default.
+const DefaultBaselineWindow = 16
 
 // maxMaxStaleness bounds max_staleness (Metrics.Staleness has one bin per
 // version).
@@ -139,6 +152,9 @@ func (o *Options) Validate() error {
 	}
 	if !finite(o.AdvantageClip) {
 		bad("advantage_clip", o.AdvantageClip, "must be finite (≤ 0 disables)")
+	}
+	if o.BaselineWindow < 0 {
+		bad("reward_baseline_window", o.BaselineWindow, "must be ≥ 0 (0 disables)")
 	}
 	if o.PPOEpochs < 1 || o.PPOEpochs > 16 {
 		bad("ppo_epochs", o.PPOEpochs, "must lie in [1, 16]")

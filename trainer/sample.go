@@ -39,7 +39,8 @@ type Sample struct {
 	TeacherDrawn bool
 
 	// Reward is the binary RL reward: +1 or −1 from the judge or a thumb,
-	// 0 for none. Its advantage is Options.RLWeight·Reward on every token.
+	// 0 for none. Its advantage is Options.RLWeight·(Reward − b) on every
+	// token, b the running mean of earlier rewards (Options.BaselineWindow).
 	Reward float32
 	// TeacherLogProbs are the log-probabilities of the response tokens
 	// under the teacher context (the prompt with the judge's hint); with

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 
 	"github.com/clawrl/clawrl/compute"
@@ -38,6 +39,14 @@ type stateJSON struct {
 	LoRA     *loraJSON   `json:"lora,omitempty"`
 	Params   []paramJSON `json:"params"`
 	Options  Options     `json:"options"` // for the record; the running options win
+	// Baseline is the running mean of binary rewards (Options.BaselineWindow);
+	// absent in checkpoints from before it existed, which start it afresh.
+	Baseline *baselineJSON `json:"reward_baseline,omitempty"`
+}
+
+type baselineJSON struct {
+	Mean    float64 `json:"mean"` // the uncorrected exponential mean (rewardMean.m)
+	Rewards int64   `json:"rewards"`
 }
 
 type loraJSON struct {
@@ -96,6 +105,9 @@ func (t *Trainer) Save(store *weights.Store, co CheckpointOptions) (*weights.Che
 	st := stateJSON{
 		Format: stateFormat, Step: t.step, Samples: t.samples, Tokens: t.tokens, Skipped: t.skipped,
 		LastLoss: t.lastLoss, Version: t.version, Options: t.opts,
+	}
+	if t.baseline.n > 0 {
+		st.Baseline = &baselineJSON{Mean: t.baseline.m, Rewards: t.baseline.n}
 	}
 	if t.opts.LoRARank > 0 {
 		st.LoRA = &loraJSON{Rank: t.opts.LoRARank, Alpha: t.opts.LoRAAlpha, Targets: t.opts.LoRATargets, Seed: t.opts.LoRASeed}
@@ -237,6 +249,10 @@ func (t *Trainer) Restore(c *weights.Checkpoint) error {
 	}
 	t.tr.ZeroGrad()
 	t.step, t.samples, t.tokens, t.skipped, t.lastLoss = st.Step, st.Samples, st.Tokens, st.Skipped, st.LastLoss
+	t.baseline = rewardMean{}
+	if b := st.Baseline; b != nil && b.Rewards > 0 && !math.IsNaN(b.Mean) && !math.IsInf(b.Mean, 0) {
+		t.baseline = rewardMean{m: b.Mean, n: b.Rewards}
+	}
 	info := c.Info()
 	info.Meta.Note = "resumed from " + c.Dir()
 	t.version, t.dirty, t.restored = info.Version, false, &info

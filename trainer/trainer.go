@@ -47,6 +47,9 @@ type Trainer struct {
 	lineage   *Lineage
 	start     []compute.Tensor // the parameters at a step's start (trust region), made on first use
 	closed    bool
+
+	baseline  rewardMean // running mean of binary rewards (Options.BaselineWindow)
+	baselines []float64  // per sample of a Step's keep: the baseline of its reward (nil: none)
 }
 
 type moments struct{ m, v compute.Tensor }
@@ -291,6 +294,10 @@ func (t *Trainer) Step(batch []Sample) (Metrics, error) {
 	if len(keep) == 0 {
 		return met, nil
 	}
+
+	// Each binary reward is measured against the rewards before it.
+	t.baselines = t.baseline.assign(keep, t.opts.BaselineWindow, &met)
+	defer func() { t.baselines = nil }()
 
 	// The first update's forward pass is the proximal policy; later
 	// updates (PPOEpochs > 1) take their ratio and importance weight
@@ -563,6 +570,7 @@ func (t *Trainer) accumulate(keep []*Sample, prox [][]float32) (accumulation, er
 	bounds := microBatches(keep, t.opts.MicroBatchTokens)
 	for g := 0; g+1 < len(bounds); g++ {
 		mb := keep[bounds[g]:bounds[g+1]]
+		bl := t.baselines
 		refs, err := t.referenceLogProbs(mb)
 		if err != nil {
 			return acc, err
@@ -585,6 +593,9 @@ func (t *Trainer) accumulate(keep []*Sample, prox [][]float32) (accumulation, er
 				old = prox[bounds[g]+i]
 			} else {
 				acc.logps[bounds[g]+i] = append([]float32(nil), logp...)
+			}
+			if bl != nil {
+				ac.baseline = bl[bounds[g]+i]
 			}
 			st := sampleLoss(cc, ac, t.opts.ImportanceCap, s, logp, old, refs[i], scale)
 			if math.IsNaN(st.loss) || math.IsInf(st.loss, 0) {

@@ -386,7 +386,9 @@ func TestSupervisedHasNoKL(t *testing.T) {
 		sup.Advantages[i] = 0.5
 	}
 	with := stepAfter(append(slices.Clone(batch[:2]), sup))
-	if !(alone.KL > 0) || math.Abs(with.KL-alone.KL) > 1e-9*math.Max(1, alone.KL) || with.Samples != 3 {
+	// Equal to F32 rounding: a pass over three samples tiles its products
+	// differently from one over two (3e-8 relative seen).
+	if !(alone.KL > 0) || math.Abs(with.KL-alone.KL) > 1e-6*math.Max(1, alone.KL) || with.Samples != 3 {
 		t.Errorf("KL %g beside a supervised sample, %g without; %d samples", with.KL, alone.KL, with.Samples)
 	}
 	// Without the flag the same example enters the metric.
