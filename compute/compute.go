@@ -414,7 +414,10 @@ type Trainer interface {
 	LogProbs(logp, entropy, lse, logits, targets Tensor)
 	// LogProbsBackward computes dLogits = dLogp·(onehot(target) − softmax)
 	// per row, the gradient of LogProbs' logp with upstream dLogp [rows].
-	// dLogits may be logits.
+	// dLogits may be logits. logits may be a tile of the vocabulary's
+	// columns (with the whole rows' lse and the targets shifted to the
+	// tile's first column): a target outside [0, cols) adds no one-hot
+	// term.
 	LogProbsBackward(dLogits, logits, lse, targets, dLogp Tensor)
 
 	// AdamW updates an F32 parameter in place from its gradient and the

@@ -97,11 +97,19 @@ func TestQLoRAGradientsMatchReference(t *testing.T) {
 		arch string
 		tied bool
 		dt   compute.DType
+		// logits in chunks of rows (forward) and tiles of the quantized
+		// output matrix (Backward)
+		tiled bool
 	}{
-		{"qwen3 tied q4_0", ArchQwen3, true, compute.Q4_0},
-		{"llama untied q8_0", ArchLlama, false, compute.Q8_0},
+		{"qwen3 tied q4_0", ArchQwen3, true, compute.Q4_0, false},
+		{"qwen3 tied q4_0, logits in tiles", ArchQwen3, true, compute.Q4_0, true},
+		{"llama untied q8_0", ArchLlama, false, compute.Q8_0, false},
+		{"llama untied q8_0, logits in tiles", ArchLlama, false, compute.Q8_0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.tiled {
+				forceLogitTiles(t)
+			}
 			spec := qloraSpec(tt.arch, tt.tied)
 			m, dir := writeQuantized(t, spec, tt.dt)
 			quantized := 0

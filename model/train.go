@@ -401,21 +401,22 @@ type Pass struct {
 	// len(Response) − 1: a response's last token is never an input).
 	Tokens int
 
-	t       *Trainable
-	ar      *arena
-	lens    []int // response lengths
-	rows    int   // T: positions
-	resp    int   // R: response tokens
-	ids     compute.Tensor
-	pos     compute.Tensor
-	rowIdx  compute.Tensor // I32 [R]: the row predicting each response token
-	targets compute.Tensor // I32 [R]
-	attn    compute.DenseAttention
-	xs      []compute.Tensor // layer inputs x_0 … x_L [T, hidden]
-	acts    []layerActs      // per layer; nil with checkpointing
-	hsel    compute.Tensor   // x_L at the response rows [R, hidden]
-	hfin    compute.Tensor   // after the final norm
-	lse     compute.Tensor   // log-normaliser per response row [R]
+	t        *Trainable
+	ar       *arena
+	lens     []int // response lengths
+	rows     int   // T: positions
+	resp     int   // R: response tokens
+	ids      compute.Tensor
+	pos      compute.Tensor
+	rowIdx   compute.Tensor // I32 [R]: the row predicting each response token
+	targets  compute.Tensor // I32 [R]
+	hTargets []int32        // targets on the host, for logitsBackward's tiles
+	attn     compute.DenseAttention
+	xs       []compute.Tensor // layer inputs x_0 … x_L [T, hidden]
+	acts     []layerActs      // per layer; nil with checkpointing
+	hsel     compute.Tensor   // x_L at the response rows [R, hidden]
+	hfin     compute.Tensor   // after the final norm
+	lse      compute.Tensor   // log-normaliser per response row [R]
 	// logitsKept: all the response rows' logits fit one chunk, and the
 	// arena's logits buffer still holds them for Backward.
 	logitsKept bool
@@ -445,13 +446,87 @@ func (p *Pass) hold() (done func()) {
 	}
 }
 
-// logitRows is how many rows of logits the training forward and backward
-// compute at once: about 64 MiB of them, between 16 and maxLogitRows rows.
-func logitRows(vocab int) int { return min(maxLogitRows, max(16, (16<<20)/vocab)) }
+// logitRows is how many rows of logits the training forward computes at
+// once (LogProbs needs whole rows of the vocabulary): about 8 MiB of them,
+// between 16 and maxLogitRows rows. For a vocabulary of 151,936 that is 16
+// rows, 9.3 MiB (it was 110 rows, 64 MiB, when the backward recomputed
+// the logits a chunk of rows at a time as well).
+func logitRows(vocab int) int { return min(maxLogitRows, max(16, (2<<20)/vocab)) }
 
 // maxLogitRows caps logitRows (a variable so that tests can force several
 // chunks).
 var maxLogitRows = 1024
+
+// logitTile is the shape of the tiles in which Backward recomputes the
+// logits of rows response rows over a vocabulary of vocab: up to
+// logitTileRows rows by a multiple of logitTileCols columns, about 2 MiB
+// (logitTileFloats).
+// A tile's columns are whole blocks of LinearBackwardInput's (512 rows of
+// a BF16 or quantized matrix of width up to 2048), so cutting the
+// vocabulary into tiles sums dhfin in the order one product over the
+// whole matrix does.
+func logitTile(rows, vocab int) (tileRows, tileCols int) {
+	tileRows = max(1, min(rows, logitTileRows))
+	tileCols = max(logitTileCols, (logitTileFloats/tileRows)/logitTileCols*logitTileCols)
+	return tileRows, min(tileCols, vocab)
+}
+
+// logitTileRows, logitTileCols and logitTileFloats shape logitTile
+// (variables so that tests can force several tiles).
+var logitTileRows, logitTileCols, logitTileFloats = 256, 512, 1 << 19
+
+// logitsBackward is the backward of the output projection over the
+// response rows when the forward's logits are gone: it recomputes them a
+// tile of rows × vocabulary columns at a time, turns each tile into its
+// share of dLogits (LogProbsBackward with the targets shifted to the
+// tile's columns; a target in another tile adds no one-hot term) and
+// multiplies it back through the same rows of the output matrix into
+// dhfin, adding the output matrix's gradient into dOut when it is
+// trained. Over a quantized (or BF16) matrix each tile's rows are
+// dequantized once, where recomputing and multiplying back whole rows of
+// logits a chunk of rows at a time dequantized the whole matrix once per
+// chunk, and the tiles take a few MiB where the chunks took 64.
+func (p *Pass) logitsBackward(dhfin, dlp, dOut compute.Tensor, f *fetch) error {
+	t := p.t
+	b, V, R := t.tb, t.m.Config.VocabSize, p.resp
+	tr, tc := logitTile(R, V)
+	tgt := f.get("tiletargets", compute.I32, tr, 0)
+	if f.err != nil {
+		return f.err
+	}
+	shifted := make([]int32, tr)
+	for r0 := 0; r0 < R; r0 += tr {
+		r1 := min(r0+tr, R)
+		hf, dhf := b.Slice(p.hfin, r0, r1), b.Slice(dhfin, r0, r1)
+		lse, dl, tg := b.Slice(p.lse, r0, r1), b.Slice(dlp, r0, r1), b.Slice(tgt, 0, r1-r0)
+		for v0 := 0; v0 < V; v0 += tc {
+			v1 := min(v0+tc, V)
+			key := "logittile"
+			if v1-v0 != tc {
+				key = "logittile.last" // its own buffer: the arena keeps one shape per key
+			}
+			lg := f.get(key, compute.F32, r1-r0, v1-v0)
+			if f.err != nil {
+				return f.err
+			}
+			w := b.Slice(t.w.Output, v0, v1)
+			b.Linear(lg, hf, w, nil)
+			for i, id := range p.hTargets[r0:r1] {
+				shifted[i] = id - int32(v0)
+				if id < int32(v0) || id >= int32(v1) {
+					shifted[i] = -1
+				}
+			}
+			b.WriteInt32(tg, shifted[:r1-r0])
+			b.LogProbsBackward(lg, lg, lse, tg, dl)
+			b.LinearBackwardInput(dhf, lg, w, v0 > 0)
+			if dOut != nil {
+				b.LinearBackwardWeight(b.Slice(dOut, v0, v1), lg, hf)
+			}
+		}
+	}
+	return nil
+}
 
 // Forward runs the model with the trainable parameters over samples and
 // returns a Pass holding the response tokens' log-probabilities and
@@ -502,6 +577,7 @@ func (t *Trainable) Forward(samples []TrainSample) (*Pass, error) {
 
 	ar := t.takeArena()
 	p := &Pass{t: t, ar: ar, lens: lens, rows: len(hIDs), resp: len(hRows), Tokens: len(hIDs)}
+	p.hTargets = hTargets
 	if err := p.forward(hIDs, hPos, hStart, hRows, hTargets); err != nil {
 		t.arenas = append(t.arenas, ar)
 		return nil, err
@@ -586,7 +662,7 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 	for l := range p.xs {
 		p.xs[l] = f.get(fmt.Sprintf("x.%d", l), compute.F32, T, c.HiddenSize)
 	}
-	tmp := f.get("tmp", compute.F32, T, c.HiddenSize)
+	tmp := f.get("dh", compute.F32, T, c.HiddenSize) // layerBackward's dh: the forward does not need it
 	if !t.opts.Checkpointing {
 		p.acts = make([]layerActs, c.NumLayers)
 		for l := range p.acts {
@@ -737,25 +813,21 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 		g = &weights{Layers: make([]layer, c.NumLayers)} // LoRA: no base gradients
 	}
 
-	// Output projection and final norm, a chunk of response rows at a time;
-	// the logits are recomputed unless the forward's single chunk is still
-	// there.
-	chunk := logitRows(c.VocabSize)
-	for r0 := 0; r0 < R; r0 += chunk {
-		r1 := min(r0+chunk, R)
-		lg := f.get("logits", compute.F32, r1-r0, c.VocabSize)
+	// Output projection and final norm: from the forward's logits if its
+	// single chunk is still there, else recomputed a tile of the
+	// vocabulary at a time (see logitsBackward).
+	if p.logitsKept {
+		lg := f.get("logits", compute.F32, R, c.VocabSize)
 		if f.err != nil {
 			return f.err
 		}
-		hf := b.Slice(p.hfin, r0, r1)
-		if !p.logitsKept {
-			b.Linear(lg, hf, t.w.Output, nil)
-		}
-		b.LogProbsBackward(lg, lg, b.Slice(p.lse, r0, r1), b.Slice(p.targets, r0, r1), b.Slice(dlp, r0, r1))
-		b.LinearBackwardInput(b.Slice(dhfin, r0, r1), lg, t.w.Output, false)
+		b.LogProbsBackward(lg, lg, p.lse, p.targets, dlp)
+		b.LinearBackwardInput(dhfin, lg, t.w.Output, false)
 		if g.Output != nil {
-			b.LinearBackwardWeight(g.Output, lg, hf)
+			b.LinearBackwardWeight(g.Output, lg, p.hfin)
 		}
+	} else if err := p.logitsBackward(dhfin, dlp, g.Output, f); err != nil {
+		return err
 	}
 	b.RMSNormBackward(dhsel, g.Norm, dhfin, p.hsel, t.w.Norm, eps, false)
 	b.Zero(dx)
@@ -765,7 +837,7 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 	var tmp compute.Tensor
 	if p.acts == nil {
 		shared = p.layerActs(0, f)
-		tmp = f.get("tmp", compute.F32, T, c.HiddenSize)
+		tmp = f.get("dh", compute.F32, T, c.HiddenSize) // shared with layerBackward, which overwrites it after the recompute
 		if f.err != nil {
 			return f.err
 		}
@@ -791,9 +863,10 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 // linearBack is the backward of Trainable.linear: dx (+)= dy·w (+ the
 // adapter's path), and the gradients of w, bias and the adapter where
 // they are trained (dw, db non-nil; ad non-nil, with du scratch [T, rank]).
+// The gradients that read x come first, so that without accumulate dx may
+// be x (layerBackward writes the MLP's dact over its act).
 func (t *Trainable) linearBack(dx compute.Tensor, accumulate bool, dy, x, w, dw, db compute.Tensor, ad *adapter, u, du compute.Tensor) {
 	b := t.tb
-	b.LinearBackwardInput(dx, dy, w, accumulate)
 	if dw != nil {
 		b.LinearBackwardWeight(dw, dy, x)
 	}
@@ -804,7 +877,10 @@ func (t *Trainable) linearBack(dx compute.Tensor, accumulate bool, dy, x, w, dw,
 		b.MatMul(ad.dB, dy, u, true, false, t.scale, 1)  // dB += s·dyᵀ·u
 		b.MatMul(du, dy, ad.B, false, false, t.scale, 0) // du = s·dy·B
 		b.LinearBackwardWeight(ad.dA, du, x)             // dA += duᵀ·x
-		b.LinearBackwardInput(dx, du, ad.A, true)        // dx += du·A
+	}
+	b.LinearBackwardInput(dx, dy, w, accumulate)
+	if ad != nil {
+		b.LinearBackwardInput(dx, du, ad.A, true) // dx += du·A
 	}
 }
 
@@ -815,7 +891,6 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 	t := p.t
 	b, c, w, ad := t.tb, t.m.Config, &t.w.Layers[l], t.adapters(l)
 	T, eps := p.rows, float32(c.RMSNormEps)
-	dact := f.get("dact", compute.F32, T, c.IntermediateSize)
 	dh := f.get("dh", compute.F32, T, c.HiddenSize)
 	datt := f.get("datt", compute.F32, T, c.QDim())
 	dq := f.get("dq", compute.F32, T, c.QDim())
@@ -836,7 +911,9 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 	}
 
 	// MLP: x_out = x_mid + down(silu(gate(h2))·up(h2)), h2 = norm(x_mid).
-	// After SiLUMulBackward, a.gate and a.up hold their own gradients.
+	// dact takes a.act's place once down's gradients have read it, and
+	// after SiLUMulBackward a.gate and a.up hold their own gradients.
+	dact := a.act
 	t.linearBack(dact, false, dx, a.act, w.Down, g.Down, g.DownBias, ad[targetDown], a.u[targetDown], du)
 	p.yield()
 	b.SiLUMulBackward(a.gate, a.up, dact, a.gate, a.up)

@@ -238,13 +238,22 @@ func gradientErrors(ref *refModel, samples []TrainSample, c64 [][]float64, grads
 var gradSpecs = []struct {
 	name    string
 	edit    func(*RandomSpec)
-	chunked bool // logits in chunks of 3 rows, recomputed in Backward
+	chunked bool // logits in chunks of 3 rows, recomputed in Backward in tiles (forceLogitTiles)
 }{
 	{"llama untied gqa", func(s *RandomSpec) {}, false},
 	{"llama tied mha biases", func(s *RandomSpec) { s.Tied, s.KVHeads, s.AttentionBias, s.MLPBias = true, 4, true, true }, false},
 	{"qwen2 untied biases", func(s *RandomSpec) { s.Arch = ArchQwen2 }, true},
 	{"qwen3 tied qk-norm", func(s *RandomSpec) { s.Arch, s.Tied = ArchQwen3, true }, true},
 	{"qwen3 untied mqa", func(s *RandomSpec) { s.Arch, s.KVHeads = ArchQwen3, 1 }, false},
+}
+
+// forceLogitTiles makes the training forward compute the logits 3 rows at
+// a time and Backward recompute them in tiles of 2 rows by 32 columns
+// (the last tile of a vocabulary of 97 one column wide), until t ends.
+func forceLogitTiles(t *testing.T) {
+	rows, tr, tc, tf := maxLogitRows, logitTileRows, logitTileCols, logitTileFloats
+	t.Cleanup(func() { maxLogitRows, logitTileRows, logitTileCols, logitTileFloats = rows, tr, tc, tf })
+	maxLogitRows, logitTileRows, logitTileCols, logitTileFloats = 3, 2, 32, 64
 }
 
 // TestFullGradientsMatchReference checks every parameter's gradient of a
@@ -255,8 +264,7 @@ func TestFullGradientsMatchReference(t *testing.T) {
 			spec := tiny(ArchLlama)
 			tt.edit(&spec)
 			if tt.chunked {
-				defer func(old int) { maxLogitRows = old }(maxLogitRows)
-				maxLogitRows = 3
+				forceLogitTiles(t)
 			}
 			m, dir := writeAndLoad(t, spec)
 			ref := loadRef(t, dir)
