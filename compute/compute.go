@@ -257,10 +257,12 @@ type Backend interface {
 	RoPE(x, pos, cos, sin Tensor, headDim int)
 	// StoreKV writes the rows of k and v (F32 [tokens, KVHeads·HeadDim])
 	// into the cache tensors kCache and vCache (F32 or BF16 [slots,
-	// KVHeads·HeadDim], slots a multiple of BlockSize) at the I32 slot
-	// numbers in slots ([tokens]), in the layout of Attention.KVIndex. A BF16
-	// cache stores the values rounded to nearest even. Only the cache
-	// geometry of a is read (HeadDim, KVHeads, BlockSize).
+	// KVHeads·HeadDim], slots a multiple of BlockSize; or Q8_0 on a
+	// QuantKVBackend) at the I32 slot numbers in slots ([tokens]), in the
+	// layout of Attention.KVIndex. A BF16 cache stores the values rounded
+	// to nearest even; a Q8_0 cache stores each head's HeadDim values as
+	// Q8_0 blocks quantized as Quantize does (see QuantKVBackend). Only the
+	// cache geometry of a is read (HeadDim, KVHeads, BlockSize).
 	StoreKV(kCache, vCache, k, v, slots Tensor, a *Attention)
 	// Attention computes causal grouped-query attention over a paged KV
 	// cache for a batch of sequences whose new tokens are packed one after
@@ -297,6 +299,28 @@ type QuantBackend interface {
 	WeightQuant(dt DType, blocks []byte, shape ...int) (Tensor, error)
 }
 
+// QuantKVBackend is a Backend whose paged KV cache can also be stored in
+// ggml's Q8_0 blocks (34 bytes for 32 values, where BF16 takes 64): an
+// interface of its own, as QuantBackend is, so that a backend without
+// the kernels (the CUDA backend today) keeps compiling and the model can
+// say which backend lacks them.
+//
+// A Q8_0 cache tensor [slots, KVHeads·HeadDim] (HeadDim a multiple of
+// QK) holds its elements in the order of Attention.KVIndex, as an F32
+// cache does, cut into blocks of QK: element i is value i%QK of block
+// i/QK, at byte (i/QK)·34, so a head's HeadDim values of one slot are
+// HeadDim/QK whole blocks. StoreKV quantizes them as Quantize does
+// (ggml's quantize_row_q8_0_ref: d = max|x|/127 rounded to half, q =
+// x·(1/d) rounded half away from zero), and Attention reads d·q (exact
+// in float32). Slice, Copy and Free work on it as on any tensor, and a
+// Trainer's Convert to F32 dequantizes it.
+type QuantKVBackend interface {
+	Backend
+	// NewKVCacheTensor allocates a zero-filled cache tensor [slots,
+	// width] of dtype dt, which is Q8_0 (width a multiple of QK).
+	NewKVCacheTensor(dt DType, slots, width int) (Tensor, error)
+}
+
 // LinearOut is one linear layer of a LinearMulti call: Dst = x·Wᵀ + Bias,
 // with W F32 or BF16 (or quantized on a QuantBackend) and Bias F32 or
 // nil, as in Linear.
@@ -315,7 +339,8 @@ type LinearOut struct {
 //
 // Cache position p of sequence s is stored in slot
 // BlockTable[s·MaxBlocks + p/BlockSize]·BlockSize + p%BlockSize of the cache
-// tensors (F32 or BF16, both of one dtype), which hold KVHeads·HeadDim
+// tensors (F32 or BF16, or Q8_0 on a QuantKVBackend; both of one dtype),
+// which hold KVHeads·HeadDim
 // values per slot, laid out as KVIndex says. Query head h reads key/value
 // head h / (Heads/KVHeads) (grouped-query attention).
 type Attention struct {

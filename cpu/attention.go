@@ -52,6 +52,12 @@ import (
 //   - kernels.Sgemm (attention_sgemm.go), on other CPUs and kernel sets
 //     (a BF16 cache's tiles widened to F32 first).
 //
+// A Q8_0 cache (compute.QuantKVBackend) takes the paths of a BF16 one:
+// each tile of keys and values is dequantized (kernels.DequantQ8_0, exact)
+// into contiguous F32 rows of the thread's scratch, which the kernels then
+// read as they read an F32 cache; the queries stay float32. Decode reads
+// 34 bytes of the cache for 32 values where BF16 reads 64.
+//
 // At kernels.PrecisionBF16 with a BF16 cache (the daemon's default on a CPU
 // with AVX512_BF16 and a BF16 checkpoint), every path rounds the queries
 // to BF16 before their products with the keys and applies the scale to the
@@ -100,6 +106,8 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		shapePanic("Attention", "q %s, dst %s for %d heads of %d", compute.ShapeString(qs.shape), compute.ShapeString(out.shape), a.Heads, hd)
 	case compute.Cols(kc) != kvdim || kc.shape[0]%bs != 0 || vc.dt != kc.dt || !slices.Equal(vc.shape, kc.shape):
 		shapePanic("Attention", "cache %v %s and %v %s for rows of %d in blocks of %d", kc.dt, compute.ShapeString(kc.shape), vc.dt, compute.ShapeString(vc.shape), kvdim, bs)
+	case kc.dt == compute.Q8_0 && hd%compute.QK != 0:
+		shapePanic("Attention", "a Q8_0 cache needs a head dim that is a multiple of %d, not %d", compute.QK, hd)
 	case len(qstart) != a.Seqs+1 || len(ctxLen) != a.Seqs || len(table) != a.Seqs*a.MaxBlocks:
 		shapePanic("Attention", "metadata lengths %d, %d, %d for %d sequences of %d blocks", len(qstart), len(ctxLen), len(table), a.Seqs, a.MaxBlocks)
 	case a.Seqs > 0 && (qstart[0] != 0 || int(qstart[a.Seqs]) != qs.shape[0]):
@@ -122,8 +130,8 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 	claimFn, mergeFn := f.claimFn, f.mergeFn
 	*f = flashCall{
 		claimFn: claimFn, mergeFn: mergeFn,
-		q: qs.f32, out: out.f32, k: kc.f32, v: vc.f32, k16: kc.u16, v16: vc.u16,
-		bf16: kc.dt == compute.BF16, geo: a, table: table,
+		q: qs.f32, out: out.f32, k: kc.f32, v: vc.f32, k16: kc.u16, v16: vc.u16, k8: kc.kv8, v8: vc.kv8,
+		bf16: kc.dt == compute.BF16, q8: kc.dt == compute.Q8_0, geo: a, table: table,
 		hd: hd, bs: bs, group: a.Heads / a.KVHeads, qdim: qdim, kvdim: kvdim,
 		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles,
 		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512,
@@ -189,7 +197,8 @@ const splitTarget = 4
 type flashCall struct {
 	q, out, k, v []float32
 	k16, v16     []uint16 // a BF16 cache (k and v are then nil)
-	bf16         bool
+	k8, v8       []byte   // a Q8_0 cache (ggml blocks in element order)
+	bf16, q8     bool
 	geo          *compute.Attention // the cache layout (KVIndex)
 	table        []int32
 	hd, bs       int

@@ -92,7 +92,7 @@ func (f *flashCall) runTiles(w flashWork, sc *flashScratch) {
 		if f.dpQK {
 			// Keys in place, in BF16; values widened for flashPV512.
 			kob := f.offsets(sc.offs, blocks, k0, nk, nk8+offsAhead, t.g)
-			f.widen(sc.v[:nk8*hd], f.v16, blocks, k0, nk, t.g)
+			f.widen(sc.v[:nk8*hd], f.v16, nil, blocks, k0, nk, t.g)
 			flashQK512BF16(&S[0], &Qp[0], mp, &f.k16[0], &f.v16[0], &kob[0], nk8, hd, &cmax[0], sl)
 			vb, ob = &sc.v[0], &sc.seq[0]
 		} else {
@@ -206,10 +206,25 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 	for k0 := w.k0; k0 < w.k1; k0 += f.tl.keys {
 		nk := min(f.tl.keys, w.k1-k0)
 		nkp := (nk + kstep - 1) / kstep * kstep
-		ob := &f.offsets(sc.offs, blocks, k0, nk, nkp+offsAhead, t.g)[0]
+		// The keys and values in place (F32, BF16), or a Q8_0 cache's
+		// dequantized into the scratch (its padding rows repeating the
+		// last, and the rows the kernels prefetch past it in the scratch).
+		var kb, vb *float32
+		var ob *int64
+		switch {
+		case f.q8:
+			f.widen(sc.k[:nkp*hd], nil, f.k8, blocks, k0, nk, t.g)
+			f.widen(sc.v[:nkp*hd], nil, f.v8, blocks, k0, nk, t.g)
+			kb, vb, ob = &sc.k[0], &sc.v[0], &sc.seq[0]
+		case f.bf16:
+			ob = &f.offsets(sc.offs, blocks, k0, nk, nkp+offsAhead, t.g)[0]
+		default:
+			kb, vb = &f.k[0], &f.v[0]
+			ob = &f.offsets(sc.offs, blocks, k0, nk, nkp+offsAhead, t.g)[0]
+		}
 		S := sc.s[:mr*nkp]
 		for r0 := 0; r0 < mr; r0 += rows {
-			f.decQK(rows, &S[r0*nkp], nkp, &Q[r0*hd], ob)
+			f.decQK(rows, &S[r0*nkp], nkp, &Q[r0*hd], kb, ob)
 		}
 		// The softmax step, row by row; rows past m, and rows that see no
 		// key of the tile, get zero weights and keep their output.
@@ -237,7 +252,7 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 			l[i] = l[i]*alpha[i] + kernels.ExpSub(row, row, cur)
 		}
 		for r0 := 0; r0 < mr; r0 += rows {
-			f.decPV(rows, &O[r0*hd], &S[r0*nkp], nkp, ob, nk, &alpha[r0])
+			f.decPV(rows, &O[r0*hd], &S[r0*nkp], nkp, vb, ob, nk, &alpha[r0])
 		}
 	}
 	f.finish(t, w.part, O, mx[:m], l[:m])
@@ -245,33 +260,33 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 
 // decQK runs the decode QK kernel for rows (2 or 4) query rows at q into
 // scores s (rows of nk), over nk keys (a multiple of 8 or 4) through the
-// offsets table offs, on the cache's dtype.
-func (f *flashCall) decQK(rows int, s *float32, nk int, q *float32, offs *int64) {
+// offsets table offs from k (F32 keys; a BF16 cache's are read from f.k16).
+func (f *flashCall) decQK(rows int, s *float32, nk int, q, k *float32, offs *int64) {
 	switch {
 	case rows == 2 && f.bf16:
 		flashDecQK512x2BF16(s, nk, q, f.hd, &f.k16[0], offs, nk)
 	case rows == 2:
-		flashDecQK512x2(s, nk, q, f.hd, &f.k[0], offs, nk)
+		flashDecQK512x2(s, nk, q, f.hd, k, offs, nk)
 	case f.bf16:
 		flashDecQK512BF16(s, nk, q, f.hd, &f.k16[0], offs, nk)
 	default:
-		flashDecQK512(s, nk, q, f.hd, &f.k[0], offs, nk)
+		flashDecQK512(s, nk, q, f.hd, k, offs, nk)
 	}
 }
 
 // decPV runs the decode PV kernel for rows (2 or 4) output rows at o, with
 // weights p (rows of ldp) over nk values through offs, rescaling the rows
-// by alpha first.
-func (f *flashCall) decPV(rows int, o, p *float32, ldp int, offs *int64, nk int, alpha *float32) {
+// by alpha first; v is as k of decQK.
+func (f *flashCall) decPV(rows int, o, p *float32, ldp int, v *float32, offs *int64, nk int, alpha *float32) {
 	switch {
 	case rows == 2 && f.bf16:
 		flashDecPV512x2BF16(o, f.hd, p, ldp, &f.v16[0], offs, nk, alpha)
 	case rows == 2:
-		flashDecPV512x2(o, f.hd, p, ldp, &f.v[0], offs, nk, alpha)
+		flashDecPV512x2(o, f.hd, p, ldp, v, offs, nk, alpha)
 	case f.bf16:
 		flashDecPV512BF16(o, f.hd, p, ldp, &f.v16[0], offs, nk, alpha)
 	default:
-		flashDecPV512(o, f.hd, p, ldp, &f.v[0], offs, nk, alpha)
+		flashDecPV512(o, f.hd, p, ldp, v, offs, nk, alpha)
 	}
 }
 
@@ -284,19 +299,20 @@ func (f *flashCall) decPV(rows int, o, p *float32, ldp int, offs *int64, nk int,
 // cache elements, which BF16 would make two instructions each; prefill,
 // which takes them, is bound by arithmetic, not by reading the cache).
 func (f *flashCall) tile(sc *flashScratch, blocks []int32, k0, nk, n, g int) (kb, vb *float32, ob *int64) {
-	if f.bf16 {
-		f.widen(sc.k[:n*f.hd], f.k16, blocks, k0, nk, g)
-		f.widen(sc.v[:n*f.hd], f.v16, blocks, k0, nk, g)
+	if f.bf16 || f.q8 {
+		f.widen(sc.k[:n*f.hd], f.k16, f.k8, blocks, k0, nk, g)
+		f.widen(sc.v[:n*f.hd], f.v16, f.v8, blocks, k0, nk, g)
 		return &sc.k[0], &sc.v[0], &sc.seq[0]
 	}
 	return &f.k[0], &f.v[0], &f.offsets(sc.offs, blocks, k0, nk, n+offsAhead, g)[0]
 }
 
-// widen writes positions k0..k0+nk−1 of head g of the BF16 cache c as F32
-// rows of hd to dst, then repeats the last row to fill dst.
-func (f *flashCall) widen(dst []float32, c []uint16, blocks []int32, k0, nk, g int) {
+// widen writes positions k0..k0+nk−1 of head g of the BF16 cache c16 (or
+// the Q8_0 cache c8) as F32 rows of hd to dst, then repeats the last row
+// to fill dst.
+func (f *flashCall) widen(dst []float32, c16 []uint16, c8 []byte, blocks []int32, k0, nk, g int) {
 	hd := f.hd
-	f.gatherRows(dst, nil, c, blocks, k0, nk, g)
+	f.gatherRows(dst, nil, c16, c8, blocks, k0, nk, g)
 	last := dst[(nk-1)*hd : nk*hd]
 	for j := nk; j < len(dst)/hd; j++ {
 		copy(dst[j*hd:(j+1)*hd], last)

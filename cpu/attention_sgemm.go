@@ -3,6 +3,8 @@ package cpu
 import (
 	"math"
 
+	"github.com/clawrl/clawrl/compute"
+
 	"github.com/clawrl/clawrl/cpu/kernels"
 )
 
@@ -37,7 +39,7 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 	for k0 := w.k0; k0 < w.k1; k0 += f.tl.keys {
 		nk := min(f.tl.keys, w.k1-k0)
 		S := sc.s[:m*nk]
-		K, ldk := f.rows(sc.k, f.k, f.k16, blocks, k0, nk, t.g)
+		K, ldk := f.rows(sc.k, f.k, f.k16, f.k8, blocks, k0, nk, t.g)
 		f.pool.Sgemm(false, true, m, nk, hd, 1, Q, hd, K, ldk, 0, S, nk)
 		masked := k0+nk-1 > t.first // the last key is past the first token
 		for i := range m {
@@ -62,38 +64,43 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 			mx[i] = cur
 			l[i] += kernels.ExpSub(row, row, cur)
 		}
-		V, ldv := f.rows(sc.v, f.v, f.v16, blocks, k0, nk, t.g)
+		V, ldv := f.rows(sc.v, f.v, f.v16, f.v8, blocks, k0, nk, t.g)
 		f.pool.Sgemm(false, false, m, hd, nk, 1, S, nk, V, ldv, 1, O, hd)
 	}
 	f.finish(t, w.part, O, mx, l)
 }
 
 // rows returns positions [k0, k0+nk) of key/value head g of cache c (keys
-// or values; c16 when the cache is BF16) as a matrix of nk rows of hd with
-// row stride ld: in place when the positions lie in one block of an F32
-// cache, else gathered (and widened) into buf.
-func (f *flashCall) rows(buf, c []float32, c16 []uint16, blocks []int32, k0, nk, g int) (x []float32, ld int) {
+// or values; c16 when the cache is BF16, c8 when it is Q8_0) as a matrix
+// of nk rows of hd with row stride ld: in place when the positions lie in
+// one block of an F32 cache, else gathered (and widened or dequantized)
+// into buf.
+func (f *flashCall) rows(buf, c []float32, c16 []uint16, c8 []byte, blocks []int32, k0, nk, g int) (x []float32, ld int) {
 	bs, hd := f.bs, f.hd
-	if c16 == nil && k0/bs == (k0+nk-1)/bs {
+	if c16 == nil && c8 == nil && k0/bs == (k0+nk-1)/bs {
 		i := f.geo.KVIndex(int(blocks[k0/bs])*bs+k0%bs, g)
 		return c[i : i+nk*hd], hd
 	}
-	f.gatherRows(buf[:nk*hd], c, c16, blocks, k0, nk, g)
+	f.gatherRows(buf[:nk*hd], c, c16, c8, blocks, k0, nk, g)
 	return buf[:nk*hd], hd
 }
 
 // gatherRows copies positions [k0, k0+nk) of head g of cache c (or of the
-// BF16 cache c16, widened) to contiguous rows of hd at dst: one copy per
-// cache block, in which the head's rows are contiguous.
-func (f *flashCall) gatherRows(dst, c []float32, c16 []uint16, blocks []int32, k0, nk, g int) {
+// BF16 cache c16, widened, or of the Q8_0 cache c8, dequantized) to
+// contiguous rows of hd at dst: one copy per cache block, in which the
+// head's rows are contiguous.
+func (f *flashCall) gatherRows(dst, c []float32, c16 []uint16, c8 []byte, blocks []int32, k0, nk, g int) {
 	bs, hd := f.bs, f.hd
 	for p := k0; p < k0+nk; {
 		slot := int(blocks[p/bs])*bs + p%bs
 		run := min(bs-p%bs, k0+nk-p)
 		i, d := f.geo.KVIndex(slot, g), dst[(p-k0)*hd:(p-k0+run)*hd]
-		if c16 != nil {
+		switch {
+		case c8 != nil:
+			kernels.DequantQ8_0(d, c8[compute.Q8_0.Bytes(i):compute.Q8_0.Bytes(i+run*hd)])
+		case c16 != nil:
 			kernels.BF16ToF32(d, c16[i:i+run*hd])
-		} else {
+		default:
 			copy(d, c[i:i+run*hd])
 		}
 		p += run

@@ -137,10 +137,13 @@ type tensor struct {
 	u16   []uint16
 	i32   []int32
 	q     *kernels.QMatrix // Q8_0, Q4_0: rows shape[0], columns the rest
+	kv8   []byte           // a Q8_0 KV cache (NewKVCacheTensor): ggml blocks in element order
 }
 
 // live reports whether x still has its storage (it was not freed).
-func (x *tensor) live() bool { return x.f32 != nil || x.u16 != nil || x.i32 != nil || x.q != nil }
+func (x *tensor) live() bool {
+	return x.f32 != nil || x.u16 != nil || x.i32 != nil || x.q != nil || x.kv8 != nil
+}
 
 // quantType is the kernels' format of a quantized dtype.
 func quantType(dt compute.DType) kernels.QuantType {
@@ -212,6 +215,23 @@ func (b *Backend) NewTensor(dt compute.DType, shape ...int) (compute.Tensor, err
 		return nil, fmt.Errorf("cpu: cannot allocate dtype %v", dt)
 	}
 	return t, nil
+}
+
+// NewKVCacheTensor allocates a zero-filled Q8_0 KV cache tensor [slots,
+// width] (compute.QuantKVBackend): ggml's blocks in the order of the
+// elements, not the panels of a quantized weight.
+func (b *Backend) NewKVCacheTensor(dt compute.DType, slots, width int) (compute.Tensor, error) {
+	if dt != compute.Q8_0 {
+		return nil, fmt.Errorf("cpu: a quantized KV cache is Q8_0, not %v", dt)
+	}
+	n, err := checkShape([]int{slots, width})
+	if err != nil {
+		return nil, err
+	}
+	if width%compute.QK != 0 || width == 0 {
+		return nil, fmt.Errorf("cpu: a Q8_0 KV cache needs rows of a multiple of %d values, not %d", compute.QK, width)
+	}
+	return &tensor{dt: dt, shape: []int{slots, width}, kv8: kernels.AllocBytes(dt.Bytes(n))}, nil
 }
 
 // WeightF32 makes an F32 weight from a copy of data, or from data itself
@@ -295,6 +315,9 @@ func (b *Backend) Slice(t compute.Tensor, lo, hi int) compute.Tensor {
 		v.i32 = x.i32[lo*c : hi*c : hi*c]
 	case x.q != nil:
 		v.q = x.q.Rows(lo, hi)
+	case x.kv8 != nil:
+		rb := compute.Q8_0.Bytes(c)
+		v.kv8 = x.kv8[lo*rb : hi*rb : hi*rb]
 	}
 	return v
 }
@@ -303,7 +326,7 @@ func (b *Backend) Slice(t compute.Tensor, lo, hi int) compute.Tensor {
 // reclaims it once no view refers to it.
 func (b *Backend) Free(t compute.Tensor) {
 	if x, ok := t.(*tensor); ok && x != nil {
-		x.f32, x.u16, x.i32, x.q = nil, nil, nil, nil
+		x.f32, x.u16, x.i32, x.q, x.kv8 = nil, nil, nil, nil, nil
 	}
 }
 
@@ -348,6 +371,7 @@ func (b *Backend) Copy(dst, src compute.Tensor) {
 	copy(d.f32, s.f32)
 	copy(d.u16, s.u16)
 	copy(d.i32, s.i32)
+	copy(d.kv8, s.kv8)
 }
 
 // Synchronize returns nil: CPU ops complete before they return.

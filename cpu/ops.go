@@ -208,6 +208,8 @@ func (b *Backend) StoreKV(kCache, vCache, k, v, slots compute.Tensor, a *compute
 	switch {
 	case a.HeadDim <= 0 || a.KVHeads <= 0 || a.BlockSize <= 0 || a.KVHeads*a.HeadDim != w:
 		shapePanic("StoreKV", "rows of %d for %d key/value heads of %d, block size %d", w, a.KVHeads, a.HeadDim, a.BlockSize)
+	case kc.dt == compute.Q8_0 && a.HeadDim%compute.QK != 0:
+		shapePanic("StoreKV", "a Q8_0 cache needs a head dim that is a multiple of %d, not %d", compute.QK, a.HeadDim)
 	case compute.Cols(kc) != w || compute.Cols(vc) != w || compute.Cols(vr) != w || vc.dt != kc.dt ||
 		vc.shape[0] != nSlots || nSlots%a.BlockSize != 0 || kr.shape[0] != len(sl) || vr.shape[0] != len(sl):
 		shapePanic("StoreKV", "cache %v %s and %v %s, k %s, v %s, %d slots, block size %d", kc.dt, compute.ShapeString(kc.shape), vc.dt, compute.ShapeString(vc.shape), compute.ShapeString(kr.shape), compute.ShapeString(vr.shape), len(sl), a.BlockSize)
@@ -229,11 +231,16 @@ func (b *Backend) StoreKV(kCache, vCache, k, v, slots compute.Tensor, a *compute
 	b.pool.For(len(sl), storeKVGrain, st.rows)
 }
 
-// cacheTensor returns a KV cache tensor: F32 or BF16.
+// cacheTensor returns a KV cache tensor: F32, BF16, or Q8_0 made by
+// NewKVCacheTensor (not a quantized weight).
 func cacheTensor(t compute.Tensor, op string) *tensor {
 	x, ok := t.(*tensor)
-	if ok && x != nil && x.dt == compute.BF16 {
-		return must(t, compute.BF16, op)
+	if ok && x != nil && (x.dt == compute.BF16 || x.dt == compute.Q8_0) {
+		x = must(t, x.dt, op)
+		if x.dt == compute.Q8_0 && x.kv8 == nil && compute.Len(x) > 0 {
+			panic(fmt.Sprintf("cpu: %s: a Q8_0 weight is not a KV cache (NewKVCacheTensor)", op))
+		}
+		return x
 	}
 	return must(t, compute.F32, op)
 }
@@ -253,14 +260,27 @@ func (st *kvStore) rows(lo, hi int) {
 		s := int(st.slots[i])
 		for g := range st.a.KVHeads {
 			d, src := st.a.KVIndex(s, g), i*w+g*hd
-			if st.kc.dt == compute.BF16 {
+			switch st.kc.dt {
+			case compute.BF16:
 				kernels.F32ToBF16(st.kc.u16[d:d+hd], st.k[src:src+hd])
 				kernels.F32ToBF16(st.vc.u16[d:d+hd], st.v[src:src+hd])
-			} else {
+			case compute.Q8_0:
+				b0, b1 := compute.Q8_0.Bytes(d), compute.Q8_0.Bytes(d+hd)
+				quantQ8(st.kc.kv8[b0:b1], st.k[src:src+hd])
+				quantQ8(st.vc.kv8[b0:b1], st.v[src:src+hd])
+			default:
 				copy(st.kc.f32[d:d+hd], st.k[src:src+hd])
 				copy(st.vc.f32[d:d+hd], st.v[src:src+hd])
 			}
 		}
+	}
+}
+
+// quantQ8 writes x (a multiple of compute.QK values) as Q8_0 blocks
+// into y, as compute.Quantize does (ggml's reference quantizer).
+func quantQ8(y []byte, x []float32) {
+	if err := compute.Quantize(compute.Q8_0, y, x); err != nil {
+		panic("cpu: StoreKV: " + err.Error())
 	}
 }
 

@@ -107,6 +107,12 @@ func (b *Backend) Convert(dst, src compute.Tensor) {
 	case d.dt == compute.F32 && s.dt == compute.BF16:
 		ds, ss := must(dst, compute.F32, "Convert dst").f32, must(src, compute.BF16, "Convert src").u16
 		b.pool.For(n, grain, func(lo, hi int) { kernels.BF16ToF32(ds[lo:hi], ss[lo:hi]) })
+	case d.dt == compute.F32 && s.dt == compute.Q8_0 && s.kv8 != nil: // a Q8_0 KV cache
+		ds := must(dst, compute.F32, "Convert dst").f32
+		ss := must(src, s.dt, "Convert src").kv8
+		b.pool.For(n/compute.QK, grain/compute.QK, func(lo, hi int) {
+			kernels.DequantQ8_0(ds[lo*compute.QK:hi*compute.QK], ss[compute.Q8_0.Bytes(lo*compute.QK):compute.Q8_0.Bytes(hi*compute.QK)])
+		})
 	case d.dt == compute.F32 && s.dt.Quantized():
 		ds, q := must(dst, compute.F32, "Convert dst").f32, must(src, s.dt, "Convert src").q
 		rows, k := q.Dims()

@@ -59,13 +59,16 @@ func BF16Precision(cfg *config.Config) bool { return precision(cfg) == kernels.P
 func HasBF16Dot() bool { return kernels.HasBF16Dot() }
 
 // KVDType is the KV cache storage model.kv_cache_dtype names for a model
-// of config c (auto: BF16 for BF16 or F16 weights, F32 for float32 ones).
+// of config c (auto: BF16 for BF16 or F16 weights, F32 for float32 ones;
+// q8_0: Q8_0 blocks, on the CPU backend only).
 func KVDType(cfg *config.Config, c *model.Config) compute.DType { return kvDType(cfg, c) }
 
 func kvDType(cfg *config.Config, c *model.Config) compute.DType {
 	switch cfg.Model.KVCacheDType {
 	case "bf16":
 		return compute.BF16
+	case "q8_0":
+		return compute.Q8_0
 	case "auto":
 		if c.TorchDType == "bfloat16" || c.TorchDType == "float16" {
 			return compute.BF16

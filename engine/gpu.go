@@ -78,7 +78,25 @@ type plan struct {
 // the driver reports (none without a driver: the CPU). Training has no GPU
 // backend yet: devices.actor.gpus is refused, and in the default split
 // the actor's share serves (rollout) until it has.
+//
+// A Q8_0 KV cache (model.kv_cache_dtype: q8_0) is built for the CPU
+// backend only: a plan with GPUs is refused with it, whether the GPUs
+// were listed or found.
 func planGPUs(cfg *config.Config, drv gpuDriver) (plan, error) {
+	p, err := planGroups(cfg, drv)
+	if err != nil || cfg.Model.KVCacheDType != "q8_0" || len(p.rollout)+len(p.judge) == 0 {
+		return p, err
+	}
+	where := fmt.Sprintf("devices.rollout.gpus %v, devices.judge.gpus %v", p.rollout, p.judge)
+	if p.auto {
+		where = fmt.Sprintf("the GPUs found (rollout %v, judge %v; no devices lists in the config)", p.rollout, p.judge)
+	}
+	return plan{}, fmt.Errorf("model.kv_cache_dtype: q8_0: a Q8_0 KV cache is built for the CPU backend only, not for the CUDA backend that serves on %s; "+
+		"set model.kv_cache_dtype: bf16 (or auto) to serve on the GPUs", where)
+}
+
+// planGroups is planGPUs without the check of the cache's dtype.
+func planGroups(cfg *config.Config, drv gpuDriver) (plan, error) {
 	d := cfg.Devices
 	if len(d.Actor.GPUs) > 0 {
 		return plan{}, fmt.Errorf("devices.actor.gpus: %v: training on GPUs is not built yet (the trainer runs on the CPU, devices.actor.threads); "+

@@ -64,6 +64,7 @@ func TestPlanGPUs(t *testing.T) {
 		name           string
 		rollout, judge []int
 		actor          []int
+		kvDType        string
 		n              int
 		err            error
 		want           plan
@@ -80,10 +81,18 @@ func TestPlanGPUs(t *testing.T) {
 		{name: "a GPU that is not there", n: 2, rollout: []int{0, 2}, wantErr: "GPU 2 is not there: the driver reports 2 GPU(s)"},
 		{name: "actor GPUs", n: 8, actor: []int{0}, wantErr: "devices.actor.gpus: [0]: training on GPUs is not built yet"},
 		{name: "a driver error", n: 0, err: errors.New("cuInit: CUDA_ERROR_UNKNOWN"), wantErr: "finding GPUs: cuInit"},
+		{name: "q8_0 cache on listed GPUs", n: 4, rollout: []int{1}, kvDType: "q8_0", wantErr: "model.kv_cache_dtype: q8_0: a Q8_0 KV cache is built for the CPU backend only, not for the CUDA backend that serves on devices.rollout.gpus [1]"},
+		{name: "q8_0 cache on a judge GPU", n: 4, judge: []int{3}, kvDType: "q8_0", wantErr: "built for the CPU backend only"},
+		{name: "q8_0 cache on the GPUs found", n: 2, kvDType: "q8_0", wantErr: "the GPUs found (rollout [0 1]"},
+		{name: "q8_0 cache without GPUs: the CPU", n: 0, kvDType: "q8_0"},
+		{name: "q8_0 cache without a driver", err: noDriver, kvDType: "q8_0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Defaults()
 			cfg.Devices = config.Devices{Rollout: config.DeviceGroup{GPUs: tc.rollout}, Judge: config.DeviceGroup{GPUs: tc.judge}, Actor: config.DeviceGroup{GPUs: tc.actor}}
+			if tc.kvDType != "" {
+				cfg.Model.KVCacheDType = tc.kvDType
+			}
 			got, err := planGPUs(cfg, &fakeDriver{n: tc.n, err: tc.err})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

@@ -284,9 +284,10 @@ func (c *Config) QDim() int { return c.NumHeads * c.HeadDim }
 func (c *Config) KVDim() int { return c.NumKVHeads * c.HeadDim }
 
 // KVBytesPerToken is the KV cache memory one token takes over all layers
-// (keys and values) in a cache of dtype dt.
+// (keys and values) in a cache of dtype dt (F32, BF16, or Q8_0: 34 bytes
+// for 32 values).
 func (c *Config) KVBytesPerToken(dt compute.DType) int64 {
-	return int64(2*c.NumLayers*c.KVDim()) * int64(dt.Size())
+	return int64(2*c.NumLayers) * int64(dt.Bytes(c.KVDim()))
 }
 
 // NumParams counts the model's parameters (tied embeddings once).

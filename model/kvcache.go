@@ -46,8 +46,11 @@ type KVCacheOptions struct {
 	// Budget is the memory for keys and values in bytes; the cache holds
 	// Budget / BytesPerBlock blocks.
 	Budget int64
-	// DType is the storage of keys and values: compute.F32 (the default)
-	// or compute.BF16 (half the memory; values rounded as they are stored).
+	// DType is the storage of keys and values: compute.F32 (the default),
+	// compute.BF16 (half the memory; values rounded as they are stored) or
+	// compute.Q8_0 (34 bytes for 32 values, ggml's blocks; on a backend
+	// that is a compute.QuantKVBackend, with a head dim that is a multiple
+	// of compute.QK).
 	DType compute.DType
 }
 
@@ -65,8 +68,15 @@ func NewKVCache(b compute.Backend, c *Config, opts KVCacheOptions) (*KVCache, er
 	case 0:
 		dt = compute.F32
 	case compute.F32, compute.BF16:
+	case compute.Q8_0:
+		if _, ok := b.(compute.QuantKVBackend); !ok {
+			return nil, fmt.Errorf("model: a Q8_0 KV cache is not built for backend %s (it stores F32 or BF16 only)", b.Name())
+		}
+		if c.HeadDim%compute.QK != 0 {
+			return nil, fmt.Errorf("model: a Q8_0 KV cache needs a head dim that is a multiple of %d, not %d", compute.QK, c.HeadDim)
+		}
 	default:
-		return nil, fmt.Errorf("model: KV cache dtype %v is not F32 or BF16", dt)
+		return nil, fmt.Errorf("model: KV cache dtype %v is not F32, BF16 or Q8_0", dt)
 	}
 	kv := &KVCache{b: b, layers: c.NumLayers, width: c.KVDim(), blockSize: bs, dtype: dt}
 	kv.bytesPerBlock = c.KVBytesPerToken(dt) * int64(bs)
@@ -79,13 +89,13 @@ func NewKVCache(b compute.Backend, c *Config, opts KVCacheOptions) (*KVCache, er
 	}
 	kv.numBlocks = int(n)
 	for range kv.layers {
-		k, err := b.NewTensor(dt, kv.numBlocks*bs, kv.width)
+		k, err := newCacheTensor(b, dt, kv.numBlocks*bs, kv.width)
 		if err != nil {
 			kv.Close()
 			return nil, fmt.Errorf("model: allocating KV cache: %w", err)
 		}
 		kv.k = append(kv.k, k)
-		v, err := b.NewTensor(dt, kv.numBlocks*bs, kv.width)
+		v, err := newCacheTensor(b, dt, kv.numBlocks*bs, kv.width)
 		if err != nil {
 			kv.Close()
 			return nil, fmt.Errorf("model: allocating KV cache: %w", err)
@@ -100,13 +110,22 @@ func NewKVCache(b compute.Backend, c *Config, opts KVCacheOptions) (*KVCache, er
 	return kv, nil
 }
 
+// newCacheTensor allocates one layer's keys or values: a Q8_0 cache
+// through compute.QuantKVBackend, the others as any tensor.
+func newCacheTensor(b compute.Backend, dt compute.DType, slots, width int) (compute.Tensor, error) {
+	if dt == compute.Q8_0 {
+		return b.(compute.QuantKVBackend).NewKVCacheTensor(dt, slots, width)
+	}
+	return b.NewTensor(dt, slots, width)
+}
+
 // BlockSize is the number of tokens per block.
 func (kv *KVCache) BlockSize() int { return kv.blockSize }
 
 // NumBlocks is the number of blocks in the pool.
 func (kv *KVCache) NumBlocks() int { return kv.numBlocks }
 
-// DType is the storage of keys and values (F32 or BF16).
+// DType is the storage of keys and values (F32, BF16 or Q8_0).
 func (kv *KVCache) DType() compute.DType { return kv.dtype }
 
 // BytesPerBlock is the memory one block takes over all layers.

@@ -238,6 +238,81 @@ func TestBF16CacheMatchesReference(t *testing.T) {
 	}
 }
 
+// TestQ8_0CacheMatchesReference runs the engine with a Q8_0 KV cache
+// against the float64 reference that quantizes keys and values to Q8_0
+// blocks where the cache stores them (compute.Quantize, ggml's
+// quantizer), and incremental decode, which reads the same quantized
+// cache, against the full forward.
+//
+// The tolerance of both is 2e-3 (relative to the largest logit, and to
+// 1 + |logit| for decode), not the float32 engine's 1e-4 and 1e-5: a key
+// or value whose x/d lies within float32 rounding of a half-integer is
+// stored one step d = max|x|/127 apart when the engine's float32 sums
+// (or decode's, at another shape) and the reference's differ in the last
+// bit, and that moves the logits by up to about 1e-3. BF16 caches do the
+// same at their own rounding: over seeds 1-4 and head dims 32-128 of
+// these models, decode against the full forward was off by up to 8.5e-4
+// with a BF16 cache and 7.1e-4 with Q8_0, 1.3e-5 with F32. What Q8_0
+// costs, the distance to the reference with float32 keys and values
+// (1-3e-2 here), must be more than ten times the error against the
+// quantized reference, and under 5e-2; the cache's kernels are held to
+// float32 tolerances by the conformance suite (computetest). Models whose
+// head dim is not a multiple of 32 are refused.
+func TestQ8_0CacheMatchesReference(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(*RandomSpec)
+	}{
+		{"llama d32", func(s *RandomSpec) { s.Hidden, s.Intermediate, s.HeadDim = 64, 96, 32 }},
+		{"qwen2 d32", func(s *RandomSpec) { s.Arch, s.Hidden, s.Intermediate, s.Heads = ArchQwen2, 64, 96, 2 }},
+		{"qwen3 d64 mqa", func(s *RandomSpec) { s.Arch, s.Hidden, s.Heads, s.KVHeads, s.HeadDim = ArchQwen3, 64, 4, 1, 64 }},
+		{"llama d128", func(s *RandomSpec) { s.Hidden, s.Heads, s.KVHeads, s.HeadDim = 128, 2, 1, 128 }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := tiny(ArchLlama)
+			tt.edit(&spec)
+			m, dir := writeAndLoad(t, spec)
+			kvOf := func(blocks int) *KVCache {
+				kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 4, Budget: m.Config.KVBytesPerToken(compute.Q8_0) * 4 * int64(blocks), DType: compute.Q8_0})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(kv.Close)
+				if kv.DType() != compute.Q8_0 || kv.NumBlocks() != blocks {
+					t.Fatalf("cache of %v with %d blocks, want Q8_0 with %d", kv.DType(), kv.NumBlocks(), blocks)
+				}
+				return kv
+			}
+			toks := testTokens(40, spec.Vocab)
+			seq := kvOf(12).NewSequence()
+			full, err := m.Forward([]Step{{seq, toks}}, AllLogits, nil)
+			seq.Free()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := loadRef(t, dir)
+			exact := ref.forward(toks)
+			ref.quantKV = true
+			e, cost := relErr(full, ref.forward(toks)), relErr(full, exact)
+			if e >= 2e-3 || math.IsNaN(e) || e >= cost/10 {
+				t.Fatalf("relative error %.3g against the reference with Q8_0 keys and values, %.3g with float32 ones", e, cost)
+			}
+			if cost >= 5e-2 {
+				t.Fatalf("relative error %.3g against the reference with float32 keys and values", cost)
+			}
+			t.Logf("relative error %.2g against the reference with Q8_0 keys and values, %.2g against float32 ones", e, cost)
+			checkDecode(t, m, kvOf(12), toks, full, 2e-3)
+		})
+	}
+	t.Run("head dim 8 refused", func(t *testing.T) {
+		m, _ := writeAndLoad(t, tiny(ArchLlama))
+		_, err := m.NewKVCache(KVCacheOptions{Budget: 1 << 20, DType: compute.Q8_0})
+		if err == nil || !strings.Contains(err.Error(), "multiple of 32") {
+			t.Fatalf("Q8_0 cache of head dim 8: error %v, want one about the head dim", err)
+		}
+	})
+}
+
 // TestBF16ProductsWithBF16CacheMatchReference runs the daemon's default
 // on a CPU with BF16 products: kernels.PrecisionBF16 with a BF16 KV cache,
 // where attention also rounds the queries to BF16 (and the AVX-512 tile
@@ -512,17 +587,44 @@ func TestKVCacheBudget(t *testing.T) {
 	}
 }
 
+// TestKVBytesPerToken pins the cache's bytes per token: keys and values of
+// every layer, 4, 2 or 34/32 bytes a value (ggml's Q8_0 blocks), for the
+// Qwen3-0.6B shape (28 layers, 8 key/value heads of 128) among others.
+func TestKVBytesPerToken(t *testing.T) {
+	qwen06 := &Config{NumLayers: 28, NumKVHeads: 8, HeadDim: 128}
+	for _, tt := range []struct {
+		c    *Config
+		dt   compute.DType
+		want int64
+	}{
+		{qwen06, compute.F32, 2 * 28 * 1024 * 4},  // 229376
+		{qwen06, compute.BF16, 2 * 28 * 1024 * 2}, // 114688
+		{qwen06, compute.Q8_0, 2 * 28 * 32 * 34},  // 60928: 0.53 of BF16
+		{&Config{NumLayers: 2, NumKVHeads: 1, HeadDim: 64}, compute.Q8_0, 2 * 2 * 2 * 34},
+	} {
+		if got := tt.c.KVBytesPerToken(tt.dt); got != tt.want {
+			t.Errorf("%d layers, %d kv heads of %d, %v: %d bytes a token, want %d", tt.c.NumLayers, tt.c.NumKVHeads, tt.c.HeadDim, tt.dt, got, tt.want)
+		}
+	}
+}
+
 // TestSharedBlocks checks prefix sharing: a fork and an attached prefix
 // continue independently of the sequence they share blocks with, and
-// shared blocks are copied before being written; with F32 and BF16 caches.
+// shared blocks are copied before being written; with F32, BF16 and Q8_0
+// caches (Q8_0 on heads of 32, to the tolerance of
+// TestQ8_0CacheMatchesReference).
 func TestSharedBlocks(t *testing.T) {
-	for _, dt := range []compute.DType{compute.F32, compute.BF16} {
+	for _, dt := range []compute.DType{compute.F32, compute.BF16, compute.Q8_0} {
 		t.Run(dt.String(), func(t *testing.T) { testSharedBlocks(t, dt) })
 	}
 }
 
 func testSharedBlocks(t *testing.T, dt compute.DType) {
 	spec := tiny(ArchLlama)
+	tol := 1e-5
+	if dt == compute.Q8_0 {
+		spec.Hidden, spec.Intermediate, spec.HeadDim, tol = 64, 96, 32, 2e-3
+	}
 	m, _ := writeAndLoad(t, spec)
 	vocab := spec.Vocab
 	toks := testTokens(14, vocab)
@@ -563,7 +665,7 @@ func testSharedBlocks(t *testing.T, dt compute.DType) {
 			pos := want.from + i
 			for k := range vocab {
 				g, w := out[(r+i)*vocab+k], want.full[pos*vocab+k]
-				if math.Abs(float64(g-w)) > 1e-5*(1+math.Abs(float64(w))) {
+				if math.Abs(float64(g-w)) > tol*(1+math.Abs(float64(w))) {
 					t.Fatalf("sequence %d position %d logit %d: %v, want %v", s, pos, k, g, w)
 				}
 			}
@@ -590,7 +692,7 @@ func testSharedBlocks(t *testing.T, dt compute.DType) {
 		t.Fatal(err)
 	}
 	for k := range vocab {
-		if w := fullB[9*vocab+k]; math.Abs(float64(last[k]-w)) > 1e-5*(1+math.Abs(float64(w))) {
+		if w := fullB[9*vocab+k]; math.Abs(float64(last[k]-w)) > tol*(1+math.Abs(float64(w))) {
 			t.Fatalf("after Truncate: logit %d = %v, want %v", k, last[k], w)
 		}
 	}

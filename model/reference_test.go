@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/safetensors"
 )
 
@@ -28,6 +29,10 @@ type refModel struct {
 	// roundKV rounds keys and values to BF16 (after RoPE), as a BF16 KV
 	// cache stores them.
 	roundKV bool
+	// quantKV rounds keys and values (after RoPE) through float32 to Q8_0
+	// blocks and back (compute.Quantize, ggml's quantizer), as a Q8_0 KV
+	// cache stores them.
+	quantKV bool
 	// roundQ rounds the queries to BF16 (after RoPE) before their products
 	// with the keys, as attention does at kernels.PrecisionBF16 with a BF16
 	// cache.
@@ -184,6 +189,27 @@ func (r *refModel) quantizeInput(x []float64) []float64 {
 	return out
 }
 
+// roundQ8_0s returns x (a multiple of compute.QK values) rounded through
+// float32 to Q8_0 blocks and dequantized.
+func roundQ8_0s(x []float64) []float64 {
+	f := make([]float32, len(x))
+	for i, v := range x {
+		f[i] = float32(v)
+	}
+	blocks := make([]byte, compute.Q8_0.Bytes(len(f)))
+	if err := compute.Quantize(compute.Q8_0, blocks, f); err != nil {
+		panic(err)
+	}
+	if err := compute.Dequantize(compute.Q8_0, f, blocks); err != nil {
+		panic(err)
+	}
+	out := make([]float64, len(x))
+	for i, v := range f {
+		out[i] = float64(v)
+	}
+	return out
+}
+
 // roundBF16s returns x rounded through float32 to BF16 (to nearest even).
 func roundBF16s(x []float64) []float64 {
 	xr := make([]float64, len(x))
@@ -272,6 +298,9 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 			r.rope(ks[i], i)
 			if r.roundKV {
 				ks[i], vs[i] = roundBF16s(ks[i]), roundBF16s(vs[i])
+			}
+			if r.quantKV {
+				ks[i], vs[i] = roundQ8_0s(ks[i]), roundQ8_0s(vs[i])
 			}
 			if r.roundQ {
 				qs[i] = roundBF16s(qs[i])

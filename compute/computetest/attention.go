@@ -40,17 +40,78 @@ const (
 )
 
 // checkAttention stores keys and values with StoreKV into a paged cache
-// (F32 and BF16), in two steps as an engine does (the earlier context,
-// then the new tokens), and runs Attention over it: several sequences of
-// different context lengths whose blocks are scattered over the cache,
-// decode rows and prefill chunks after earlier context, grouped-query
-// heads and block sizes 1, 4 and 16.
+// (F32 and BF16, and Q8_0 on a compute.QuantKVBackend for the head dims
+// that are a multiple of compute.QK), in two steps as an engine does (the
+// earlier context, then the new tokens), and runs Attention over it:
+// several sequences of different context lengths whose blocks are
+// scattered over the cache, decode rows and prefill chunks after earlier
+// context, grouped-query heads and block sizes 1, 4 and 16.
+//
+// A Q8_0 cache must hold, bit for bit, the blocks compute.Quantize writes
+// (ggml's reference quantizer) for each head's values, and those blocks
+// must lie within quantQ8Tol·max|x|/127 of the values of their block
+// (below). Attention over it is then held to the float32 tolerance of
+// the other caches, against the float64 attention over the dequantized
+// keys and values: dequantizing (d·q) is exact in float32, so the only
+// error a backend may add is that of its float32 sums, as for BF16.
 func checkAttention(h *harness) {
+	_, q8 := h.b.(compute.QuantKVBackend)
 	for _, c := range pagedCases {
-		for _, dt := range []compute.DType{compute.F32, compute.BF16} {
+		for _, dt := range []compute.DType{compute.F32, compute.BF16, compute.Q8_0} {
+			if dt == compute.Q8_0 && (!q8 || c.hd%compute.QK != 0) {
+				continue
+			}
 			h.run(fmt.Sprintf("%s/%v", c.name, dt), func(h *harness) { h.pagedAttention(c, dt) })
 		}
 	}
+}
+
+// quantQ8Tol bounds the error of a value stored in a Q8_0 block, in units
+// of d = max|x|/127 of its block: q = round(x/d) is within d/2 of x/d,
+// and the half scale d' = fp16(d) the block keeps is within d·2⁻¹¹ of d,
+// which moves |q| ≤ 127 by at most 127·2⁻¹¹ ≈ 0.062 d more (plus float32
+// roundings of order 2⁻²⁴·127 d): 0.5 + 0.062 < 0.57.
+const quantQ8Tol = 0.57
+
+// roundQ8 returns v (a multiple of compute.QK values) quantized to Q8_0
+// blocks by compute.Quantize and dequantized, after checking each value
+// against its block's bound (quantQ8Tol).
+func (h *harness) roundQ8(what string, v []float32) []float32 {
+	h.t.Helper()
+	blocks := make([]byte, compute.Q8_0.Bytes(len(v)))
+	out := make([]float32, len(v))
+	if err := compute.Quantize(compute.Q8_0, blocks, v); err != nil {
+		h.t.Fatalf("%s: %v", what, err)
+	}
+	if err := compute.Dequantize(compute.Q8_0, out, blocks); err != nil {
+		h.t.Fatalf("%s: %v", what, err)
+	}
+	for b := 0; b < len(v); b += compute.QK {
+		amax := 0.0
+		for _, x := range v[b : b+compute.QK] {
+			amax = math.Max(amax, math.Abs(float64(x)))
+		}
+		for i := b; i < b+compute.QK; i++ {
+			if e := math.Abs(float64(out[i]) - float64(v[i])); e > quantQ8Tol*amax/127 {
+				h.t.Fatalf("%s: Q8_0 value %d is %v for %v: error %.3g beyond %.2f·max|x|/127 = %.3g", what, i, out[i], v[i], e, quantQ8Tol, quantQ8Tol*amax/127)
+			}
+		}
+	}
+	return out
+}
+
+// cacheTensor allocates a paged cache tensor of dtype dt: a Q8_0 one
+// through compute.QuantKVBackend.
+func (h *harness) cacheTensor(dt compute.DType, slots, width int) compute.Tensor {
+	h.t.Helper()
+	if dt != compute.Q8_0 {
+		return h.tensor(dt, slots, width)
+	}
+	x, err := h.b.(compute.QuantKVBackend).NewKVCacheTensor(dt, slots, width)
+	if err != nil {
+		h.t.Fatalf("NewKVCacheTensor(%v, %d, %d): %v", dt, slots, width, err)
+	}
+	return x
 }
 
 func (h *harness) pagedAttention(c pagedCase, dt compute.DType) {
@@ -86,7 +147,7 @@ func (h *harness) pagedAttention(c pagedCase, dt compute.DType) {
 	// The cache starts as junk in every slot, written by StoreKV (in a
 	// shuffled order of slots).
 	nSlots := nBlocks * bs
-	kc, vc := h.tensor(dt, nSlots, kvdim), h.tensor(dt, nSlots, kvdim)
+	kc, vc := h.cacheTensor(dt, nSlots, kvdim), h.cacheTensor(dt, nSlots, kvdim)
 	wantK, wantV := make([]float32, nSlots*kvdim), make([]float32, nSlots*kvdim) // cache contents, in KVIndex layout
 	store := func(what string, slots []int, k, v []float32) {
 		sl := make([]int32, len(slots))
@@ -97,8 +158,11 @@ func (h *harness) pagedAttention(c pagedCase, dt compute.DType) {
 		h.b.StoreKV(kc, vc, kt, vt, st, geo)
 		h.unchanged(desc+": StoreKV ("+what+") k", kt, k)
 		h.unchanged(desc+": StoreKV ("+what+") v", vt, v)
-		if dt == compute.BF16 {
+		switch dt {
+		case compute.BF16:
 			k, v = roundBF16(k), roundBF16(v)
+		case compute.Q8_0:
+			k, v = h.roundQ8(desc+": keys ("+what+")", k), h.roundQ8(desc+": values ("+what+")", v)
 		}
 		for i, s := range slots {
 			for g := range c.kvHeads {
@@ -166,8 +230,11 @@ func (h *harness) pagedAttention(c pagedCase, dt compute.DType) {
 	maxCtx := 0
 	for s, sq := range c.seqs {
 		k, v := keys[s], vals[s]
-		if dt == compute.BF16 {
+		switch dt {
+		case compute.BF16:
 			k, v = roundBF16(k), roundBF16(v)
+		case compute.Q8_0:
+			k, v = h.roundQ8(desc+": keys", k), h.roundQ8(desc+": values", v)
 		}
 		seqs[s] = attnSeq{q0: int(qstart[s]), n: sq.nNew, ctx: sq.ctx, k: widen(k), v: widen(v)}
 		maxCtx = max(maxCtx, sq.ctx)

@@ -305,7 +305,7 @@ func (h *harness) readAny(x compute.Tensor) ([]float32, bool) {
 	src := x
 	switch x.DType() {
 	case compute.F32:
-	case compute.BF16:
+	case compute.BF16, compute.Q8_0: // a Q8_0 KV cache dequantizes
 		if h.tr == nil {
 			return nil, false
 		}

@@ -25,6 +25,15 @@ func AllocF32(n int) []float32 {
 	return s
 }
 
+// AllocBytes is AllocF32 for bytes (a Q8_0 KV cache).
+func AllocBytes(n int) []byte {
+	s := make([]byte, n)
+	if n >= hugeMin {
+		adviseHuge(s)
+	}
+	return s
+}
+
 // AllocBF16 is AllocF32 for BF16 (or any 16-bit) values.
 func AllocBF16(n int) []uint16 {
 	s := make([]uint16, n)

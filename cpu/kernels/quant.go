@@ -626,3 +626,25 @@ func (m *QMatrix) setQ(pan []byte, b, c, j int, v int32) {
 		pan[i] = pan[i]&0x0F | u<<4
 	}
 }
+
+// DequantQ8_0 writes the values of the Q8_0 blocks src (ggml's layout:
+// len(dst)/32 blocks of 34 bytes, a half scale d and 32 int8 q) into dst,
+// exactly (d·q is a float32): the keys and values of a Q8_0 KV cache.
+func DequantQ8_0(dst []float32, src []byte) {
+	nb := len(dst) / 32
+	if len(dst)%32 != 0 || len(src) < nb*34 {
+		panic(fmt.Sprintf("kernels: DequantQ8_0 of %d bytes into %d values", len(src), len(dst)))
+	}
+	if dequantQ8Asm(dst, src, nb) {
+		return
+	}
+	for b := range nb {
+		y := src[b*34 : b*34+34]
+		d := f16to32(uint16(y[0]) | uint16(y[1])<<8)
+		x := dst[b*32 : b*32+32]
+		q := y[2:34]
+		for j := range x {
+			x[j] = d * float32(int8(q[j]))
+		}
+	}
+}
