@@ -410,8 +410,8 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	if bf16Dot {
 		name += ", BF16 products (model.precision)"
 	}
-	if kvdt == compute.BF16 {
-		name += ", BF16 KV cache"
+	if kvdt == compute.BF16 || kvdt == compute.Q8_0 {
+		name += fmt.Sprintf(", %v KV cache", kvdt)
 	}
 	quant := quantTypes(m)
 	if quant != "" && !onGPU {

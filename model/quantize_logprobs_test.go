@@ -22,7 +22,11 @@ import (
 // model's own training distribution (package pretrain, seed 1), scored
 // on their replies' tokens, as the held-out loss of TRAINING.md is. The BF16-products row is the engine's default on
 // CPUs with AVX512_BF16 and shows the scale of a rounding that serving
-// already accepts.
+// already accepts. The KV-cache rows keep the BF16 weights and store the
+// keys and values in BF16 (the daemon's default for this checkpoint) or in
+// Q8_0 blocks (model.kv_cache_dtype: q8_0); the scoring pass reads them
+// back from the cache, as a teacher pass and every decode step do, and
+// the Q8_0 cache is also compared with the BF16 one directly.
 func TestQuantizedLogProbs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads the bundled model four times")
@@ -48,7 +52,7 @@ func TestQuantizedLogProbs(t *testing.T) {
 	}
 	// score returns the log-probs of the replies' tokens, then those of
 	// every token after the first of each conversation.
-	score := func(b compute.Backend, dt compute.DType) (replies, all []float32) {
+	score := func(b compute.Backend, dt, kvdt compute.DType) (replies, all []float32) {
 		src, err := model.OpenDir(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +67,7 @@ func TestQuantizedLogProbs(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		kv, err := m.NewKVCache(model.KVCacheOptions{Budget: 8 << 20})
+		kv, err := m.NewKVCache(model.KVCacheOptions{Budget: 8 << 20, DType: kvdt})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +86,7 @@ func TestQuantizedLogProbs(t *testing.T) {
 		}
 		return replies, all
 	}
-	refR, refA := score(cpu.New(), 0)
+	refR, refA := score(cpu.New(), 0, 0)
 	ppl := func(lp []float32) float64 {
 		var s float64
 		for _, v := range lp {
@@ -93,19 +97,27 @@ func TestQuantizedLogProbs(t *testing.T) {
 	for _, c := range []struct {
 		name           string
 		b              compute.Backend
-		dt             compute.DType
+		dt, kvdt       compute.DType
 		meanMax, gapPc float64 // bounds on the replies: mean |Δ log p|, perplexity gap in %
 	}{
-		{"bf16-products", cpu.NewWithOptions(cpu.Options{Precision: kernels.PrecisionBF16}), 0, 0.002, 0.1},
-		{"q8_0", cpu.New(), compute.Q8_0, 0.005, 0.2},
-		{"q4_0", cpu.New(), compute.Q4_0, 0.02, 1},
+		{"bf16-products", cpu.NewWithOptions(cpu.Options{Precision: kernels.PrecisionBF16}), 0, 0, 0.002, 0.1},
+		{"q8_0", cpu.New(), compute.Q8_0, 0, 0.005, 0.2},
+		{"q4_0", cpu.New(), compute.Q4_0, 0, 0.02, 1},
+		{"bf16-kv", cpu.New(), 0, compute.BF16, 0.002, 0.1},
+		{"q8_0-kv", cpu.New(), 0, compute.Q8_0, 0.002, 0.1},
 	} {
-		r, a := score(c.b, c.dt)
-		for _, set := range []struct {
+		r, a := score(c.b, c.dt, c.kvdt)
+		type scoreSet struct {
 			what      string
 			lp, ref   []float32
 			checkedBy bool
-		}{{"replies", r, refR, true}, {"all tokens", a, refA, false}} {
+		}
+		sets := []scoreSet{{"replies", r, refR, true}, {"all tokens", a, refA, false}}
+		if c.kvdt == compute.Q8_0 { // against the BF16 cache, all tokens
+			_, ba := score(cpu.New(), 0, compute.BF16)
+			sets = append(sets, scoreSet{"vs bf16-kv", a, ba, false})
+		}
+		for _, set := range sets {
 			var sum, worst float64
 			for i := range set.lp {
 				d := math.Abs(float64(set.lp[i] - set.ref[i]))
