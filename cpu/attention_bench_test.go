@@ -31,9 +31,10 @@ var peakGFLOPS = sync.OnceValue(func() float64 {
 // query (two products) and %peak compares it with kernels.PeakGFLOPS
 // measured in the same process. Decode is bound by reading the cache:
 // kv-GB/s is the bytes of keys and values of every sequence's context (one
-// read) per second. Every case runs with an F32 and a BF16 cache (half the
-// bytes; compare their ns/op), and the prefill cases also with a BF16
-// cache at kernels.PrecisionBF16 (bf16-products).
+// read) per second. Every case runs with an F32, a BF16 (half the bytes;
+// compare their ns/op) and a Q8_0 cache (34 bytes for 32 values), and
+// the prefill cases also with a BF16 cache at kernels.PrecisionBF16
+// (bf16-products).
 //
 //	go test -run '^$' -bench PagedAttention ./cpu/
 func BenchmarkPagedAttention(b *testing.B) {
@@ -79,7 +80,7 @@ func BenchmarkPagedAttention(b *testing.B) {
 		// Decode with an F32 and a BF16 cache; prefill also with a BF16
 		// cache at BF16 products (queries rounded to BF16; VDPBF16PS for
 		// the scores where the CPU has it).
-		vs := []variant{{"/f32", compute.F32, kernels.PrecisionF32}, {"/bf16", compute.BF16, kernels.PrecisionF32}}
+		vs := []variant{{"/f32", compute.F32, kernels.PrecisionF32}, {"/bf16", compute.BF16, kernels.PrecisionF32}, {"/q8_0", compute.Q8_0, kernels.PrecisionF32}}
 		if !strings.HasPrefix(c.name, "decode") {
 			vs = append(vs, variant{"/bf16-products", compute.BF16, kernels.PrecisionBF16})
 		}
@@ -97,8 +98,11 @@ func benchPaged(b *testing.B, sh pagedShape, dt compute.DType, prec kernels.Prec
 	p.keys, p.vals = nil, nil // the reference is not run; free its copy
 	flops, kvBytes := 0.0, 0.0
 	elem := 4.0
-	if dt == compute.BF16 {
+	switch dt {
+	case compute.BF16:
 		elem = 2
+	case compute.Q8_0:
+		elem = 34.0 / 32
 	}
 	for _, s := range sh.seqs {
 		kvBytes += 2 * elem * float64(s.ctx*sh.kvHeads*sh.hd)

@@ -97,6 +97,22 @@ func newPagedProblemOf(tb testing.TB, b *Backend, r *rand.Rand, sh pagedShape, d
 			vc[i] = roundBF16(vc[i])
 		}
 	}
+	// A Q8_0 cache holds the blocks of the values in cache order (a head's
+	// hd values are whole blocks); the reference reads them dequantized.
+	var kq, vq []byte
+	if dt == compute.Q8_0 {
+		quant := func(v []float32) []byte {
+			q := make([]byte, compute.Q8_0.Bytes(len(v)))
+			if err := compute.Quantize(compute.Q8_0, q, v); err != nil {
+				tb.Fatal(err)
+			}
+			if err := compute.Dequantize(compute.Q8_0, v, q); err != nil {
+				tb.Fatal(err)
+			}
+			return q
+		}
+		kq, vq = quant(kc), quant(vc)
+	}
 	geo := &compute.Attention{KVHeads: sh.kvHeads, HeadDim: sh.hd, BlockSize: sh.bs}
 	var table, ctxLen []int32
 	next := 0
@@ -152,6 +168,17 @@ func newPagedProblemOf(tb testing.TB, b *Backend, r *rand.Rand, sh pagedShape, d
 			return x
 		}
 		p.kc, p.vc = mk16(kc), mk16(vc)
+	}
+	if dt == compute.Q8_0 {
+		mk8 := func(q []byte) compute.Tensor {
+			x, err := b.NewKVCacheTensor(compute.Q8_0, nBlocks*sh.bs, kvdim)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			copy(x.(*tensor).kv8, q)
+			return x
+		}
+		p.kc, p.vc = mk8(kq), mk8(vq)
 	}
 	p.attn = compute.Attention{
 		Heads: sh.heads, KVHeads: sh.kvHeads, HeadDim: sh.hd,
@@ -255,14 +282,22 @@ func TestPagedAttention(t *testing.T) {
 	} {
 		// Every case on an F32 and a BF16 cache; with the BF16 cache also
 		// at PrecisionBF16, where the queries are rounded to BF16 (and the
-		// AVX-512 tile path multiplies them with VDPBF16PS).
+		// AVX-512 tile path multiplies them with VDPBF16PS); on a Q8_0
+		// cache where the head dim is a multiple of 32, at both precisions
+		// (the queries stay float32: products with a Q8_0 cache are taken
+		// on its exactly dequantized values, so the reference is that of
+		// F32 over them).
 		for _, pc := range []struct {
 			dt   compute.DType
 			prec kernels.Precision
-		}{{compute.F32, kernels.PrecisionF32}, {compute.BF16, kernels.PrecisionF32}, {compute.BF16, kernels.PrecisionBF16}} {
+		}{{compute.F32, kernels.PrecisionF32}, {compute.BF16, kernels.PrecisionF32}, {compute.BF16, kernels.PrecisionBF16},
+			{compute.Q8_0, kernels.PrecisionF32}, {compute.Q8_0, kernels.PrecisionBF16}} {
+			if pc.dt == compute.Q8_0 && tt.sh.hd%compute.QK != 0 {
+				continue
+			}
 			p := newPagedProblemOf(t, New(), rand.New(rand.NewPCG(3, uint64(len(tt.name)))), tt.sh, pc.dt)
 			p.prec = pc.prec
-			want := p.referenceRounded(pc.prec == kernels.PrecisionBF16)
+			want := p.referenceRounded(pc.prec == kernels.PrecisionBF16 && pc.dt == compute.BF16)
 			for _, v := range attnVariants() {
 				if v.set == kernels.KernelsGeneric && tt.sh.work() > 1e7 {
 					continue // the pure-Go products are slow, and the same code

@@ -14,3 +14,16 @@ func dequantQ8Asm(dst []float32, src []byte, nb int) bool {
 
 //go:noescape
 func dequantQ8_512(dst *float32, src *byte, nb int)
+
+// Prefetch asks for the memory of b to be brought into the caches, line
+// by line (PREFETCHT0): the next rows of a Q8_0 KV cache that attention
+// will dequantize, which lie in scattered cache blocks the hardware
+// prefetchers do not follow.
+func Prefetch(b []byte) {
+	if len(b) > 0 {
+		prefetchLines(&b[0], len(b))
+	}
+}
+
+//go:noescape
+func prefetchLines(p *byte, n int)

@@ -30,3 +30,17 @@ loop:
 	JNZ  loop
 	VZEROUPPER
 	RET
+
+// func prefetchLines(p *byte, n int)
+//
+// PREFETCHT0 of every 64-byte line of the n > 0 bytes at p.
+TEXT ·prefetchLines(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	LEAQ (SI)(CX*1), CX
+pf:
+	PREFETCHT0 (SI)
+	ADDQ $64, SI
+	CMPQ SI, CX
+	JLT  pf
+	RET

@@ -61,3 +61,12 @@ func TestDequantQ8_0(t *testing.T) {
 		}
 	})
 }
+
+// TestPrefetch runs Prefetch over lengths around a cache line (it only
+// hints, so the test is that it reads nothing past the slice and returns).
+func TestPrefetch(t *testing.T) {
+	buf := make([]byte, 300)
+	for _, n := range []int{0, 1, 63, 64, 65, 300} {
+		Prefetch(buf[:n])
+	}
+}
