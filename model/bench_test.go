@@ -271,11 +271,11 @@ func BenchmarkPrefill512(b *testing.B) {
 // BenchmarkDecodeLongContext decodes one token at a time after a 16K-token
 // prompt on the ~20M model, the shape of an agent's turn (a long system
 // prompt and history): the attention's reads of the cache (134 MB per
-// token in F32, 67 MB in BF16) outweigh the weights' (34 MB). It runs with
-// an F32 and a BF16 cache; kv-GB/s counts the cache's bytes read per
-// second.
+// token in F32, 67 MB in BF16, 36 MB in Q8_0) outweigh the weights' (34
+// MB). It runs with an F32, a BF16 and a Q8_0 cache; kv-GB/s counts the
+// cache's bytes read per second.
 func BenchmarkDecodeLongContext(b *testing.B) {
-	for _, dt := range []compute.DType{compute.F32, compute.BF16} {
+	for _, dt := range []compute.DType{compute.F32, compute.BF16, compute.Q8_0} {
 		b.Run(strings.ToLower(dt.String()), func(b *testing.B) { benchLongContext(b, dt) })
 	}
 }
