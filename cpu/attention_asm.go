@@ -213,6 +213,7 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 		var ob *int64
 		switch {
 		case f.q8:
+			f.prefetchTile(f.v8, blocks, k0, nk, t.g) // arrives while the keys dequantize
 			f.widen(sc.k[:nkp*hd], nil, f.k8, blocks, k0, nk, t.g)
 			f.widen(sc.v[:nkp*hd], nil, f.v8, blocks, k0, nk, t.g)
 			kb, vb, ob = &sc.k[0], &sc.v[0], &sc.seq[0]

@@ -132,3 +132,15 @@ func (f *flashCall) prefetchRun(c8 []byte, blocks []int32, p, end, g int) {
 // BenchmarkPagedAttention) ran 1.9× slower on a Q8_0 cache than on a BF16
 // one, waiting on each scattered block; with 2, level with BF16.
 const q8Ahead = 2
+
+// prefetchTile prefetches positions [k0, k0+nk) of head g of the Q8_0
+// cache c8, run by run: runDecode asks for a tile's values before it
+// dequantizes its keys. With a batch of 32 short contexts (40-133
+// tokens, Qwen3-0.6B's heads; the first runs of each task are not
+// covered by gatherRows' prefetch) attention took 0.64-0.86 ms with it,
+// 0.58-1.3 ms without (BF16 cache: 0.40-0.58 ms; a noisy host).
+func (f *flashCall) prefetchTile(c8 []byte, blocks []int32, k0, nk, g int) {
+	for p := k0; p < k0+nk; p = (p/f.bs + 1) * f.bs {
+		f.prefetchRun(c8, blocks, p, k0+nk, g)
+	}
+}
