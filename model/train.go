@@ -35,10 +35,11 @@ import (
 // its adapters' gradients (LoRA).
 //
 // Memory: logits exist only at response positions, a bounded number of
-// rows at a time (forward and backward both compute them chunk by chunk;
-// the backward recomputes them rather than keeping [responses, vocab]
-// floats), and attention holds at most a block of query rows' scores at
-// once. Without checkpointing a Pass keeps 2·hidden + 2·qdim + 2·kvdim +
+// rows at a time in the forward (LogProbs needs whole rows), and a tile of
+// rows × vocabulary columns at a time in the backward, which recomputes
+// them rather than keeping [responses, vocab] floats (about 9 and 2 MiB
+// for a vocabulary of 151,936); attention holds at most a block of query
+// rows' scores at once. Without checkpointing a Pass keeps 2·hidden + 2·qdim + 2·kvdim +
 // 2·intermediate + heads floats per token per layer (+ qdim + kvdim with
 // q/k norms, + 7·rank with LoRA); the norms' outputs and the MLP activation
 // are recomputed in Backward. With checkpointing it keeps hidden floats per

@@ -625,6 +625,34 @@ func checkLogProbs(h *harness) {
 			if !c.inPlace {
 				h.unchanged(bdesc+": logits", x, xv)
 			}
+
+			// A tile of the vocabulary: columns [c0, c1) with the whole
+			// rows' lse and the targets shifted to c0; a target outside
+			// the tile adds no one-hot term.
+			if c.cols < 3 {
+				return
+			}
+			c0, c1 := c.cols/3, 2*c.cols/3
+			n := c1 - c0
+			tv := make([]float32, 0, c.rows*n)
+			tt := make([]int32, c.rows)
+			wantT, magT := make([]float64, 0, c.rows*n), make([]float64, 0, c.rows*n)
+			for i, t := range targets {
+				tv = append(tv, xv[i*c.cols+c0:i*c.cols+c1]...)
+				wantT = append(wantT, want[i*c.cols+c0:i*c.cols+c1]...)
+				magT = append(magT, mag[i*c.cols+c0:i*c.cols+c1]...)
+				tt[i] = t - int32(c0)
+				if int(t) < c0 || int(t) >= c1 {
+					tt[i] = -1
+					if i%2 == 1 {
+						tt[i] = int32(n) // past the tile
+					}
+				}
+			}
+			tdesc := fmt.Sprintf("%s, columns [%d, %d)", bdesc, c0, c1)
+			dt := h.output(c.rows, n)
+			h.tr.LogProbsBackward(dt, h.input(tv, c.rows, n), lse, h.ids(tt), dLogp)
+			h.nearScaled(tdesc+": dLogits", []int{c.rows, n}, h.read(dt), wantT, magT, h.tol(8))
 		})
 	}
 }
