@@ -536,11 +536,13 @@ func TestRestartKeepsLearning(t *testing.T) {
 	}
 	defer db.Close()
 	var end, status string
-	if err := db.QueryRow("SELECT end_reason, status FROM turns WHERE response_id = ?", ids[3]).Scan(&end, &status); err != nil {
+	var next bool
+	if err := db.QueryRow("SELECT end_reason, status, next_state IS NOT NULL FROM turns WHERE response_id = ?", ids[3]).Scan(&end, &status, &next); err != nil {
 		t.Fatal(err)
 	}
-	if end != "next_state" {
-		t.Errorf("the turn waiting at the restart ended %q, want next_state (the conversation continued)", end)
+	if !next || end != "thumb" {
+		t.Errorf("the turn waiting at the restart: next state kept %v, ended %q; want its next state kept (the conversation continued) "+
+			"and the end its thumb gave it", next, end)
 	}
 	var gens int
 	db.QueryRow("SELECT gen FROM turns WHERE response_id = ?", ids[0]).Scan(&gens)

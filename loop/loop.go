@@ -1,10 +1,17 @@
 // Package loop connects the stages that follow serving, through the
 // durable store: turns that the session tracker wrote and completed are
-// taken out of the store (newest first) and scored by the reward stage;
-// each result is written back as a sample; queued samples are trained in
-// batches, each applied step recorded in the store with the samples it
+// taken out of the store (those with feedback first, then newest first)
+// and scored by the reward stage; each result is written back as a
+// sample; queued samples are trained in batches (those a thumb decided
+// first), each applied step recorded in the store with the samples it
 // trained, in one transaction, before the new weight version is published
 // and (every CheckpointEvery steps, and at shutdown) checkpointed.
+//
+// A thumb does not wait for the judge: a turn whose reward a thumb
+// decides and that carries nothing for a hint is scored as soon as it is
+// read. The judge reads only turns whose samples can still train: not a
+// turn already more than max_staleness steps behind the trainer, nor one
+// while the samples queued ahead of it fill the steps it has left.
 //
 // Serving never waits on any of this, and nothing is dropped because a
 // stage is busy: a turn that the scorer cannot take now stays ready in the
@@ -28,6 +35,7 @@ import (
 
 	"github.com/clawrl/clawrl/ratelog"
 	"github.com/clawrl/clawrl/reward"
+	"github.com/clawrl/clawrl/session"
 	"github.com/clawrl/clawrl/store"
 	"github.com/clawrl/clawrl/trainer"
 	"github.com/clawrl/clawrl/weights"
@@ -95,6 +103,10 @@ type Loop struct {
 	guardGood     atomic.Uint64 // the guard's last good version, for Guard
 	guardBaseline atomic.Uint64 // float64 bits of its starting skill score
 
+	pending  map[string]bool // turns feedback made ready, not yet taken; true: it waits for the judge (the feed goroutine's)
+	heldAt   uint64          // trainGen when fill last held a turn back (the feed goroutine's)
+	trainGen atomic.Uint64   // counts training events that can make held-back turns trainable
+
 	samples  chan struct{}    // pinged when a sample was queued
 	rollback chan rollbackReq // served by the training goroutine, between steps
 }
@@ -121,6 +133,7 @@ type metrics struct {
 	loss      prometheus.Gauge
 	published prometheus.Counter
 	stale     prometheus.Counter
+	unscored  prometheus.Counter
 	replayed  prometheus.Counter
 	inflight  prometheus.GaugeFunc
 	step      *prometheus.GaugeVec     // the last applied step's statistics
@@ -138,7 +151,8 @@ func New(opts Options) (*Loop, error) {
 	if opts.Poll <= 0 {
 		opts.Poll = time.Second
 	}
-	l := &Loop{opts: opts, inflight: map[string]inflight{}, samples: make(chan struct{}, 1), rollback: make(chan rollbackReq),
+	l := &Loop{opts: opts, inflight: map[string]inflight{}, pending: map[string]bool{}, heldAt: math.MaxUint64,
+		samples: make(chan struct{}, 1), rollback: make(chan rollbackReq),
 		warn: ratelog.New(opts.Log, 10*time.Second)}
 	l.met = metrics{
 		submitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_turns_submitted_total",
@@ -153,6 +167,8 @@ func New(opts Options) (*Loop, error) {
 			Help: "Weight versions published by training."}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_samples_stale_total",
 			Help: "Queued samples dropped because their generating version was more than max_staleness optimizer steps of the lineage behind."}),
+		unscored: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_turns_unscored_total",
+			Help: "Ready turns not given to the judge because their version was already more than max_staleness optimizer steps behind (stored as samples dropped stale_unscored)."}),
 		replayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "clawrl_loop_replay_samples_total",
 			Help: "Replay samples (trainer.replay) added to training steps."}),
 		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "clawrl_train_step",
@@ -169,7 +185,7 @@ func New(opts Options) (*Loop, error) {
 	}
 	l.guardBaseline.Store(math.Float64bits(math.NaN()))
 	cs := []prometheus.Collector{l.met.submitted, l.met.scored, l.met.steps, l.met.loss,
-		l.met.published, l.met.stale, l.met.replayed, l.met.inflight, l.met.step, l.met.staleness}
+		l.met.published, l.met.stale, l.met.unscored, l.met.replayed, l.met.inflight, l.met.step, l.met.staleness}
 	if opts.Trainer != nil {
 		l.guard = newGuard(opts.Guard)
 		cs = append(cs, l.guard.collectors()...)
@@ -241,22 +257,65 @@ func (l *Loop) feed(ctx context.Context) {
 	}
 }
 
-// fill submits ready turns until the scorer's queue is full. It reads
-// only as many turns as the queue has room for: under load the scorer is
-// usually full, and serving should not pay for reading turns it cannot
-// take.
+// fill takes ready turns from the store and scores them: first the
+// turns that feedback made ready (the store names them, DB.FeedbackReady,
+// so finding them costs no scan of the other ready turns; one that
+// waits for the judge is read again only when the judge can take it),
+// then the others, newest first, while the scorer has room; at most
+// maxPendingReads turns a call. take says what becomes of each.
 func (l *Loop) fill() {
-	for {
-		room := min(l.opts.Scorer.Room(), 8)
-		if room <= 0 {
+	for _, id := range l.opts.DB.FeedbackReady() {
+		l.pending[id] = false
+	}
+	busy := l.busyTurns()
+	reads := 0
+	for id, judge := range l.pending {
+		if busy[id] {
+			continue // scored now: read again once it is done
+		}
+		if judge && !l.judgeFree() {
+			// It waits for the judge: read again only when the judge can
+			// take it. Reading thousands of such turns on every call, under
+			// load, kept the store busy and starved the trainer.
+			continue
+		}
+		if reads++; reads > maxPendingReads {
+			break // the rest at the next call (map order varies)
+		}
+		t, ok, err := l.opts.DB.ReadTurn(id)
+		if err != nil {
+			l.warn.Warn("ready_turns", err, "loop: reading turns to score failed")
 			return
 		}
-		l.mu.Lock()
-		busy := make(map[string]bool, len(l.inflight))
-		for _, f := range l.inflight {
-			busy[f.turnID] = true
+		if !ok {
+			delete(l.pending, id)
+			continue
 		}
-		l.mu.Unlock()
+		switch l.take(t) {
+		case taken:
+			delete(l.pending, id)
+		case waiting, heldBack:
+			l.pending[id] = true
+		case closed:
+			return
+		}
+	}
+
+	gen := l.trainGen.Load()
+	held := map[string]bool{}
+	for reads = 0; reads < maxPendingReads; {
+		// As many as the scorer has room for, and none while it has no
+		// worker about to be free (a busy scorer costs serving no reads)
+		// or while the newest turn was held back and no step has been
+		// taken since (nothing has changed for the ones behind it).
+		room := min(l.opts.Scorer.Room(), 8)
+		if room <= 0 || l.opts.Scorer.Waiting() >= l.opts.Scorer.Workers() || l.heldAt == gen {
+			return
+		}
+		busy := l.busyTurns()
+		for id := range held {
+			busy[id] = true
+		}
 		turns, err := l.opts.DB.ReadyTurns(room, busy)
 		if err != nil {
 			l.warn.Warn("ready_turns", err, "loop: reading turns to score failed")
@@ -265,29 +324,135 @@ func (l *Loop) fill() {
 		if len(turns) == 0 {
 			return
 		}
+		reads += len(turns)
 		for _, t := range turns {
-			id := store.SampleID(t.ID, t.Gen)
-			l.mu.Lock()
-			l.inflight[id] = inflight{turnID: t.ID, gen: t.Gen}
-			l.mu.Unlock()
-			err := l.opts.Scorer.Submit(ToRewardTurn(t, l.opts.TemplateVars))
-			switch {
-			case err == nil:
-				l.met.submitted.Inc()
-				continue
-			case errors.Is(err, reward.ErrBusy), errors.Is(err, reward.ErrClosed):
-				l.forget(id)
+			held[t.ID] = true
+			switch l.take(t) {
+			case heldBack:
+				l.heldAt = gen
 				return
-			default:
-				l.forget(id)
-				l.warn.Warn("unscorable", fmt.Errorf("turn %s: %w", t.ID, err), "loop: a turn cannot be scored; it is marked failed")
-				if err := l.opts.DB.FailTurn(t.ID, t.Gen, err.Error()); err != nil {
-					l.warn.Warn("fail_turn", err, "loop: marking a turn failed")
-					return
-				}
+			case closed:
+				return
 			}
 		}
 	}
+}
+
+// maxPendingReads bounds the turns fill reads in a call, from its
+// pending ones and from the other ready turns: the rest wait for the next
+// call (the store signals each new ready turn), so that a backlog of
+// thousands of ready turns under load is not read in one pass while
+// serving and training wait for the store.
+const maxPendingReads = 32
+
+// judgeFree reports whether the scorer can take a turn for the judge
+// now: it has room, and a worker is about to be free.
+func (l *Loop) judgeFree() bool {
+	return l.opts.Scorer.Room() > 0 && l.opts.Scorer.Waiting() < l.opts.Scorer.Workers()
+}
+
+// busyTurns are the turns in the scorer's hands.
+func (l *Loop) busyTurns() map[string]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	busy := make(map[string]bool, len(l.inflight))
+	for _, f := range l.inflight {
+		busy[f.turnID] = true
+	}
+	return busy
+}
+
+// What take did with a turn.
+type outcome int
+
+const (
+	taken    outcome = iota // scored, submitted, marked failed or not to be scored
+	waiting                 // left ready: no room for it now
+	heldBack                // left ready: its sample could not train now, nor could older turns'
+	closed                  // the scorer stopped
+)
+
+// take scores a ready turn now if that needs no judge call (its reward a
+// thumb decides, with nothing to draw a hint from): it does not wait
+// behind judged turns for a worker, so a thumb becomes a sample as soon
+// as it is stored. A turn that needs the judge is submitted while the
+// scorer has room; unless a thumb decided it, only while its sample
+// could still train (judgeable), since judge work on a turn that cannot
+// train is spent for nothing, and only when a worker is about to be free,
+// so that it does not go stale in the scorer's queue. A turn already too
+// stale to train is not scored at all (a sample dropped stale_unscored).
+func (l *Loop) take(t store.ReadyTurn) outcome {
+	rt := ToRewardTurn(t, l.opts.TemplateVars)
+	if !l.opts.Scorer.NeedsJudge(rt) {
+		sm, err := l.opts.Scorer.Score(context.Background(), rt)
+		l.stored(inflight{turnID: t.ID, gen: t.Gen}, reward.Result{TurnID: rt.ID, Sample: sm, Err: err})
+		return taken
+	}
+	feedback := len(t.Feedback) > 0
+	decided := slices.ContainsFunc(t.Feedback, func(f session.Feedback) bool { return f.Thumb != 0 })
+	if !decided {
+		ok, stale := l.judgeable(t.Version)
+		switch {
+		case stale:
+			if err := l.opts.DB.SkipTurn(t.ID, t.Gen, t.Version, "stale_unscored"); err != nil {
+				l.warn.Warn("skip_turn", err, "loop: marking a stale turn unscored failed")
+				return waiting
+			}
+			l.met.unscored.Inc()
+			return taken
+		case !ok && feedback:
+			return waiting
+		case !ok:
+			return heldBack
+		}
+	}
+	if l.opts.Scorer.Room() <= 0 || (!decided && l.opts.Scorer.Waiting() >= l.opts.Scorer.Workers()) {
+		return waiting
+	}
+	id := store.SampleID(t.ID, t.Gen)
+	l.mu.Lock()
+	l.inflight[id] = inflight{turnID: t.ID, gen: t.Gen}
+	l.mu.Unlock()
+	err := l.opts.Scorer.Submit(rt)
+	switch {
+	case err == nil:
+		l.met.submitted.Inc()
+		return taken
+	case errors.Is(err, reward.ErrBusy), errors.Is(err, reward.ErrClosed):
+		l.forget(id)
+		return closed
+	}
+	l.forget(id)
+	l.warn.Warn("unscorable", fmt.Errorf("turn %s: %w", t.ID, err), "loop: a turn cannot be scored; it is marked failed")
+	if err := l.opts.DB.FailTurn(t.ID, t.Gen, err.Error()); err != nil {
+		l.warn.Warn("fail_turn", err, "loop: marking a turn failed")
+		return closed
+	}
+	return taken
+}
+
+// judgeable reports whether a judged sample of a turn generated by
+// version v could still train: ok when it could, stale when it never can
+// (v is already more than max_staleness optimizer steps behind the
+// trainer). Neither when the samples queued ahead of it (those a thumb
+// decided, and those of v and newer versions) fill every step it has
+// left: it would go stale waiting, so the judge does not read it now.
+// Without a trainer every turn is judgeable.
+func (l *Loop) judgeable(v uint64) (ok, stale bool) {
+	tr := l.opts.Trainer
+	if tr == nil {
+		return true, false
+	}
+	left := tr.Options().MaxStaleness - tr.Staleness(v)
+	if left < 0 {
+		return false, true
+	}
+	ahead, err := l.opts.DB.QueuedAhead(v)
+	if err != nil {
+		l.warn.Warn("queued", err, "loop: counting queued samples failed")
+		return true, false
+	}
+	return ahead < l.opts.BatchSize*(left+1), false
 }
 
 func (l *Loop) forget(sampleID string) {
@@ -305,35 +470,40 @@ func (l *Loop) collect() {
 		if !ok {
 			continue
 		}
-		if res.Err != nil {
-			l.warn.Warn("not_scored", fmt.Errorf("turn %s: %w", f.turnID, res.Err), "loop: a turn was not scored; it is marked failed")
-			if err := l.opts.DB.FailTurn(f.turnID, f.gen, res.Err.Error()); err != nil {
-				l.warn.Warn("fail_turn", err, "loop: marking a turn failed")
-			}
-			l.forget(res.TurnID)
-			continue
-		}
-		s := res.Sample
-		l.met.scored.WithLabelValues(s.Kind.String()).Inc()
-		if l.guard != nil && s.Source == reward.SourceJudge {
-			l.guard.observeReward(s.Reward)
-		}
-		err := l.opts.DB.AddSample(store.Sample{
-			TurnID: f.turnID, Gen: f.gen, Version: s.Version, Kind: s.Kind.String(), Reward: s.Reward,
-			Source: string(s.Source), Votes: s.Votes, Hint: s.Hint, Teacher: s.TeacherLogProbs,
-			Rollouts: storeRollouts(s.Rollouts),
-		})
+		l.stored(f, res)
 		l.forget(res.TurnID)
-		if err != nil {
-			l.warn.Warn("add_sample", err, "loop: storing a scored turn failed (it will be scored again)")
-			continue
+	}
+}
+
+// stored writes a scoring result to the store: the sample, or the turn
+// marked failed.
+func (l *Loop) stored(f inflight, res reward.Result) {
+	if res.Err != nil {
+		l.warn.Warn("not_scored", fmt.Errorf("turn %s: %w", f.turnID, res.Err), "loop: a turn was not scored; it is marked failed")
+		if err := l.opts.DB.FailTurn(f.turnID, f.gen, res.Err.Error()); err != nil {
+			l.warn.Warn("fail_turn", err, "loop: marking a turn failed")
 		}
-		l.opts.Log.Debug().Str("turn", f.turnID).Int("gen", f.gen).Str("kind", s.Kind.String()).
-			Int("reward", s.Reward).Str("source", string(s.Source)).Bool("hint", s.Hint != "").Msg("turn scored")
-		select {
-		case l.samples <- struct{}{}:
-		default:
-		}
+		return
+	}
+	s := res.Sample
+	l.met.scored.WithLabelValues(s.Kind.String()).Inc()
+	if l.guard != nil && s.Source == reward.SourceJudge {
+		l.guard.observeReward(s.Reward)
+	}
+	err := l.opts.DB.AddSample(store.Sample{
+		TurnID: f.turnID, Gen: f.gen, Version: s.Version, Kind: s.Kind.String(), Reward: s.Reward,
+		Source: string(s.Source), Votes: s.Votes, Hint: s.Hint, Teacher: s.TeacherLogProbs,
+		Rollouts: storeRollouts(s.Rollouts),
+	})
+	if err != nil {
+		l.warn.Warn("add_sample", err, "loop: storing a scored turn failed (it will be scored again)")
+		return
+	}
+	l.opts.Log.Debug().Str("turn", f.turnID).Int("gen", f.gen).Str("kind", s.Kind.String()).
+		Int("reward", s.Reward).Str("source", string(s.Source)).Bool("hint", s.Hint != "").Msg("turn scored")
+	select {
+	case l.samples <- struct{}{}:
+	default:
 	}
 }
 
@@ -388,6 +558,7 @@ func (l *Loop) Rollback(ctx context.Context, c *weights.Checkpoint) (uint64, err
 // requested, or the guard's nonfinite, kl or skill). The note starts with
 // "rollback to N" whatever follows.
 func (l *Loop) doRollback(c *weights.Checkpoint, reason, why string) (uint64, error) {
+	defer l.trainGen.Add(1)
 	tr := l.opts.Trainer
 	if err := tr.Restore(c); err != nil {
 		return 0, err
@@ -442,6 +613,7 @@ func (l *Loop) maybeStep(ctx context.Context) bool {
 		l.warn.Warn("drop_stale", err, "loop: dropping stale samples failed")
 	}
 	if n > 0 {
+		l.trainGen.Add(1)
 		l.met.stale.Add(float64(n))
 		l.warn.Warn("stale", fmt.Errorf("%d samples more than %d steps behind version %d", n, keep, tr.Version()),
 			"loop: stale samples dropped (scoring is behind training)")
@@ -487,6 +659,7 @@ func (l *Loop) maybeStep(ctx context.Context) bool {
 // step runs one optimizer step, records it with its samples, publishes
 // the result and checkpoints it when due.
 func (l *Loop) step(ctx context.Context, batch []trainer.Sample, ids []string) {
+	defer l.trainGen.Add(1)
 	tr := l.opts.Trainer
 	start := time.Now()
 	met, err := tr.Step(batch)

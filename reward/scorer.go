@@ -190,9 +190,8 @@ func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
 		h  hintOutcome
 		wg sync.WaitGroup
 	)
-	useDistill := s.cfg.uses(MethodDistill) && s.teacher != nil
-	useHinted := s.cfg.uses(MethodHinted) && s.gen != nil && s.cfg.HintedRollouts > 0
-	if evidence && (useDistill || useHinted) && s.cfg.HintVotes > 0 {
+	useDistill, useHinted := s.hintUses()
+	if evidence && s.hints() {
 		wg.Go(func() { h = s.hint(ctx, &t, fbText) })
 	}
 	switch {
@@ -246,6 +245,35 @@ func (s *Scorer) Score(ctx context.Context, t Turn) (Sample, error) {
 	s.m.Turns.WithLabelValues(sm.Kind.String(), string(sm.Source)).Inc()
 	return sm, nil
 }
+
+// hintUses reports whether hints feed distillation and hinted rollouts.
+func (s *Scorer) hintUses() (distill, hinted bool) {
+	return s.cfg.uses(MethodDistill) && s.teacher != nil, s.cfg.uses(MethodHinted) && s.gen != nil && s.cfg.HintedRollouts > 0
+}
+
+// hints reports whether Score asks the hint judge about a turn with
+// evidence.
+func (s *Scorer) hints() bool {
+	distill, hinted := s.hintUses()
+	return (distill || hinted) && s.cfg.HintVotes > 0
+}
+
+// NeedsJudge reports whether scoring t calls the judge (votes or hints).
+// It does not for a turn whose reward a thumb decides and that carries
+// nothing to draw a hint from (no next state, no feedback text, or hints
+// off), nor for a turn with no evidence at all: Score returns at once for
+// those, without waiting for a worker.
+func (s *Scorer) NeedsJudge(t Turn) bool {
+	thumb, fbText := t.explicit()
+	evidence := len(t.NextState) > 0 || fbText != ""
+	return evidence && (thumb == 0 || s.hints())
+}
+
+// Waiting is how many submitted turns wait for a worker.
+func (s *Scorer) Waiting() int { return len(s.in) }
+
+// Workers is how many turns Run scores at once.
+func (s *Scorer) Workers() int { return s.cfg.Workers }
 
 // vote asks the judge for the votes and folds them into o. When the
 // next state opens with a user message that goes on after its reaction

@@ -221,6 +221,9 @@ type DB struct {
 
 	ready chan struct{} // pinged when turns become ready or samples queued
 
+	fbMu    sync.Mutex
+	fbReady []string // turns feedback made ready since the last FeedbackReady (in memory only)
+
 	size     atomic.Int64 // bytes of the database files, refreshed by the writer
 	sizeAt   time.Time
 	closeErr error
@@ -230,12 +233,13 @@ type DB struct {
 // op is one enqueued write. fn runs inside the batch's transaction, under
 // a savepoint of its own, so that one failing op does not undo the others.
 type op struct {
-	fn   func(tx *sql.Tx) error
-	seq  uint64
-	err  error
-	done chan struct{} // closed when committed or failed; nil for fire-and-forget
-	kind string
-	ping bool // signal Ready after commit
+	fn    func(tx *sql.Tx) error
+	seq   uint64
+	err   error
+	done  chan struct{} // closed when committed or failed; nil for fire-and-forget
+	kind  string
+	ping  bool   // signal Ready after commit
+	after func() // run by the writer after a successful commit, before the ping (nil: none)
 }
 
 // ErrCorrupt wraps the error of a database that SQLite cannot read.
@@ -475,7 +479,13 @@ var ErrClosed = errors.New("store: closed")
 // enqueue adds a write; it waits while the queue is full. With wait, it
 // returns once the write is committed, with its error.
 func (d *DB) enqueue(kind string, wait, ping bool, fn func(tx *sql.Tx) error) error {
-	o := &op{fn: fn, kind: kind, ping: ping}
+	return d.enqueueAfter(kind, wait, ping, fn, nil)
+}
+
+// enqueueAfter is enqueue with a function the writer runs once the write
+// is committed (not when it failed).
+func (d *DB) enqueueAfter(kind string, wait, ping bool, fn func(tx *sql.Tx) error, after func()) error {
+	o := &op{fn: fn, kind: kind, ping: ping, after: after}
 	if wait {
 		o.done = make(chan struct{})
 	}
@@ -540,6 +550,9 @@ func (d *DB) writer() {
 		ping := false
 		for _, o := range batch {
 			ping = ping || (o.ping && o.err == nil)
+			if o.after != nil && o.err == nil {
+				o.after()
+			}
 			if o.done != nil {
 				close(o.done)
 			}

@@ -84,7 +84,9 @@ func TestTurnLifecycle(t *testing.T) {
 	if ready, _ := db.ReadyTurns(10, nil); len(ready) != 0 {
 		t.Errorf("an open turn is ready: %+v", ready)
 	}
-	// Feedback before the next state travels with the turn.
+	// Feedback before the next state travels with the turn. Its thumb
+	// made the turn ready: the next state that came after is kept, and
+	// left out of its scoring (the thumb decided).
 	db.Offer(session.Record{Kind: session.KindFeedback, Feedback: &session.Feedback{ID: "fb-1", ResponseID: "chatcmpl-1", Thumb: 1, Text: "nice"}})
 	done := *turn
 	done.NextState, done.End = []tokenizer.Message{{Role: "user", Content: "thanks"}}, session.EndNextState
@@ -96,8 +98,11 @@ func TestTurnLifecycle(t *testing.T) {
 	}
 	r := ready[0]
 	if r.ID != "chatcmpl-1/0" || r.Gen != 0 || r.Version != 3 || len(r.Prompt) != 3 || r.LogProbs[1] != -0.25 ||
-		len(r.NextState) != 1 || r.NextState[0].Content != "thanks" || len(r.Feedback) != 1 || r.Feedback[0].Text != "nice" {
+		len(r.NextState) != 0 || r.End != endThumb || len(r.Feedback) != 1 || r.Feedback[0].Text != "nice" {
 		t.Errorf("ready turn %+v", r)
+	}
+	if n := countRows(t, db, "SELECT COUNT(*) FROM turns WHERE next_state IS NOT NULL"); n != 1 {
+		t.Errorf("the next state after the thumb was not kept")
 	}
 	if n, _ := db.ReadyTurns(10, map[string]bool{r.ID: true}); len(n) != 0 {
 		t.Errorf("busy turn offered again")

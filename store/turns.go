@@ -70,13 +70,29 @@ func (d *DB) Offer(rec session.Record) bool {
 			return true
 		}
 		t := *rec.Turn
-		_ = d.enqueue("complete", false, true, func(tx *sql.Tx) error { return d.completeTurn(tx, &t) })
+		var readied bool
+		_ = d.enqueueAfter("complete", false, true, func(tx *sql.Tx) (err error) {
+			readied, err = d.completeTurn(tx, &t)
+			return err
+		}, func() {
+			if readied {
+				d.noteFeedbackReady(TurnID(t.ResponseID, t.Choice))
+			}
+		})
 	case session.KindFeedback:
 		if rec.Feedback == nil {
 			return true
 		}
 		fb := *rec.Feedback
-		_ = d.enqueue("feedback", false, true, func(tx *sql.Tx) error { return d.insertFeedback(tx, &fb) })
+		var readied bool
+		_ = d.enqueueAfter("feedback", false, true, func(tx *sql.Tx) (err error) {
+			readied, err = d.insertFeedback(tx, &fb)
+			return err
+		}, func() {
+			if readied {
+				d.noteFeedbackReady(TurnID(fb.ResponseID, fb.Choice))
+			}
+		})
 	}
 	return true
 }
@@ -166,18 +182,19 @@ func (d *DB) insertTurn(tx *sql.Tx, t *session.Turn) error {
 // redacted one: kept, never scored). A turn that ended by shutdown stays
 // open (the next start gives it back to the Tracker). A turn that was
 // never inserted (recorded after the Tracker closed) is inserted first.
-func (d *DB) completeTurn(tx *sql.Tx, t *session.Turn) error {
+// It reports whether the turn became ready with feedback already given
+// (text before the next state).
+func (d *DB) completeTurn(tx *sql.Tx, t *session.Turn) (readied bool, err error) {
 	if t.End == session.EndShutdown {
-		return nil
+		return false, nil
 	}
 	id := TurnID(t.ResponseID, t.Choice)
 	next := append([]tokenizer.Message(nil), t.NextState...)
 	redacted := d.redactMessages(next)
 	var raw []byte
 	if len(next) > 0 {
-		var err error
 		if raw, err = json.Marshal(next); err != nil {
-			return fmt.Errorf("store: turn %s: %w", id, err)
+			return false, fmt.Errorf("store: turn %s: %w", id, err)
 		}
 	}
 	completed := ms(t.Completed)
@@ -193,35 +210,43 @@ func (d *DB) completeTurn(tx *sql.Tx, t *session.Turn) error {
 		}
 		return res.RowsAffected()
 	}
+	withFeedback := func() bool {
+		var yes bool
+		_ = tx.QueryRow(`SELECT status = 'ready' AND EXISTS (SELECT 1 FROM feedback WHERE feedback.turn_id = turns.id) FROM turns WHERE id = ?`, id).Scan(&yes)
+		return yes
+	}
 	n, err := update()
 	if err != nil || n > 0 {
 		if n > 0 {
 			d.met.turns.WithLabelValues("completed").Inc()
+			readied = withFeedback()
 		}
-		return err
+		return readied, err
 	}
 	// A turn that a thumb made ready before its next state came keeps the
 	// next state now (for export and a later look), and is not scored
-	// again: the thumb decided its reward.
-	res, err := tx.Exec(`UPDATE turns SET next_state = ?, end_reason = ?, redacted = redacted OR ?
-		WHERE id = ? AND end_reason = ? AND next_state IS NULL`, raw, string(t.End), boolInt(redacted), id, endThumb)
+	// again: the thumb decided its reward. It keeps its end reason: the
+	// thumb ended it, and scoring leaves the late next state out
+	// (ReadyTurns).
+	res, err := tx.Exec(`UPDATE turns SET next_state = ?, redacted = redacted OR ?
+		WHERE id = ? AND end_reason = ? AND next_state IS NULL`, raw, boolInt(redacted), id, endThumb)
 	if err != nil {
-		return fmt.Errorf("store: turn %s: %w", id, err)
+		return false, fmt.Errorf("store: turn %s: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
-		return nil
+		return false, nil
 	}
 	var exists int
 	if err := tx.QueryRow("SELECT COUNT(*) FROM turns WHERE id = ?", id).Scan(&exists); err != nil || exists > 0 || d.overBudget() {
-		return err // completed already, or refused by the budget
+		return false, err // completed already, or refused by the budget
 	}
 	if err := d.insertTurn(tx, t); err != nil {
-		return err
+		return false, err
 	}
 	if n, err = update(); n > 0 {
 		d.met.turns.WithLabelValues("completed").Inc()
 	}
-	return err
+	return false, err
 }
 
 // endThumb is the end reason of a turn that a thumb made ready before its
@@ -234,8 +259,9 @@ const endThumb = "thumb"
 // if it comes, is kept but decides nothing. Feedback on a turn that is
 // already ready, scored or failed gives it a new scoring generation: it is
 // scored again with the feedback (a thumb decides, a text becomes a hint)
-// and its new sample trains in a later step.
-func (d *DB) insertFeedback(tx *sql.Tx, fb *session.Feedback) error {
+// and its new sample trains in a later step. It reports whether the
+// feedback made the turn ready (FeedbackReady).
+func (d *DB) insertFeedback(tx *sql.Tx, fb *session.Feedback) (readied bool, err error) {
 	text := fb.Text
 	if !d.opts.NoRedact {
 		text, _ = Redact(text)
@@ -243,27 +269,60 @@ func (d *DB) insertFeedback(tx *sql.Tx, fb *session.Feedback) error {
 	id := TurnID(fb.ResponseID, fb.Choice)
 	if _, err := tx.Exec(`INSERT INTO feedback(id, turn_id, thumb, text, received) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT(id) DO NOTHING`, fb.ID, id, fb.Thumb, text, ms(fb.Received)); err != nil {
-		return fmt.Errorf("store: feedback %s: %w", fb.ID, err)
+		return false, fmt.Errorf("store: feedback %s: %w", fb.ID, err)
 	}
 	if fb.Thumb != 0 {
-		res, err := tx.Exec(`UPDATE turns SET status = 'ready', completed = ?, end_reason = ? WHERE id = ? AND status = 'open'`,
-			d.now(), endThumb, id)
+		// A redacted turn (its text held a secret: no tokens kept) is
+		// never scored; the thumb ends it all the same.
+		res, err := tx.Exec(`UPDATE turns SET status = CASE WHEN redacted THEN 'redacted' ELSE 'ready' END, completed = ?, end_reason = ?
+			WHERE id = ? AND status = 'open'`, d.now(), endThumb, id)
 		if err != nil {
-			return fmt.Errorf("store: feedback %s: %w", fb.ID, err)
+			return false, fmt.Errorf("store: feedback %s: %w", fb.ID, err)
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
 			d.met.turns.WithLabelValues("thumbed").Inc()
-			return nil
+			return true, nil
 		}
 	}
 	res, err := tx.Exec(`UPDATE turns SET gen = gen + 1, status = 'ready' WHERE id = ? AND status IN ('ready', 'scored', 'failed')`, id)
 	if err != nil {
-		return fmt.Errorf("store: feedback %s: %w", fb.ID, err)
+		return false, fmt.Errorf("store: feedback %s: %w", fb.ID, err)
 	}
 	if n, _ := res.RowsAffected(); n > 0 {
 		d.met.turns.WithLabelValues("rescored").Inc()
+		return true, nil
 	}
-	return nil
+	return false, nil
+}
+
+// maxFeedbackReady bounds the ids FeedbackReady holds; beyond it the
+// oldest are forgotten (ReadyTurns still finds their turns).
+const maxFeedbackReady = 4096
+
+// noteFeedbackReady remembers, once its write is committed, that
+// feedback made turn id ready.
+func (d *DB) noteFeedbackReady(id string) {
+	d.fbMu.Lock()
+	defer d.fbMu.Unlock()
+	if len(d.fbReady) >= maxFeedbackReady {
+		d.fbReady = append(d.fbReady[:0], d.fbReady[len(d.fbReady)-maxFeedbackReady/2:]...)
+	}
+	d.fbReady = append(d.fbReady, id)
+}
+
+// FeedbackReady returns, and forgets, the ids of the turns that feedback
+// made ready (a thumb on a turn waiting for its next state, feedback on
+// a turn already scored) or that became ready with feedback already
+// given, since the last call, oldest first. It costs no query, so the
+// scorer can take those turns at once (ReadTurn) whatever the backlog of
+// other ready turns. The ids are kept in memory only, as a hint: after a
+// restart ReadyTurns finds the same turns (feedback first).
+func (d *DB) FeedbackReady() []string {
+	d.fbMu.Lock()
+	defer d.fbMu.Unlock()
+	out := d.fbReady
+	d.fbReady = nil
+	return out
 }
 
 // FindTurn finds a stored turn for feedback (it implements
@@ -342,15 +401,26 @@ type ReadyTurn struct {
 	Completed    time.Time
 }
 
-// ReadyTurns returns up to limit turns that are ready to score, those
-// with feedback first (a person's thumb or correction is the signal the
-// loop exists for), then newest first (under sustained load the newest
-// turns are the ones whose samples can still train within max_staleness;
-// older ones wait for a lull), skipping the ids in busy.
+// readyTurnsQuery lists ready turns' ids, newest first, from the
+// turns_status index (TestReadyTurnsReadTheIndex).
+const readyTurnsQuery = `SELECT id FROM turns WHERE status = 'ready' ORDER BY completed DESC LIMIT ?`
+
+// ReadyTurns returns up to limit turns that are ready to score, newest
+// first (under sustained load the newest turns are the ones whose samples
+// can still train within max_staleness; older ones wait for a lull),
+// skipping the ids in busy. It reads the status index alone, whatever
+// the backlog: the turns that feedback made ready, which go first, are
+// named by FeedbackReady instead (ordering the ready turns by whether
+// they have feedback took a scan and a sort of every ready turn, and
+// under load, when thousands wait, that starved the store's other
+// users; after a restart, turns with feedback are taken newest first
+// with the rest). A turn that a
+// thumb made ready is scored as it stood at the thumb: a next state that
+// came after the thumb is left out (the thumb decided its reward, and its
+// sample does not wait for a judge to read what came next).
 func (d *DB) ReadyTurns(limit int, busy map[string]bool) ([]ReadyTurn, error) {
 	// Ids first (the indexes alone), so that busy turns cost no body read.
-	rows, err := d.db.Query(`SELECT id FROM turns WHERE status = 'ready'
-		ORDER BY EXISTS (SELECT 1 FROM feedback WHERE feedback.turn_id = turns.id) DESC, completed DESC LIMIT ?`, limit+len(busy))
+	rows, err := d.db.Query(readyTurnsQuery, limit+len(busy))
 	if err != nil {
 		return nil, fmt.Errorf("store: ready turns: %w", err)
 	}
@@ -371,37 +441,48 @@ func (d *DB) ReadyTurns(limit int, busy map[string]bool) ([]ReadyTurn, error) {
 	}
 	out := make([]ReadyTurn, 0, len(ids))
 	for _, id := range ids {
-		var t ReadyTurn
-		var version, completed int64
-		var raw, next, prompt, response, logprobs []byte
-		err := d.db.QueryRow(`SELECT id, gen, session_id, response_id, choice, version, end_reason, completed, body, next_state, prompt, response, logprobs
-			FROM turns WHERE id = ? AND status = 'ready'`, id).Scan(&t.ID, &t.Gen, &t.SessionID, &t.ResponseID, &t.Choice, &version, &t.End, &completed,
-			&raw, &next, &prompt, &response, &logprobs)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue // scored or forgotten meanwhile
-		}
+		t, ok, err := d.ReadTurn(id)
 		if err != nil {
-			return nil, fmt.Errorf("store: ready turn %s: %w", id, err)
-		}
-		var body turnBody
-		if err := json.Unmarshal(raw, &body); err != nil {
-			return nil, fmt.Errorf("store: turn %s: body: %w", t.ID, err)
-		}
-		t.Version, t.Completed = uint64(version), time.UnixMilli(completed)
-		t.Messages, t.Tools, t.Reply = body.Messages, body.Tools, body.Reply
-		t.TemplateVars, t.Prefill = body.Vars, body.Prefill
-		if next != nil {
-			if err := json.Unmarshal(next, &t.NextState); err != nil {
-				return nil, fmt.Errorf("store: turn %s: next state: %w", t.ID, err)
-			}
-		}
-		t.Prompt, t.Response, t.LogProbs = decodeInt32s(prompt), decodeInt32s(response), decodeFloat32s(logprobs)
-		if t.Feedback, err = d.feedbackOf(t.ID); err != nil {
 			return nil, err
 		}
-		out = append(out, t)
+		if ok { // else scored or forgotten meanwhile
+			out = append(out, t)
+		}
 	}
 	return out, nil
+}
+
+// ReadTurn reads turn id to score it, as ReadyTurns does; ok is false
+// when it is not ready (scored, forgotten, or not complete).
+func (d *DB) ReadTurn(id string) (t ReadyTurn, ok bool, err error) {
+	var version, completed int64
+	var raw, next, prompt, response, logprobs []byte
+	err = d.db.QueryRow(`SELECT id, gen, session_id, response_id, choice, version, end_reason, completed, body, next_state, prompt, response, logprobs
+		FROM turns WHERE id = ? AND status = 'ready'`, id).Scan(&t.ID, &t.Gen, &t.SessionID, &t.ResponseID, &t.Choice, &version, &t.End, &completed,
+		&raw, &next, &prompt, &response, &logprobs)
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, false, nil
+	}
+	if err != nil {
+		return t, false, fmt.Errorf("store: ready turn %s: %w", id, err)
+	}
+	var body turnBody
+	if err := json.Unmarshal(raw, &body); err != nil {
+		return t, false, fmt.Errorf("store: turn %s: body: %w", t.ID, err)
+	}
+	t.Version, t.Completed = uint64(version), time.UnixMilli(completed)
+	t.Messages, t.Tools, t.Reply = body.Messages, body.Tools, body.Reply
+	t.TemplateVars, t.Prefill = body.Vars, body.Prefill
+	if next != nil && t.End != endThumb {
+		if err := json.Unmarshal(next, &t.NextState); err != nil {
+			return t, false, fmt.Errorf("store: turn %s: next state: %w", t.ID, err)
+		}
+	}
+	t.Prompt, t.Response, t.LogProbs = decodeInt32s(prompt), decodeInt32s(response), decodeFloat32s(logprobs)
+	if t.Feedback, err = d.feedbackOf(t.ID); err != nil {
+		return t, false, err
+	}
+	return t, true, nil
 }
 
 func (d *DB) feedbackOf(turnID string) ([]session.Feedback, error) {
