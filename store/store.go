@@ -543,6 +543,15 @@ func (d *DB) writer() {
 
 		d.commit(batch)
 
+		// What runs after a commit runs before anyone waiting for the
+		// commit (Flush, a waiting enqueue) goes on: a Flush that returned
+		// before FeedbackReady had the ids it committed lost them to the
+		// next call.
+		for _, o := range batch {
+			if o.after != nil && o.err == nil {
+				o.after()
+			}
+		}
 		d.mu.Lock()
 		d.doneSeq = batch[len(batch)-1].seq
 		d.cond.Broadcast()
@@ -550,9 +559,6 @@ func (d *DB) writer() {
 		ping := false
 		for _, o := range batch {
 			ping = ping || (o.ping && o.err == nil)
-			if o.after != nil && o.err == nil {
-				o.after()
-			}
 			if o.done != nil {
 				close(o.done)
 			}

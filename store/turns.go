@@ -316,7 +316,7 @@ func (d *DB) noteFeedbackReady(id string) {
 // given, since the last call, oldest first. It costs no query, so the
 // scorer can take those turns at once (ReadTurn) whatever the backlog of
 // other ready turns. The ids are kept in memory only, as a hint: after a
-// restart ReadyTurns finds the same turns (feedback first).
+// restart ReadyTurns finds the same turns (newest first, with the rest).
 func (d *DB) FeedbackReady() []string {
 	d.fbMu.Lock()
 	defer d.fbMu.Unlock()
