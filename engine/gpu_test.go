@@ -122,7 +122,16 @@ func testCheckpoint(t *testing.T) string {
 	if err := tok.Save(dir); err != nil {
 		t.Fatal(err)
 	}
-	spec := model.RandomSpec{Arch: model.ArchQwen3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
+	writeTestModel(t, dir, tok, 32, 64, 8)
+	return dir
+}
+
+// writeTestModel writes into dir a random two-layer Qwen3 model of
+// hidden size hidden, MLP size inter and heads of hd, with tok's
+// vocabulary and end-of-sequence token.
+func writeTestModel(t *testing.T, dir string, tok *tokenizer.Tokenizer, hidden, inter, hd int) {
+	t.Helper()
+	spec := model.RandomSpec{Arch: model.ArchQwen3, Hidden: hidden, Intermediate: inter, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: hd,
 		Vocab: tok.VocabSize(), MaxPositions: 512, DType: "bfloat16", Seed: 5, InitStd: 0.2}
 	if eos, ok := tok.EOS(); ok {
 		spec.EOSTokenIDs = []int{int(eos)}
@@ -130,7 +139,6 @@ func testCheckpoint(t *testing.T) string {
 	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
 		t.Fatal(err)
 	}
-	return dir
 }
 
 // greedy generates n greedy tokens of prompt on g and returns them and

@@ -90,13 +90,6 @@ func kvTestCheckpoint(t *testing.T, hd int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := model.RandomSpec{Arch: model.ArchQwen3, Hidden: 64, Intermediate: 96, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: hd,
-		Vocab: tok.VocabSize(), MaxPositions: 512, DType: "bfloat16", Seed: 5, InitStd: 0.2}
-	if eos, ok := tok.EOS(); ok {
-		spec.EOSTokenIDs = []int{int(eos)}
-	}
-	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
-		t.Fatal(err)
-	}
+	writeTestModel(t, dir, tok, 64, 96, hd)
 	return dir
 }

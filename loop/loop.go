@@ -308,10 +308,10 @@ func (l *Loop) fill() {
 		// worker about to be free (a busy scorer costs serving no reads)
 		// or while the newest turn was held back and no step has been
 		// taken since (nothing has changed for the ones behind it).
-		room := min(l.opts.Scorer.Room(), 8)
-		if room <= 0 || l.opts.Scorer.Waiting() >= l.opts.Scorer.Workers() || l.heldAt == gen {
+		if !l.judgeFree() || l.heldAt == gen {
 			return
 		}
+		room := min(l.opts.Scorer.Room(), 8)
 		busy := l.busyTurns()
 		for id := range held {
 			busy[id] = true

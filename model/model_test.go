@@ -207,24 +207,8 @@ func TestBF16CacheMatchesReference(t *testing.T) {
 			spec := tiny(arch)
 			spec.DType = "bfloat16"
 			m, dir := writeAndLoad(t, spec)
-			kvOf := func(blocks int) *KVCache {
-				kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 4, Budget: m.Config.KVBytesPerToken(compute.BF16) * 4 * int64(blocks), DType: compute.BF16})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(kv.Close)
-				if kv.DType() != compute.BF16 || kv.NumBlocks() != blocks {
-					t.Fatalf("cache of %v with %d blocks, want BF16 with %d", kv.DType(), kv.NumBlocks(), blocks)
-				}
-				return kv
-			}
 			toks := testTokens(23, spec.Vocab)
-			seq := kvOf(8).NewSequence()
-			full, err := m.Forward([]Step{{seq, toks}}, AllLogits, nil)
-			seq.Free()
-			if err != nil {
-				t.Fatal(err)
-			}
+			full := fullLogitsOf(t, m, toks, compute.BF16)
 			ref := loadRef(t, dir)
 			exact := ref.forward(toks)
 			ref.roundKV = true
@@ -233,9 +217,20 @@ func TestBF16CacheMatchesReference(t *testing.T) {
 			} else {
 				t.Logf("relative error %.2g against the reference with BF16 keys and values, %.2g against float32 ones", e, relErr(full, exact))
 			}
-			checkDecode(t, m, kvOf(8), toks, full, 1e-5)
+			checkDecode(t, m, blockCache(t, m, compute.BF16, 8), toks, full, 1e-5)
 		})
 	}
+}
+
+// blockCache is newCacheOf with blocks of 4 tokens, checked to hold dt
+// and blocks.
+func blockCache(t *testing.T, m *Model, dt compute.DType, blocks int) *KVCache {
+	t.Helper()
+	kv := newCacheOf(t, m, 4, blocks, dt)
+	if kv.DType() != dt || kv.NumBlocks() != blocks {
+		t.Fatalf("cache of %v with %d blocks, want %v with %d", kv.DType(), kv.NumBlocks(), dt, blocks)
+	}
+	return kv
 }
 
 // TestQ8_0CacheMatchesReference runs the engine with a Q8_0 KV cache
@@ -272,24 +267,8 @@ func TestQ8_0CacheMatchesReference(t *testing.T) {
 			spec := tiny(ArchLlama)
 			tt.edit(&spec)
 			m, dir := writeAndLoad(t, spec)
-			kvOf := func(blocks int) *KVCache {
-				kv, err := m.NewKVCache(KVCacheOptions{BlockSize: 4, Budget: m.Config.KVBytesPerToken(compute.Q8_0) * 4 * int64(blocks), DType: compute.Q8_0})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(kv.Close)
-				if kv.DType() != compute.Q8_0 || kv.NumBlocks() != blocks {
-					t.Fatalf("cache of %v with %d blocks, want Q8_0 with %d", kv.DType(), kv.NumBlocks(), blocks)
-				}
-				return kv
-			}
 			toks := testTokens(40, spec.Vocab)
-			seq := kvOf(12).NewSequence()
-			full, err := m.Forward([]Step{{seq, toks}}, AllLogits, nil)
-			seq.Free()
-			if err != nil {
-				t.Fatal(err)
-			}
+			full := fullLogitsOf(t, m, toks, compute.Q8_0)
 			ref := loadRef(t, dir)
 			exact := ref.forward(toks)
 			ref.quantKV = true
@@ -301,7 +280,7 @@ func TestQ8_0CacheMatchesReference(t *testing.T) {
 				t.Fatalf("relative error %.3g against the reference with float32 keys and values", cost)
 			}
 			t.Logf("relative error %.2g against the reference with Q8_0 keys and values, %.2g against float32 ones", e, cost)
-			checkDecode(t, m, kvOf(12), toks, full, 2e-3)
+			checkDecode(t, m, blockCache(t, m, compute.Q8_0, 12), toks, full, 2e-3)
 		})
 	}
 	t.Run("head dim 8 refused", func(t *testing.T) {
