@@ -44,6 +44,7 @@ type Trainer struct {
 	Enabled                 bool          `mapstructure:"enabled"`
 	BatchSize               int           `mapstructure:"batch_size"`
 	MaxWait                 time.Duration `mapstructure:"max_wait"`
+	FeedbackWait            time.Duration `mapstructure:"feedback_wait"`
 	LR                      float64       `mapstructure:"lr"`
 	WarmupSteps             int           `mapstructure:"warmup_steps"`
 	WeightDecay             float64       `mapstructure:"weight_decay"`
@@ -609,6 +610,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Trainer.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("trainer.max_wait: %v must not be negative", c.Trainer.MaxWait))
+	}
+	if c.Trainer.FeedbackWait < 0 {
+		errs = append(errs, fmt.Errorf("trainer.feedback_wait: %v must not be negative", c.Trainer.FeedbackWait))
 	}
 	if c.Trainer.LoRARank < 0 {
 		errs = append(errs, fmt.Errorf("trainer.lora_rank: %d must be >= 0 (0 = full fine-tuning)", c.Trainer.LoRARank))

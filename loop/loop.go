@@ -57,6 +57,11 @@ type Options struct {
 	// MaxWait trains a partial batch when its oldest sample has waited
 	// this long (0: wait for a full batch).
 	MaxWait time.Duration
+	// FeedbackWait trains a partial batch sooner: once a sample that a
+	// thumb decided (source feedback) has waited this long (0: only
+	// MaxWait). A user who thumbs one answer sees a new version within
+	// seconds; the wait lets judged samples arriving beside it join.
+	FeedbackWait time.Duration
 	// TemplateVars are the chat-template variables the server rendered
 	// prompts with; the teacher context is rendered with the same.
 	TemplateVars map[string]any
@@ -508,7 +513,7 @@ func (l *Loop) stored(f inflight, res reward.Result) {
 }
 
 // train steps the trainer whenever a full batch is queued, or a partial
-// one has waited MaxWait.
+// one is due (batchDue).
 func (l *Loop) train(ctx context.Context) {
 	l.loadLineage()
 	l.guardStart(ctx)
@@ -626,7 +631,7 @@ func (l *Loop) maybeStep(ctx context.Context) bool {
 	if len(queued) == 0 {
 		return false
 	}
-	if len(queued) < l.opts.BatchSize && (l.opts.MaxWait <= 0 || time.Since(oldest) < l.opts.MaxWait) {
+	if !l.batchDue(queued, oldest) {
 		return false
 	}
 	batch := make([]trainer.Sample, len(queued))
@@ -654,6 +659,26 @@ func (l *Loop) maybeStep(ctx context.Context) bool {
 	}
 	l.step(ctx, batch, ids)
 	return true
+}
+
+// batchDue reports whether the queued samples (feedback first, as
+// DB.Queued hands them out; oldest is when the oldest queued sample was
+// made) make a step now: a full batch; a partial one whose oldest
+// sample has waited MaxWait; or one with a sample a thumb decided that
+// has waited FeedbackWait.
+func (l *Loop) batchDue(queued []store.Sample, oldest time.Time) bool {
+	if len(queued) >= l.opts.BatchSize {
+		return true
+	}
+	if l.opts.MaxWait > 0 && time.Since(oldest) >= l.opts.MaxWait {
+		return true
+	}
+	if l.opts.FeedbackWait <= 0 {
+		return false
+	}
+	return slices.ContainsFunc(queued, func(s store.Sample) bool {
+		return s.Source == string(reward.SourceFeedback) && time.Since(s.Created) >= l.opts.FeedbackWait
+	})
 }
 
 // step runs one optimizer step, records it with its samples, publishes

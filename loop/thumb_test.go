@@ -158,3 +158,43 @@ func TestJudgeableCountsWhatIsAhead(t *testing.T) {
 	tr.Lineage().Add(cur, 1000, int64(keep)+1)
 	check(1000, false, true)
 }
+
+// TestBatchDue: a partial batch trains once a thumbed sample has waited
+// FeedbackWait, without waiting MaxWait for the judged samples beside it.
+func TestBatchDue(t *testing.T) {
+	now := time.Now()
+	judged := func(age time.Duration) store.Sample {
+		return store.Sample{Source: string(reward.SourceJudge), Created: now.Add(-age)}
+	}
+	thumb := func(age time.Duration) store.Sample {
+		return store.Sample{Source: string(reward.SourceFeedback), Created: now.Add(-age)}
+	}
+	for _, tc := range []struct {
+		name            string
+		maxWait, fbWait time.Duration
+		queued          []store.Sample
+		want            bool
+	}{
+		{"full batch", time.Hour, 5 * time.Second, []store.Sample{judged(0), judged(0), judged(0), judged(0)}, true},
+		{"partial, young", time.Hour, 5 * time.Second, []store.Sample{judged(time.Minute)}, false},
+		{"partial, past max_wait", time.Minute, 5 * time.Second, []store.Sample{judged(2 * time.Minute)}, true},
+		{"lone thumb, young", time.Hour, 5 * time.Second, []store.Sample{thumb(time.Second)}, false},
+		{"lone thumb, past feedback_wait", time.Hour, 5 * time.Second, []store.Sample{thumb(6 * time.Second)}, true},
+		{"thumb and judged", time.Hour, 5 * time.Second, []store.Sample{judged(0), thumb(6 * time.Second), judged(time.Second)}, true},
+		{"feedback_wait off", time.Hour, 0, []store.Sample{thumb(time.Minute)}, false},
+		{"max_wait off", 0, 0, []store.Sample{judged(24 * time.Hour)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Loop{opts: Options{BatchSize: 4, MaxWait: tc.maxWait, FeedbackWait: tc.fbWait}}
+			oldest := now
+			for _, s := range tc.queued {
+				if s.Created.Before(oldest) {
+					oldest = s.Created
+				}
+			}
+			if got := l.batchDue(tc.queued, oldest); got != tc.want {
+				t.Fatalf("batchDue = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -302,6 +302,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	if err := d.checkBase(); err != nil {
 		return fail(err)
 	}
+	if err := d.loadFeedbackReady(); err != nil {
+		return fail(err)
+	}
 	met, err := newMetrics(d, opts.Registry)
 	if err != nil {
 		return fail(err)

@@ -179,7 +179,8 @@ func TestSkipTurn(t *testing.T) {
 // given before; not a turn whose text feedback still waits for its next
 // state.
 func TestFeedbackReady(t *testing.T) {
-	db := open(t, t.TempDir(), Options{})
+	dir := t.TempDir()
+	db := open(t, dir, Options{})
 	fb := func(resp string, thumb int, text string) {
 		t.Helper()
 		db.Offer(session.Record{Kind: session.KindFeedback, Feedback: &session.Feedback{ID: "fb-" + resp + text, ResponseID: resp, Thumb: thumb, Text: text, Received: time.Now()}})
@@ -213,6 +214,23 @@ func TestFeedbackReady(t *testing.T) {
 	}
 	if _, ok, err := db.ReadTurn("nope/0"); ok || err != nil {
 		t.Errorf("ReadTurn of an unknown turn: ok %v, %v", ok, err)
+	}
+
+	// After a restart the turns that feedback left ready are named again
+	// (the loop scores them before the other ready turns), and a ready
+	// turn without feedback is not.
+	record(t, db, testTurn("plain", "s3", 0, "q"), []tokenizer.Message{{Role: "user", Content: "next"}})
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = open(t, dir, Options{})
+	got := db.FeedbackReady()
+	slices.Sort(got)
+	if want := []string{TurnID("text", 0), TurnID("thumbed", 0)}; !slices.Equal(got, want) {
+		t.Fatalf("feedback ready after a restart %v, want %v", got, want)
+	}
+	if got := db.FeedbackReady(); len(got) != 0 {
+		t.Fatalf("named again after a restart: %v", got)
 	}
 }
 

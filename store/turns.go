@@ -310,13 +310,47 @@ func (d *DB) noteFeedbackReady(id string) {
 	d.fbReady = append(d.fbReady, id)
 }
 
+// feedbackReadyQuery lists the ready turns that have feedback, oldest
+// first: read once at Open, so that after a restart they are still
+// scored before the other ready turns.
+const feedbackReadyQuery = `SELECT t.id FROM turns t WHERE t.status = 'ready'
+	AND EXISTS (SELECT 1 FROM feedback f WHERE f.turn_id = t.id) ORDER BY t.completed LIMIT ?`
+
+// loadFeedbackReady fills the ids FeedbackReady hands out with the ready
+// turns that feedback is waiting on in the store (see FeedbackReady):
+// what a daemon had noted in memory before it stopped.
+func (d *DB) loadFeedbackReady() error {
+	rows, err := d.db.Query(feedbackReadyQuery, maxFeedbackReady)
+	if err != nil {
+		return fmt.Errorf("store: %s: ready turns with feedback: %w", d.path, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return fmt.Errorf("store: %s: ready turns with feedback: %w", d.path, err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("store: %s: ready turns with feedback: %w", d.path, err)
+	}
+	d.fbMu.Lock()
+	d.fbReady = ids
+	d.fbMu.Unlock()
+	return nil
+}
+
 // FeedbackReady returns, and forgets, the ids of the turns that feedback
 // made ready (a thumb on a turn waiting for its next state, feedback on
 // a turn already scored) or that became ready with feedback already
-// given, since the last call, oldest first. It costs no query, so the
-// scorer can take those turns at once (ReadTurn) whatever the backlog of
-// other ready turns. The ids are kept in memory only, as a hint: after a
-// restart ReadyTurns finds the same turns (newest first, with the rest).
+// given, since the last call (or, on the first call, left ready with
+// feedback by an earlier run of the daemon), oldest first. It costs no
+// query, so the scorer can take those turns at once (ReadTurn) whatever
+// the backlog of other ready turns. The ids are kept in memory, as a
+// hint (ReadyTurns finds the same turns, newest first with the rest);
+// Open reads those of an earlier run back from the store.
 func (d *DB) FeedbackReady() []string {
 	d.fbMu.Lock()
 	defer d.fbMu.Unlock()
@@ -413,8 +447,7 @@ const readyTurnsQuery = `SELECT id FROM turns WHERE status = 'ready' ORDER BY co
 // named by FeedbackReady instead (ordering the ready turns by whether
 // they have feedback took a scan and a sort of every ready turn, and
 // under load, when thousands wait, that starved the store's other
-// users; after a restart, turns with feedback are taken newest first
-// with the rest). A turn that a
+// users; Open reads back those an earlier run left ready). A turn that a
 // thumb made ready is scored as it stood at the thumb: a next state that
 // came after the thumb is left out (the thumb decided its reward, and its
 // sample does not wait for a judge to read what came next).
