@@ -375,6 +375,7 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	}
 	onGPU := f.gpu >= 0
 	var m *model.Model
+	var requantized string
 	if onGPU {
 		var closeModel func()
 		if m, closeModel, err = engine.LoadModelGPU(dir, f.gpu); err != nil {
@@ -382,7 +383,7 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 		}
 		defer closeModel()
 	} else {
-		if m, err = engine.LoadModel(a.cfg, dir); err != nil {
+		if m, requantized, err = engine.LoadModelNoting(a.cfg, dir); err != nil {
 			return err
 		}
 		defer m.Close()
@@ -416,8 +417,11 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	quant := quantTypes(m)
 	if quant != "" && !onGPU {
 		from := "from the file"
-		if q := a.cfg.Model.Quantize; q != "" && q != "none" {
+		switch q := a.cfg.Model.Quantize; {
+		case q == "q8_0" || q == "q4_0":
 			from = "model.quantize"
+		case requantized != "":
+			from = "model.quantize: auto, " + requantized
 		}
 		name += fmt.Sprintf(", %s weights (%s, %.0f MB read per token)", quant, from, decodeBytes(m)/1e6)
 	}

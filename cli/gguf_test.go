@@ -5,10 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/clawrl/clawrl/bundled"
 	"github.com/clawrl/clawrl/gguf"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/tokenizer"
@@ -143,7 +145,7 @@ func TestGGUF(t *testing.T) {
 // exports as a model (the dequantized matrices with the adapters merged,
 // F32) that generates, and as a PEFT adapter; a restart on the same file
 // serves the newest checkpoint's version and keeps training.
-func qloraServes(t *testing.T, bin, gg, dir string) {
+func qloraServes(t *testing.T, bin, gg, dir string) (firstLog string) {
 	t.Helper()
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "config.yaml")
@@ -182,6 +184,7 @@ func qloraServes(t *testing.T, bin, gg, dir string) {
 	if err := d.stop(); err != nil {
 		t.Fatalf("SIGTERM: %v\n%s", err, d.log)
 	}
+	firstLog = d.log.String()
 	c, _, err := weights.OpenLatest(root)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +208,7 @@ func qloraServes(t *testing.T, bin, gg, dir string) {
 	if _, err := os.Stat(filepath.Join(adapter, "adapter_model.safetensors")); err != nil {
 		t.Errorf("export --adapter: %v", err)
 	}
-	cmd := exec.Command(bin, "generate", "--config", cfg, "--model", merged, "-t", "0", "-n", "8", "--prompt", "The quick")
+	cmd := exec.Command(bin, "generate", "--config", cfg, "--model", merged, "-t", "0", "-n", "8", "--chat", "--prompt", "Name a fruit.")
 	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) == "" {
 		t.Errorf("generate --model %s (the merged export): %v %q", merged, err, out)
 	}
@@ -226,4 +229,36 @@ func qloraServes(t *testing.T, bin, gg, dir string) {
 	t.Logf("%s: base version %d, trained and served %d, checkpoint %s; after a restart served %d and trained on to %d",
 		filepath.Base(gg), base, v, filepath.Base(c.Dir()), c.Info().Version, v2)
 	d.kill()
+	return firstLog
+}
+
+// TestGGUFKQuant: a Q4_K file (the bundled model, whose rows are whole
+// K-quant blocks) serves with its K-quant matrices requantized to Q8_0
+// (model.quantize: auto; the log says so), and trains, exports, restarts
+// and trains on over them as over a Q4_0 file (qloraServes).
+func TestGGUFKQuant(t *testing.T) {
+	bin := realBinary(t)
+	dir := t.TempDir()
+	hf, err := bundled.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := model.OpenDir(hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gg := filepath.Join(dir, "bundled-q4_k.gguf")
+	err = gguf.WriteModel(gg, src, tok, gguf.Q4_K)
+	src.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := qloraServes(t, bin, gg, filepath.Join(dir, "q4_k"))
+	if !regexp.MustCompile(`"requantized":"Q4_K×\d+ → Q8_0"`).MatchString(log) {
+		t.Errorf("the model-loaded line does not say the Q4_K matrices were requantized to Q8_0\n%s", log)
+	}
 }

@@ -261,7 +261,7 @@ type Model struct {
 	// q8_0 (see config.yaml).
 	KVCacheDType string `mapstructure:"kv_cache_dtype"`
 	// Quantize quantizes the checkpoint's matrices as they are loaded:
-	// none, q8_0 or q4_0 (see config.yaml).
+	// auto, none, q8_0 or q4_0 (see config.yaml).
 	Quantize string `mapstructure:"quantize"`
 }
 
@@ -529,8 +529,8 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	oneOf("model.quantize", c.Model.Quantize, "none", "q8_0", "q4_0")
-	if c.Model.Quantize != "none" && len(c.Devices.Rollout.GPUs) > 0 {
+	oneOf("model.quantize", c.Model.Quantize, "auto", "none", "q8_0", "q4_0")
+	if (c.Model.Quantize == "q8_0" || c.Model.Quantize == "q4_0") && len(c.Devices.Rollout.GPUs) > 0 {
 		errs = append(errs, fmt.Errorf("model.quantize: %s: quantized weights run on the CPU only; serving on GPUs (devices.rollout.gpus) takes the checkpoint's weights (set model.quantize: none)", c.Model.Quantize))
 	}
 	if c.Server.Port < 1 || c.Server.Port > 65535 {

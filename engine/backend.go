@@ -1,10 +1,16 @@
 package engine
 
 import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
 	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/cpu/kernels"
+	"github.com/clawrl/clawrl/gguf"
 	"github.com/clawrl/clawrl/model"
 )
 
@@ -90,10 +96,66 @@ func LoadModel(cfg *config.Config, dir string) (*model.Model, error) {
 	return loadHost(cfg, dir)
 }
 
+// LoadModelNoting is LoadModel, also saying what model.quantize: auto
+// requantized as it loaded ("" for nothing), e.g. "Q4_K×112 → Q8_0".
+func LoadModelNoting(cfg *config.Config, dir string) (*model.Model, string, error) {
+	if cfg == nil {
+		cfg = Defaults()
+	}
+	setServingThreads(cfg)
+	return loadHostNoting(cfg, dir)
+}
+
 // loadHost loads the checkpoint at path on the CPU backend of cfg, its
-// matrices quantized as model.quantize says.
+// matrices quantized as model.quantize says (auto: see AutoRequantize).
 func loadHost(cfg *config.Config, path string) (*model.Model, error) {
-	return loadQuantized(hostBackend(cfg), path, QuantizeType(cfg))
+	m, _, err := loadHostNoting(cfg, path)
+	return m, err
+}
+
+// loadHostNoting is loadHost, also saying what model.quantize: auto
+// requantized ("" for nothing), e.g. "Q4_K×112 Q6_K×29 → Q8_0".
+func loadHostNoting(cfg *config.Config, path string) (*model.Model, string, error) {
+	b := hostBackend(cfg)
+	if !AutoRequantize(cfg, path) {
+		m, err := loadQuantized(b, path, QuantizeType(cfg))
+		return m, "", err
+	}
+	src, err := gguf.OpenModel(path)
+	if err != nil {
+		return nil, "", err
+	}
+	rq, err := model.Requantize(src, compute.Q8_0)
+	if err != nil {
+		src.Close()
+		return nil, "", err
+	}
+	m, err := model.LoadFrom(b, rq) // closes rq when it fails
+	if err != nil {
+		return nil, "", err
+	}
+	counts := rq.Counts()
+	var parts []string
+	for _, f := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s×%d", f, counts[f]))
+	}
+	note := ""
+	if len(parts) > 0 {
+		note = strings.Join(parts, " ") + " → Q8_0"
+	}
+	return m, note, nil
+}
+
+// AutoRequantize reports whether model.quantize: auto requantizes the
+// model at path to Q8_0 as it loads: a GGUF file served on the CPU, whose
+// matrices in block formats the CPU backend has no kernels for (Q4_1,
+// Q5_0, Q5_1, the K-quants, as in the common Q4_K_M files) would otherwise
+// be widened to float; not with GPUs (which take float weights) nor for
+// full fine-tuning (trainer.lora_rank: 0), which trains float weights.
+func AutoRequantize(cfg *config.Config, path string) bool {
+	d := cfg.Devices
+	return cfg.Model.Quantize == "auto" && IsGGUF(path) && cfg.Trainer.LoRARank > 0 &&
+		len(d.Rollout.GPUs)+len(d.Actor.GPUs)+len(d.Judge.GPUs) == 0
 }
 
 // QuantizeType is the type model.quantize quantizes the checkpoint's

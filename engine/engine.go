@@ -124,7 +124,7 @@ func (e *Engine) open() error {
 	}
 	e.tok = tok
 	start := time.Now()
-	m, err := loadHost(cfg, dir)
+	m, requantized, err := loadHostNoting(cfg, dir)
 	if err != nil {
 		return err
 	}
@@ -149,6 +149,9 @@ func (e *Engine) open() error {
 	ev := e.log.Info().Str("model", dir).Str("arch", c.Architecture).
 		Float64("params_m", float64(c.NumParams())/1e6).Int("context", c.MaxPositions).Str("kernels", Kernels()).
 		Str("quantize", cfg.Model.Quantize).Int64("weights_mib", m.Weights().Bytes()>>20)
+	if requantized != "" {
+		ev = ev.Str("requantized", requantized)
+	}
 	if len(gpus.rollout) > 0 {
 		// Serving on GPUs: the CPU model is the actor's and the versions'.
 		reps, err := e.openReplicas(groupRollout, gpus.rollout, e.versions, false)

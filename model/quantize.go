@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"sync"
@@ -38,10 +39,39 @@ func Quantize(src Source, dt compute.DType) (Source, error) {
 	return &quantSource{Source: src, dt: dt}, nil
 }
 
-// quantSource is a Source whose matrices are quantized as they are read.
+// Requantize returns src with only its matrices stored in a block format
+// that a compute.QuantBackend cannot multiply as it is (Q4_1, Q5_0, Q5_1,
+// the K-quants) quantized to dt as they are read; every other tensor, F32,
+// F16, BF16, Q8_0 and Q4_0, as it is. A GGUF file's Q4_K_M mix then runs
+// on the int8 kernels in about half the memory of its values widened to
+// BF16 (model.quantize: auto). Closing the result closes src.
+func Requantize(src Source, dt compute.DType) (*Requantized, error) {
+	if !dt.Quantized() {
+		return nil, fmt.Errorf("model: cannot quantize weights to %v (Q8_0 or Q4_0)", dt)
+	}
+	return &Requantized{quantSource{Source: src, dt: dt, blocksOnly: true, counts: map[string]int{}}}, nil
+}
+
+// Requantized is the Source Requantize returns.
+type Requantized struct{ quantSource }
+
+// Counts reports how many tensors of each stored format were requantized
+// so far.
+func (r *Requantized) Counts() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.counts)
+}
+
+// quantSource is a Source whose matrices are quantized as they are read
+// (with blocksOnly, only those stored in a block format the backend
+// cannot take as it is).
 type quantSource struct {
 	Source
-	dt compute.DType
+	dt         compute.DType
+	blocksOnly bool
+	mu         sync.Mutex
+	counts     map[string]int // by stored format, with blocksOnly
 }
 
 // QuantizedType is the type Quantize gives the tensor name of shape shape
@@ -60,12 +90,17 @@ func QuantizedType(c *Config, name string, shape []int, dt compute.DType) comput
 
 func (s *quantSource) Tensor(name string) (SourceTensor, error) {
 	st, err := s.Source.Tensor(name)
-	if err != nil || quantFormat(st.Format) != 0 {
+	if err != nil || quantFormat(st.Format) != 0 || (s.blocksOnly && st.Format == "") {
 		return st, err
 	}
 	dt := QuantizedType(s.Config(), name, st.Shape, s.dt)
 	if dt == 0 {
 		return st, nil
+	}
+	if s.blocksOnly {
+		s.mu.Lock()
+		s.counts[st.Format]++
+		s.mu.Unlock()
 	}
 	rows, cols := st.Shape[0], st.Shape[1]
 	blocks := make([]byte, dt.Bytes(rows*cols))
