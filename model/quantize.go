@@ -43,8 +43,9 @@ func Quantize(src Source, dt compute.DType) (Source, error) {
 // that a compute.QuantBackend cannot multiply as it is (Q4_1, Q5_0, Q5_1,
 // the K-quants) quantized to dt as they are read; every other tensor, F32,
 // F16, BF16, Q8_0 and Q4_0, as it is. A GGUF file's Q4_K_M mix then runs
-// on the int8 kernels in about half the memory of its values widened to
-// BF16 (model.quantize: auto). Closing the result closes src.
+// on the int8 kernels in about a quarter of the memory of its values
+// widened to float32 (model.quantize: auto). Closing the result closes
+// src.
 func Requantize(src Source, dt compute.DType) (*Requantized, error) {
 	if !dt.Quantized() {
 		return nil, fmt.Errorf("model: cannot quantize weights to %v (Q8_0 or Q4_0)", dt)
