@@ -50,7 +50,7 @@ func (a *app) newFeedback(e *engine.Engine, db *store.DB, reg *prometheus.Regist
 	lo := loop.Options{
 		DB: db, Scorer: scorer, Versions: e.Versions(),
 		BatchSize: tc.BatchSize, MaxWait: tc.MaxWait, FeedbackWait: tc.FeedbackWait, TemplateVars: vars,
-		Checkpoint: fb.ckpt, CheckpointEvery: tc.CheckpointEvery,
+		Checkpoint: fb.ckpt, CheckpointEvery: tc.CheckpointEvery, CheckpointShare: tc.CheckpointShare,
 		Guard: loop.GuardOptions{KLMax: tc.Guard.KLMax, SkillMargin: tc.Guard.SkillMargin, SkillEvery: tc.Guard.SkillEvery,
 			LRFactor: tc.Guard.LRFactor, RecoverAfter: tc.Guard.RecoverAfter},
 		Registry: reg, Log: a.log,

@@ -67,6 +67,7 @@ type Trainer struct {
 	ActivationCheckpointing bool          `mapstructure:"activation_checkpointing"`
 	CheckpointDir           string        `mapstructure:"checkpoint_dir"`
 	CheckpointEvery         int           `mapstructure:"checkpoint_every"`
+	CheckpointShare         float64       `mapstructure:"checkpoint_max_share"`
 	KeepCheckpoints         int           `mapstructure:"keep_checkpoints"`
 	Guard                   Guard         `mapstructure:"guard"`
 	Replay                  Replay        `mapstructure:"replay"`
@@ -610,6 +611,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Trainer.MaxWait < 0 {
 		errs = append(errs, fmt.Errorf("trainer.max_wait: %v must not be negative", c.Trainer.MaxWait))
+	}
+	if s := c.Trainer.CheckpointShare; s < 0 || s > 1 || math.IsNaN(s) {
+		errs = append(errs, fmt.Errorf("trainer.checkpoint_max_share: %v must be in [0, 1] (0: no bound)", s))
 	}
 	if c.Trainer.FeedbackWait < 0 {
 		errs = append(errs, fmt.Errorf("trainer.feedback_wait: %v must not be negative", c.Trainer.FeedbackWait))

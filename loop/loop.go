@@ -69,6 +69,15 @@ type Options struct {
 	// CheckpointEvery published versions and when Run ends.
 	Checkpoint      trainer.CheckpointOptions
 	CheckpointEvery int
+	// CheckpointShare bounds the share of the trainer's time that the
+	// checkpoints of CheckpointEvery take: after one that took d, the
+	// next is written no sooner than d·(1/share − 1) later, at the first
+	// step or idle moment after that (0 or ≥ 1: every CheckpointEvery
+	// steps, whatever they cost). A LoRA checkpoint of a 0.6B model holds
+	// 2.4 GB of merged weights and took 25 s: every step would have
+	// waited for one. Checkpoints of the guard's good versions and the
+	// one at shutdown are written whatever the share.
+	CheckpointShare float64
 	// Poll is how often the store is looked at without a signal (default
 	// 1s).
 	Poll time.Duration
@@ -103,6 +112,13 @@ type Loop struct {
 	last         trainer.Metrics
 	inflight     map[string]inflight // by sample id
 	checkpointed uint64              // version of the newest checkpoint written
+
+	// Owned by the training goroutine (and Run after it ends): when the
+	// last checkpoint ended and how long it took, and whether a periodic
+	// one is owed (CheckpointShare).
+	ckptEnd  time.Time
+	ckptTook time.Duration
+	ckptOwed bool
 
 	guard         *guard        // owned by the training goroutine (nil without a trainer)
 	guardGood     atomic.Uint64 // the guard's last good version, for Guard
@@ -532,7 +548,21 @@ func (l *Loop) train(ctx context.Context) {
 		}
 		for ctx.Err() == nil && l.maybeStep(ctx) {
 		}
+		if l.ckptOwed && ctx.Err() == nil && l.ckptWait() <= 0 {
+			l.checkpoint()
+		}
 	}
+}
+
+// ckptWait is how long the next periodic checkpoint must wait to keep
+// checkpoints within CheckpointShare of the trainer's time (≤ 0: none).
+func (l *Loop) ckptWait() time.Duration {
+	share := l.opts.CheckpointShare
+	if share <= 0 || share >= 1 || l.ckptTook == 0 {
+		return 0
+	}
+	gap := time.Duration(float64(l.ckptTook) * (1/share - 1))
+	return gap - time.Since(l.ckptEnd)
 }
 
 // Rollback makes the weights of checkpoint c current again, as a new
@@ -751,7 +781,11 @@ func (l *Loop) step(ctx context.Context, batch []trainer.Sample, ids []string) {
 		Float64("trust_scale", met.TrustScale).Dur("took", time.Since(start).Round(time.Millisecond)).
 		Msg("trained and published a new version")
 	if l.opts.CheckpointEvery > 0 && met.Step%int64(l.opts.CheckpointEvery) == 0 {
-		l.checkpoint()
+		if l.ckptWait() > 0 {
+			l.ckptOwed = true // written once the wait is over (train)
+		} else {
+			l.checkpoint()
+		}
 	}
 	l.guardAfterStep(ctx, met.KL)
 }
@@ -780,7 +814,17 @@ func (l *Loop) checkpoint() {
 	if l.opts.Checkpoint.Root == "" || l.opts.Trainer == nil {
 		return
 	}
+	l.mu.Lock()
+	done := l.checkpointed == l.opts.Trainer.Version() && l.checkpointed != 0
+	l.mu.Unlock()
+	if done && l.ckptOwed {
+		l.ckptOwed = false // a checkpoint of the guard's wrote it already
+		return
+	}
+	l.ckptOwed = false // a failed one is tried again at the next due step
+	start := time.Now()
 	c, err := l.opts.Trainer.Save(l.opts.Versions, l.opts.Checkpoint)
+	l.ckptEnd, l.ckptTook = time.Now(), time.Since(start)
 	if err != nil {
 		l.opts.Log.Error().Err(err).Msg("checkpoint failed")
 		return
@@ -788,7 +832,8 @@ func (l *Loop) checkpoint() {
 	l.mu.Lock()
 	l.checkpointed = c.Info().Version
 	l.mu.Unlock()
-	l.opts.Log.Info().Str("dir", c.Dir()).Uint64("version", c.Info().Version).Msg("checkpoint saved")
+	l.opts.Log.Info().Str("dir", c.Dir()).Uint64("version", c.Info().Version).
+		Dur("took", l.ckptTook.Round(time.Millisecond)).Msg("checkpoint saved")
 }
 
 // finalCheckpoint checkpoints the trainer's version at shutdown unless it

@@ -204,3 +204,65 @@ func TestFrozenTeacherRolloutsTrain(t *testing.T) {
 		t.Errorf("%d of %d rollouts trained (%d samples trained before)", n, len(rs), trained)
 	}
 }
+
+// TestCheckpointShare: at a share so small that the next checkpoint
+// must wait hours after the base's (trainer.checkpoint_max_share), a
+// step's periodic checkpoint is owed rather than written, and the
+// checkpoint at shutdown writes it.
+func TestCheckpointShare(t *testing.T) {
+	r := newRig(t)
+	db := openDB(t)
+	l, _, root := stalenessLoop(t, r, db, 1)
+	l.opts.CheckpointShare = 1e-6
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+
+	trainTurn(t, r, db, "chatcmpl-a")
+	va := r.store.Current()
+	// The second step starts once the first one's checkpoint is decided.
+	trainTurn(t, r, db, "chatcmpl-bb")
+	v := r.store.Current()
+	list := func() []uint64 {
+		ns, err := weights.List(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	has := func() bool { return slices.Contains(list(), v) }
+	if ns := list(); slices.Contains(ns, va) {
+		t.Errorf("version %d was checkpointed at once, at a share of 1e-6 (checkpoints %v)", va, ns)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !has() {
+		t.Errorf("the owed checkpoint of version %d was not written at shutdown", v)
+	}
+}
+
+// TestCkptWait: after a checkpoint that took d, the next periodic one
+// waits d·(1/share − 1) from its end.
+func TestCkptWait(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		share     float64
+		took, ago time.Duration
+		waits     bool
+	}{
+		{0.1, time.Second, time.Second, true},            // 9 s wait, 1 s gone
+		{0.1, time.Second, 10 * time.Second, false},      // 9 s wait, 10 s gone
+		{0.5, time.Second, 500 * time.Millisecond, true}, // 1 s wait
+		{0.5, time.Second, 2 * time.Second, false},
+		{0, time.Hour, 0, false}, // no bound
+		{1, time.Hour, 0, false},
+		{0.1, 0, 0, false}, // no checkpoint yet
+	} {
+		l := &Loop{opts: Options{CheckpointShare: c.share}, ckptEnd: now.Add(-c.ago), ckptTook: c.took}
+		if got := l.ckptWait() > 0; got != c.waits {
+			t.Errorf("share %v, took %v, %v ago: waits %v, want %v", c.share, c.took, c.ago, got, c.waits)
+		}
+	}
+}
