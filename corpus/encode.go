@@ -2,6 +2,7 @@ package corpus
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 
@@ -98,4 +99,22 @@ func FirstReply(ex Example) (tokenizer.Message, bool) {
 		}
 	}
 	return tokenizer.Message{}, false
+}
+
+// HeldOutEncoded encodes n held-out conversations drawn with seed, the
+// categories in turn: a fixed text of the model's own distribution that
+// it never trained on, for scoring (log-prob drift, perplexity).
+func HeldOutEncoded(tok *tokenizer.Tokenizer, n int, seed uint64) ([]Encoded, error) {
+	g := NewGenerator(nil)
+	r := rand.New(rand.NewPCG(seed, 0))
+	cats := g.Categories()
+	out := make([]Encoded, 0, n)
+	for i := range n {
+		enc, err := Encode(tok, g.HeldOutExample(r, cats[i%len(cats)]))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, enc)
+	}
+	return out, nil
 }

@@ -2,7 +2,6 @@ package model_test
 
 import (
 	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/clawrl/clawrl/bundled"
@@ -39,16 +38,9 @@ func TestQuantizedLogProbs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := corpus.NewGenerator(nil)
-	r := rand.New(rand.NewPCG(1, 0))
-	var convs []corpus.Encoded
-	cats := gen.Categories()
-	for i := range 32 {
-		enc, err := corpus.Encode(tok, gen.HeldOutExample(r, cats[i%len(cats)]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		convs = append(convs, enc)
+	convs, err := corpus.HeldOutEncoded(tok, 32, 1)
+	if err != nil {
+		t.Fatal(err)
 	}
 	// score returns the log-probs of the replies' tokens, then those of
 	// every token after the first of each conversation.
