@@ -70,31 +70,30 @@ func (d *DB) Offer(rec session.Record) bool {
 			return true
 		}
 		t := *rec.Turn
-		var readied bool
-		_ = d.enqueueAfter("complete", false, true, func(tx *sql.Tx) (err error) {
-			readied, err = d.completeTurn(tx, &t)
-			return err
-		}, func() {
-			if readied {
-				d.noteFeedbackReady(TurnID(t.ResponseID, t.Choice))
-			}
-		})
+		d.enqueueReadying("complete", TurnID(t.ResponseID, t.Choice), func(tx *sql.Tx) (bool, error) { return d.completeTurn(tx, &t) })
 	case session.KindFeedback:
 		if rec.Feedback == nil {
 			return true
 		}
 		fb := *rec.Feedback
-		var readied bool
-		_ = d.enqueueAfter("feedback", false, true, func(tx *sql.Tx) (err error) {
-			readied, err = d.insertFeedback(tx, &fb)
-			return err
-		}, func() {
-			if readied {
-				d.noteFeedbackReady(TurnID(fb.ResponseID, fb.Choice))
-			}
-		})
+		d.enqueueReadying("feedback", TurnID(fb.ResponseID, fb.Choice), func(tx *sql.Tx) (bool, error) { return d.insertFeedback(tx, &fb) })
 	}
 	return true
+}
+
+// enqueueReadying queues a write of turn id that reports whether feedback
+// made the turn ready; once it is committed, such a turn is noted for
+// FeedbackReady.
+func (d *DB) enqueueReadying(kind, id string, write func(*sql.Tx) (bool, error)) {
+	var readied bool
+	_ = d.enqueueAfter(kind, false, true, func(tx *sql.Tx) (err error) {
+		readied, err = write(tx)
+		return err
+	}, func() {
+		if readied {
+			d.noteFeedbackReady(id)
+		}
+	})
 }
 
 // redactMessages redacts the text of msgs in place (they are copies) and
