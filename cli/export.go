@@ -10,6 +10,7 @@ import (
 	"github.com/clawrl/clawrl/engine"
 	"github.com/clawrl/clawrl/export"
 	"github.com/clawrl/clawrl/gguf"
+	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/weights"
 )
 
@@ -73,7 +74,7 @@ the tokenizer's vocabulary and chat template in the file's metadata.`,
 			if err != nil {
 				return err
 			}
-			opts := export.Options{DType: dt, Force: force, BaseName: baseName, MaxShardBytes: maxShard}
+			opts := export.Options{DType: dt, Force: force, BaseName: baseName, MaxShardBytes: maxShard, Merged: merged(c)}
 			if base, err := engine.ModelDir(a.cfg, "", a.log); err == nil {
 				opts.BaseDir = base
 				// The fingerprint hashes the base's weights (gigabytes for a
@@ -123,7 +124,7 @@ func (a *app) exportGGUF(cmd *cobra.Command, args []string, out, ckpt, qtype str
 	if err != nil {
 		return err
 	}
-	opts := export.Options{Force: force}
+	opts := export.Options{Force: force, Merged: merged(c)}
 	if base, err := engine.ModelDir(a.cfg, "", a.log); err == nil {
 		opts.BaseDir = base
 	}
@@ -133,6 +134,12 @@ func (a *app) exportGGUF(cmd *cobra.Command, args []string, out, ckpt, qtype str
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "exported weight version %d as GGUF (%s matrices, %.1f MB) to %s\n", res.Version, res.DType, float64(res.Bytes)/1e6, res.Dir)
 	return nil
+}
+
+// merged opens the merged weights of checkpoint c when it holds LoRA
+// adapters only (engine.OpenAdapted loads the base it names).
+func merged(c *weights.Checkpoint) func() (model.Source, error) {
+	return func() (model.Source, error) { return engine.OpenAdapted(c) }
 }
 
 // exportSource opens the checkpoint to export: --checkpoint DIR, the

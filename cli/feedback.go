@@ -101,16 +101,21 @@ func (a *app) trainingExtras(e *engine.Engine, lo *loop.Options, vars map[string
 	return nil
 }
 
-// checkpointOptions are where and how the trainer checkpoints.
-// Checkpoints are self-contained: the model's config and tokenizer files
-// travel with the weights, so `generate --model` and `serve --model` load
-// one as they load the base.
+// checkpointOptions are where and how the trainer checkpoints. The
+// model's config and tokenizer files travel with the weights, so
+// `generate --model` and `serve --model` load a checkpoint as they load
+// the base. A LoRA lineage's checkpoints hold the adapters only and name
+// the base model (as a PEFT adapter does), which loading one reads again.
 func checkpointOptions(e *engine.Engine, root string, keep int) (trainer.CheckpointOptions, error) {
 	cfgJSON, extra, err := e.BaseFiles()
 	if err != nil {
 		return trainer.CheckpointOptions{}, err
 	}
-	return trainer.CheckpointOptions{Root: root, Keep: keep, ConfigJSON: cfgJSON, ExtraFiles: extra, Base: e.Base()}, nil
+	ab, err := e.AdapterBase()
+	if err != nil {
+		return trainer.CheckpointOptions{}, err
+	}
+	return trainer.CheckpointOptions{Root: root, Keep: keep, ConfigJSON: cfgJSON, ExtraFiles: extra, Base: e.Base(), Adapters: ab}, nil
 }
 
 // newScorer builds the reward stage: the judge (the local model on its

@@ -189,10 +189,14 @@ func qloraServes(t *testing.T, bin, gg, dir string) (firstLog string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"config.json", "tokenizer.json", "model.safetensors", "trainer_state.safetensors"} {
+	for _, f := range []string{"config.json", "tokenizer.json", "trainer_state.safetensors"} {
 		if !c.Has(f) {
 			t.Errorf("the checkpoint over a quantized GGUF base lacks %s", f)
 		}
+	}
+	// The checkpoint holds the adapters only and names the file (abs).
+	if a := c.Manifest.Adapters; c.Has("model.safetensors") || a == nil || a.Path != gg {
+		t.Errorf("the LoRA checkpoint holds model.safetensors %v and names the base %+v, want adapters only over %s", c.Has("model.safetensors"), a, gg)
 	}
 	run := func(args ...string) string {
 		t.Helper()
@@ -209,8 +213,15 @@ func qloraServes(t *testing.T, bin, gg, dir string) (firstLog string) {
 		t.Errorf("export --adapter: %v", err)
 	}
 	cmd := exec.Command(bin, "generate", "--config", cfg, "--model", merged, "-t", "0", "-n", "8", "--chat", "--prompt", "Name a fruit.")
-	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Errorf("generate --model %s (the merged export): %v %q", merged, err, out)
+	fromExport, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(fromExport)) == "" {
+		t.Errorf("generate --model %s (the merged export): %v %q", merged, err, fromExport)
+	}
+	// The checkpoint itself loads as a model: its base with the adapters
+	// applied, the weights the export holds.
+	cmd = exec.Command(bin, "generate", "--config", cfg, "--model", c.Dir(), "-t", "0", "-n", "8", "--chat", "--prompt", "Name a fruit.")
+	if out, err := cmd.Output(); err != nil || string(out) != string(fromExport) {
+		t.Errorf("generate --model %s (the checkpoint): %v %q, from the merged export %q", c.Dir(), err, out, fromExport)
 	}
 
 	// A restart on the same file resumes the newest checkpoint and trains on.

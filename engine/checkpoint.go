@@ -16,6 +16,7 @@ import (
 	"github.com/clawrl/clawrl/gguf"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/tokenizer"
+	"github.com/clawrl/clawrl/weights"
 )
 
 // ModelDir resolves the checkpoint: flag, else model.path, else the
@@ -111,7 +112,8 @@ func IsGGUF(path string) bool {
 	return filepath.Ext(path) == ".gguf"
 }
 
-// loadModel loads the checkpoint at path (a directory or a GGUF file) on
+// loadModel loads the checkpoint at path (a directory, a GGUF file, or a
+// checkpoint of LoRA adapters only, whose base it loads: OpenAdapted) on
 // backend b.
 func loadModel(b compute.Backend, path string) (*model.Model, error) {
 	return loadQuantized(b, path, 0)
@@ -122,9 +124,12 @@ func loadModel(b compute.Backend, path string) (*model.Model, error) {
 func loadQuantized(b compute.Backend, path string, dt compute.DType) (*model.Model, error) {
 	var src model.Source
 	var err error
-	if IsGGUF(path) {
+	switch {
+	case IsGGUF(path):
 		src, err = gguf.OpenModel(path)
-	} else {
+	case weights.IsAdaptersOnly(path):
+		src, err = openAdapted(path)
+	default:
 		src, err = model.OpenDir(path)
 	}
 	if err != nil {

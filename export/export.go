@@ -4,8 +4,13 @@
 // LoRA adapter (adapter_model.safetensors and adapter_config.json, for a
 // lineage trained with LoRA).
 //
-// A checkpoint under trainer.checkpoint_dir is already a Hugging Face
-// directory, but it is the lineage's: pruning deletes it, it carries the
+// A checkpoint of LoRA adapters only (the daemon's, for a LoRA lineage)
+// has no weights file: the export merges the adapters into the base the
+// checkpoint names (Options.Merged) and writes the weights a whole
+// checkpoint would hold.
+//
+// A whole checkpoint is already a Hugging Face directory, but it is the
+// lineage's: pruning deletes it, it carries the
 // optimizer's state, and its config.json names the base checkpoint's dtype
 // even where the trainer merged LoRA into F32 matrices (a loader that
 // honours torch_dtype would round the learning away). An export is a
@@ -46,6 +51,7 @@ import (
 	"time"
 
 	"github.com/clawrl/clawrl/atomicfile"
+	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/safetensors"
 	"github.com/clawrl/clawrl/weights"
 )
@@ -147,6 +153,11 @@ type Options struct {
 	MaxShardBytes int64
 	// Now stamps the model card (zero: time.Now).
 	Now time.Time
+	// Merged opens the weights of a checkpoint that holds LoRA adapters
+	// only (weights.Checkpoint.AdaptersOnly): its base with the adapters
+	// applied (engine.OpenAdapted). A merged export of such a checkpoint
+	// needs it; the export closes the source.
+	Merged func() (model.Source, error)
 }
 
 // Result describes a finished export.
@@ -409,11 +420,82 @@ func (x *exporter) note(name string, n int64) {
 	x.bytes += n
 }
 
-// writeWeights writes the checkpoint's safetensors file name into the
-// export in dtype and returns the torch dtype that names the widest dtype
-// written. DTypeAuto copies the file byte for byte (verified).
+// writeWeights writes the checkpoint's weights as the safetensors file
+// name into the export in dtype and returns the torch dtype that names the
+// widest dtype written. DTypeAuto copies the checkpoint's file byte for
+// byte (verified). A checkpoint of adapters only has no such file: its
+// merged weights (Options.Merged) are written as the file it would hold,
+// then converted likewise.
 func (x *exporter) writeWeights(name string, dtype DType) (string, error) {
-	src := x.c.Path(name)
+	if !x.c.AdaptersOnly() {
+		return x.convertWeights(x.c.Path(name), name, dtype, func() error { return x.copyVerified(name) })
+	}
+	src, err := x.merged()
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	tmp := filepath.Join(x.tmp, ".merged.safetensors")
+	defer os.Remove(tmp)
+	if err := writeSource(tmp, src); err != nil {
+		return "", fmt.Errorf("export: %w", err)
+	}
+	return x.convertWeights(tmp, name, dtype, func() error {
+		if err := os.Rename(tmp, filepath.Join(x.tmp, name)); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		return x.noteFile(name)
+	})
+}
+
+// merged opens the merged weights of a checkpoint of adapters only.
+func (x *exporter) merged() (model.Source, error) {
+	if x.opts.Merged == nil {
+		return nil, fmt.Errorf("export: %s holds LoRA adapters only, over the base model %s, and nothing was given to merge them", x.c.Dir(), x.c.Manifest.Adapters.Path)
+	}
+	src, err := x.opts.Merged()
+	if err != nil {
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	return src, nil
+}
+
+// writeSource writes every tensor src's config implies to the safetensors
+// file path, as src holds it: BF16 where it has the bits, else F32.
+func writeSource(path string, src model.Source) error {
+	specs := src.Config().TensorSpecs()
+	tensors := make([]safetensors.WriteTensor, 0, len(specs))
+	for _, spec := range specs {
+		t, err := src.Tensor(spec.Name)
+		if err != nil {
+			return err
+		}
+		wt := safetensors.WriteTensor{Name: spec.Name, DType: safetensors.F32, Shape: slices.Clone(t.Shape)}
+		if t.BF16 != nil {
+			bits := t.BF16
+			wt.DType = safetensors.BF16
+			wt.Stream = func(w io.Writer) error { _, err := w.Write(safetensors.EncodeUint16(bits)); return err }
+		} else {
+			read := t.Float32
+			wt.Stream = func(w io.Writer) error {
+				vals, _, err := read()
+				if err != nil {
+					return err
+				}
+				_, err = w.Write(safetensors.EncodeFloat32(vals))
+				return err
+			}
+		}
+		tensors = append(tensors, wt)
+	}
+	return safetensors.WriteFile(path, tensors, map[string]string{"format": "pt"})
+}
+
+// convertWeights writes the safetensors file src into the export as name
+// (or its shards) in dtype and returns the torch dtype that names the
+// widest dtype written; keep puts src there as it is, for DTypeAuto
+// without shards.
+func (x *exporter) convertWeights(src, name string, dtype DType, keep func() error) (string, error) {
 	f, err := safetensors.Open(src)
 	if err != nil {
 		return "", fmt.Errorf("export: %w", err)
@@ -440,7 +522,7 @@ func (x *exporter) writeWeights(name string, dtype DType) (string, error) {
 		return torch, x.writeShards(tensors, f.Metadata(), total, max)
 	}
 	if dtype == DTypeAuto {
-		return torch, x.copyVerified(name)
+		return torch, keep()
 	}
 	return torch, x.writeSafetensors(name, tensors, f.Metadata())
 }

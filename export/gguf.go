@@ -42,9 +42,15 @@ func GGUF(c *weights.Checkpoint, out string, typ gguf.TensorType, opts Options) 
 	if err != nil {
 		return Result{}, err
 	}
-	src, err := model.OpenDir(c.Dir())
+	var src model.Source
+	if c.AdaptersOnly() {
+		x := &exporter{c: c, opts: opts}
+		src, err = x.merged()
+	} else if src, err = model.OpenDir(c.Dir()); err != nil {
+		err = fmt.Errorf("export: %w", err)
+	}
 	if err != nil {
-		return Result{}, fmt.Errorf("export: %w", err)
+		return Result{}, err
 	}
 	defer src.Close()
 	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {

@@ -73,10 +73,10 @@ type Options struct {
 	// checkpoints of CheckpointEvery take: after one that took d, the
 	// next is written no sooner than d·(1/share − 1) later, at the first
 	// step or idle moment after that (0 or ≥ 1: every CheckpointEvery
-	// steps, whatever they cost). A LoRA checkpoint of a 0.6B model holds
-	// 2.4 GB of merged weights and took 25 s: every step would have
-	// waited for one. Checkpoints of the guard's good versions and the
-	// one at shutdown are written whatever the share.
+	// steps, whatever they cost). A checkpoint holding a 0.6B model's
+	// merged weights (2.4 GB) took 25 s: every step would have waited for
+	// one. Checkpoints of the guard's good versions and the one at
+	// shutdown are written whatever the share.
 	CheckpointShare float64
 	// Poll is how often the store is looked at without a signal (default
 	// 1s).

@@ -2,7 +2,9 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/safetensors"
 )
 
@@ -86,6 +88,62 @@ func (s *dirSource) Tensor(name string) (SourceTensor, error) {
 	t.Float32 = func() ([]float32, bool, error) {
 		vals, err := f.Float32(name) // a view for F32, a widened copy otherwise
 		return vals, info.DType == safetensors.F32, err
+	}
+	return t, nil
+}
+
+// Source returns a Source of the set's tensors as FileTensors lists them
+// (what a checkpoint file of the set would hold, without writing one), for
+// loading the set as a model of its own: on another backend, quantized, or
+// written out by an exporter. name names it in messages; Close runs
+// onClose (nil: nothing), which may free the set. The set must outlive
+// every use of the source.
+func (w *Weights) Source(name string, onClose func() error) Source {
+	byName := map[string]FileTensor{}
+	for _, t := range w.FileTensors() {
+		byName[t.Name] = t
+	}
+	return &setSource{c: w.m.Config, name: name, tensors: byName, onClose: onClose}
+}
+
+// setSource is Weights.Source.
+type setSource struct {
+	c       *Config
+	name    string
+	tensors map[string]FileTensor
+	onClose func() error
+}
+
+func (s *setSource) Config() *Config { return s.c }
+func (s *setSource) String() string  { return s.name }
+
+func (s *setSource) Close() error {
+	if f := s.onClose; f != nil {
+		s.onClose = nil
+		return f()
+	}
+	return nil
+}
+
+func (s *setSource) Tensor(name string) (SourceTensor, error) {
+	ft, ok := s.tensors[name]
+	if !ok {
+		return SourceTensor{}, fmt.Errorf("model: %s: no tensor %q", s.name, name)
+	}
+	t := SourceTensor{Path: s.name, Shape: slices.Clone(ft.Shape)}
+	t.Float32 = func() ([]float32, bool, error) {
+		vals, err := ft.Read()
+		return vals, false, err
+	}
+	if ft.DType == compute.BF16 {
+		vals, err := ft.Read()
+		if err != nil {
+			return SourceTensor{}, err
+		}
+		t.BF16 = make([]uint16, len(vals))
+		for i, v := range vals {
+			t.BF16[i] = safetensors.Float32ToBF16(v) // exact: the values are BF16 numbers
+		}
 	}
 	return t, nil
 }

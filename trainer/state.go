@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/safetensors"
 	"github.com/clawrl/clawrl/weights"
 )
@@ -76,13 +77,20 @@ type CheckpointOptions struct {
 	// Base identifies the base model (weights.Meta.Base); Save records it
 	// in the manifest and Restore refuses a checkpoint of another base.
 	Base string
+	// Adapters, when set, makes a LoRA trainer's checkpoints hold the
+	// adapters only (in the trainer state), over this base, with no
+	// model.safetensors (weights.AdapterBase); LoadAdapted rebuilds the
+	// version's weights from them. Full fine-tuning ignores it.
+	Adapters *weights.AdapterBase
 }
 
 // Save writes a checkpoint of the trainer's current version, which must be
 // the one it published last, with no step since (its weights are what the
 // trainer state continues from), taken from store: config.json, the
-// version's weights as model.safetensors, the trainer state (parameters in
-// F32, AdamW moments, counters), and the extra files. The version is held
+// version's weights as model.safetensors (not for LoRA with
+// co.Adapters set: the adapters in the trainer state are the version), the
+// trainer state (parameters in F32, AdamW moments, counters), and the
+// extra files. The version is held
 // while it is written. See weights.Save for how the checkpoint is made
 // crash-safe. Step waits while Save runs; serving does not.
 func (t *Trainer) Save(store *weights.Store, co CheckpointOptions) (*weights.Checkpoint, error) {
@@ -129,14 +137,16 @@ func (t *Trainer) Save(store *weights.Store, co CheckpointOptions) (*weights.Che
 	if err != nil {
 		return nil, fmt.Errorf("trainer: save: %w", err)
 	}
-	files := []weights.File{
-		{Name: weights.ConfigFile, Write: bytesWriter(co.ConfigJSON)},
-		weights.WeightsFile(t.b, v.Weights()),
-		{Name: weights.StateTensorsFile, Create: func(path string) error {
+	adaptersOnly := co.Adapters != nil && t.opts.LoRARank > 0
+	files := []weights.File{{Name: weights.ConfigFile, Write: bytesWriter(co.ConfigJSON)}}
+	if !adaptersOnly {
+		files = append(files, weights.WeightsFile(t.b, v.Weights()))
+	}
+	files = append(files,
+		weights.File{Name: weights.StateTensorsFile, Create: func(path string) error {
 			return safetensors.WriteFile(path, tensors, map[string]string{"format": "clawrl-trainer-state"})
 		}},
-		{Name: weights.StateJSONFile, Write: bytesWriter(append(sj, '\n'))},
-	}
+		weights.File{Name: weights.StateJSONFile, Write: bytesWriter(append(sj, '\n'))})
 	names := make([]string, 0, len(co.ExtraFiles))
 	for name := range co.ExtraFiles {
 		names = append(names, name)
@@ -148,6 +158,10 @@ func (t *Trainer) Save(store *weights.Store, co CheckpointOptions) (*weights.Che
 	info := weights.InfoOf(v)
 	if co.Base != "" {
 		info.Meta.Base = co.Base
+	}
+	if adaptersOnly {
+		a := *co.Adapters
+		info.Adapters = &a
 	}
 	c, err := weights.Save(co.Root, info, files, co.Keep)
 	if err != nil {
@@ -186,65 +200,19 @@ func (t *Trainer) Restore(c *weights.Checkpoint) error {
 	if t.closed {
 		return errors.New("trainer: closed")
 	}
-	if !c.Has(weights.StateJSONFile) || !c.Has(weights.StateTensorsFile) {
-		return fmt.Errorf("trainer: restore: checkpoint %s holds no trainer state", c.Dir())
-	}
-	raw, err := c.ReadFile(weights.StateJSONFile)
+	st, err := readState(c)
 	if err != nil {
 		return fmt.Errorf("trainer: restore: %w", err)
-	}
-	var st stateJSON
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return fmt.Errorf("trainer: restore: %s: %w", c.Path(weights.StateJSONFile), err)
-	}
-	if st.Format != stateFormat {
-		return fmt.Errorf("trainer: restore: %s: format %d, want %d", c.Path(weights.StateJSONFile), st.Format, stateFormat)
 	}
 	if err := t.checkLoRA(st.LoRA); err != nil {
 		return fmt.Errorf("trainer: restore: %s: %w", c.Dir(), err)
 	}
-	if len(st.Params) != len(t.params) {
-		return fmt.Errorf("trainer: restore: %s: %d parameters saved, the trainer has %d", c.Dir(), len(st.Params), len(t.params))
-	}
-	path := c.Path(weights.StateTensorsFile)
-	f, err := safetensors.Open(path)
+	// Everything is checked before anything is written.
+	err = loadStateTensors(t.b, c, st, t.params, []string{valuePrefix, adamMPrefix, adamVPrefix},
+		func(i, k int) compute.Tensor {
+			return [...]compute.Tensor{t.params[i].Value, t.mom[i].m, t.mom[i].v}[k]
+		})
 	if err != nil {
-		return fmt.Errorf("trainer: restore: %w", err)
-	}
-	defer f.Close()
-	// Check everything before writing anything.
-	type load struct {
-		dst  compute.Tensor
-		vals []float32
-	}
-	var loads []load
-	for i, p := range t.params {
-		if sp := st.Params[i]; sp.Name != p.Name || !slices.Equal(sp.Shape, p.Value.Shape()) {
-			return fmt.Errorf("trainer: restore: %s: parameter %d is %s %v, the trainer's is %s %v", c.Dir(), i, sp.Name, sp.Shape, p.Name, p.Value.Shape())
-		}
-		for _, x := range []struct {
-			prefix string
-			dst    compute.Tensor
-		}{{valuePrefix, p.Value}, {adamMPrefix, t.mom[i].m}, {adamVPrefix, t.mom[i].v}} {
-			name := x.prefix + p.Name
-			info, ok := f.Info(name)
-			if !ok {
-				return fmt.Errorf("trainer: restore: %s: tensor %q missing", path, name)
-			}
-			if info.DType != safetensors.F32 || !slices.Equal(info.Shape, p.Value.Shape()) {
-				return fmt.Errorf("trainer: restore: %s: tensor %q is %s %v, want F32 %v", path, name, info.DType, info.Shape, p.Value.Shape())
-			}
-			vals, err := f.Float32(name)
-			if err != nil {
-				return fmt.Errorf("trainer: restore: %w", err)
-			}
-			loads = append(loads, load{x.dst, vals})
-		}
-	}
-	for _, l := range loads {
-		t.b.Write(l.dst, l.vals)
-	}
-	if err := t.b.Synchronize(); err != nil {
 		return fmt.Errorf("trainer: restore: %w", err)
 	}
 	t.tr.ZeroGrad()
@@ -260,6 +228,109 @@ func (t *Trainer) Restore(c *weights.Checkpoint) error {
 		t.lineage.Add(info.Version, info.Parent, st.Step)
 	}
 	return nil
+}
+
+// readState reads and checks checkpoint c's trainer_state.json.
+func readState(c *weights.Checkpoint) (*stateJSON, error) {
+	if !c.Has(weights.StateJSONFile) || !c.Has(weights.StateTensorsFile) {
+		return nil, fmt.Errorf("checkpoint %s holds no trainer state", c.Dir())
+	}
+	raw, err := c.ReadFile(weights.StateJSONFile)
+	if err != nil {
+		return nil, err
+	}
+	var st stateJSON
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Path(weights.StateJSONFile), err)
+	}
+	if st.Format != stateFormat {
+		return nil, fmt.Errorf("%s: format %d, want %d", c.Path(weights.StateJSONFile), st.Format, stateFormat)
+	}
+	return &st, nil
+}
+
+// stateLoad is one tensor of the trainer state to write into dst.
+type stateLoad struct {
+	dst  compute.Tensor
+	vals []float32
+}
+
+// loadStateTensors checks that the parameters st lists are params (names
+// and shapes, in order) and reads, for parameter i, the tensor of each
+// prefix k from c's trainer_state.safetensors, to be written into dst(i,
+// k), and writes them there once all are read. The values are views of
+// the mapped file.
+func loadStateTensors(b compute.Backend, c *weights.Checkpoint, st *stateJSON, params []model.Param, prefixes []string, dst func(i, k int) compute.Tensor) error {
+	if len(st.Params) != len(params) {
+		return fmt.Errorf("%s: %d parameters saved, the trainer has %d", c.Dir(), len(st.Params), len(params))
+	}
+	path := c.Path(weights.StateTensorsFile)
+	f, err := safetensors.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // after the writes: the values are views of the file
+	var loads []stateLoad
+	for i, p := range params {
+		if sp := st.Params[i]; sp.Name != p.Name || !slices.Equal(sp.Shape, p.Value.Shape()) {
+			return fmt.Errorf("%s: parameter %d is %s %v, the trainer's is %s %v", c.Dir(), i, sp.Name, sp.Shape, p.Name, p.Value.Shape())
+		}
+		for k, prefix := range prefixes {
+			name := prefix + p.Name
+			info, ok := f.Info(name)
+			if !ok {
+				return fmt.Errorf("%s: tensor %q missing", path, name)
+			}
+			if info.DType != safetensors.F32 || !slices.Equal(info.Shape, p.Value.Shape()) {
+				return fmt.Errorf("%s: tensor %q is %s %v, want F32 %v", path, name, info.DType, info.Shape, p.Value.Shape())
+			}
+			vals, err := f.Float32(name)
+			if err != nil {
+				return err
+			}
+			loads = append(loads, stateLoad{dst(i, k), vals})
+		}
+	}
+	for _, l := range loads {
+		b.Write(l.dst, l.vals)
+	}
+	return b.Synchronize()
+}
+
+// LoadAdapted returns the weights of the version that checkpoint c holds
+// as LoRA adapters only (weights.Checkpoint.AdaptersOnly): m's base set
+// with the saved adapters applied as the trainer that saved them published
+// the version (Trainable.Snapshot: merged in the saved lora merge dtype,
+// or served unmerged over quantized matrices). m must hold the base the
+// checkpoint names, loaded as it was for training. The caller frees the
+// set.
+func LoadAdapted(m *model.Model, c *weights.Checkpoint) (*model.Weights, error) {
+	st, err := readState(c)
+	if err != nil {
+		return nil, fmt.Errorf("trainer: loading adapters: %w", err)
+	}
+	l := st.LoRA
+	if l == nil || l.Rank <= 0 {
+		return nil, fmt.Errorf("trainer: loading adapters: %s: the trainer state holds no LoRA adapters", c.Dir())
+	}
+	lc := &model.LoRAConfig{Rank: l.Rank, Alpha: float32(l.Alpha), Targets: l.Targets, Seed: l.Seed, MergeDType: compute.F32}
+	if st.Options.LoRAMergeDType == "bfloat16" {
+		lc.MergeDType = compute.BF16
+	}
+	tr, err := m.NewTrainable(nil, model.TrainOptions{LoRA: lc})
+	if err != nil {
+		return nil, fmt.Errorf("trainer: loading adapters of %s: %w", c.Dir(), err)
+	}
+	defer tr.Free()
+	params := tr.Params()
+	if err := loadStateTensors(m.Backend(), c, st, params, []string{valuePrefix}, func(i, _ int) compute.Tensor { return params[i].Value }); err != nil {
+		return nil, fmt.Errorf("trainer: loading adapters: %w", err)
+	}
+	w, err := tr.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("trainer: loading adapters of %s: %w", c.Dir(), err)
+	}
+	return w, nil
 }
 
 // checkLoRA compares saved LoRA settings with the trainer's.

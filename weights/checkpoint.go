@@ -36,12 +36,31 @@ const manifestFormat = 1
 // Manifest is a checkpoint's table of contents, written last: the version
 // it holds and, for every other file, its size and SHA-256.
 type Manifest struct {
-	Format  int         `json:"format"`
-	Version uint64      `json:"version"`
-	Parent  uint64      `json:"parent"`
-	Created time.Time   `json:"created"`
-	Meta    Meta        `json:"meta"`
-	Files   []FileEntry `json:"files"`
+	Format  int       `json:"format"`
+	Version uint64    `json:"version"`
+	Parent  uint64    `json:"parent"`
+	Created time.Time `json:"created"`
+	Meta    Meta      `json:"meta"`
+	// Adapters, when set, says the checkpoint holds LoRA adapters only (in
+	// its trainer state) over the base model it names, and no
+	// model.safetensors.
+	Adapters *AdapterBase `json:"adapters_over,omitempty"`
+	Files    []FileEntry  `json:"files"`
+}
+
+// AdapterBase is the base model of a checkpoint that holds LoRA adapters
+// only, as a PEFT adapter directory names its base: a LoRA checkpoint of a
+// large model would otherwise carry every matrix merged in F32 (2.4 GB for
+// a 0.6B model, whatever the adapters' 50 MB), and take as long to write.
+// Loading such a checkpoint as a model loads the base as it was loaded for
+// training and applies the adapters (package engine).
+type AdapterBase struct {
+	// Path is the base checkpoint (a directory or a GGUF file), absolute.
+	Path string `json:"path"`
+	// Quantize is model.quantize as it applied to the base while training
+	// (auto, none, q8_0, q4_0): the adapters were trained over the base
+	// so quantized, and apply to it so loaded.
+	Quantize string `json:"quantize,omitempty"`
 }
 
 // FileEntry describes one file of a checkpoint.
@@ -66,6 +85,10 @@ type Info struct {
 	Version, Parent uint64
 	Created         time.Time
 	Meta            Meta
+	// Adapters, when set, makes the checkpoint one of LoRA adapters only
+	// over that base (Manifest.Adapters): the files hold no
+	// model.safetensors and must hold the trainer state.
+	Adapters *AdapterBase
 }
 
 // InfoOf is the Info of a published version.
@@ -122,7 +145,15 @@ func Save(root string, info Info, files []File, keep int) (*Checkpoint, error) {
 		return nil, fmt.Errorf("weights: checkpoint: %w", err)
 	}
 
-	m := Manifest{Format: manifestFormat, Version: info.Version, Parent: info.Parent, Created: info.Created.UTC(), Meta: info.Meta}
+	if a := info.Adapters; a != nil {
+		if !filepath.IsAbs(a.Path) {
+			return nil, fmt.Errorf("weights: checkpoint: the adapters' base model path %q is not absolute", a.Path)
+		}
+		if seen[ModelFile] || !seen[StateJSONFile] || !seen[StateTensorsFile] {
+			return nil, fmt.Errorf("weights: checkpoint: a checkpoint of adapters only holds the trainer state and no %s", ModelFile)
+		}
+	}
+	m := Manifest{Format: manifestFormat, Version: info.Version, Parent: info.Parent, Created: info.Created.UTC(), Meta: info.Meta, Adapters: info.Adapters}
 	for _, f := range files {
 		var e FileEntry
 		var err error
@@ -294,8 +325,12 @@ func (c *Checkpoint) Path(name string) string { return filepath.Join(c.dir, name
 // Info is the version the checkpoint holds.
 func (c *Checkpoint) Info() Info {
 	m := c.Manifest
-	return Info{Version: m.Version, Parent: m.Parent, Created: m.Created, Meta: m.Meta}
+	return Info{Version: m.Version, Parent: m.Parent, Created: m.Created, Meta: m.Meta, Adapters: m.Adapters}
 }
+
+// AdaptersOnly reports whether the checkpoint holds LoRA adapters only,
+// over the base Manifest.Adapters names, and no model.safetensors.
+func (c *Checkpoint) AdaptersOnly() bool { return c.Manifest.Adapters != nil }
 
 // Has reports whether the checkpoint holds a file of that name.
 func (c *Checkpoint) Has(name string) bool {
@@ -332,10 +367,12 @@ func (c *Checkpoint) ReadFile(name string) ([]byte, error) {
 // Open verifies the checkpoint in dir and returns it. It refuses, with an
 // error naming the path and the reason: a missing or unreadable manifest;
 // a file listed in it that is missing, of another size (truncated) or of
-// another SHA-256; a checkpoint without config.json or model.safetensors; a
-// config.json the model package rejects; a safetensors file whose header
-// fails validation; and a model.safetensors that lacks a tensor config.json
-// implies or holds it in another shape.
+// another SHA-256; a checkpoint without config.json or model.safetensors
+// (one of adapters only: without the trainer state); a config.json the
+// model package rejects; a safetensors file whose header fails
+// validation; and a model.safetensors that lacks a tensor config.json
+// implies or holds it in another shape. It does not open the base model
+// of a checkpoint of adapters only.
 func Open(dir string) (*Checkpoint, error) {
 	mpath := filepath.Join(dir, ManifestFile)
 	raw, err := os.ReadFile(mpath)
@@ -361,12 +398,26 @@ func Open(dir string) (*Checkpoint, error) {
 			return nil, fmt.Errorf("weights: checkpoint: %w", err)
 		}
 	}
-	for _, need := range []string{ConfigFile, ModelFile} {
-		if !c.Has(need) {
-			return nil, fmt.Errorf("weights: checkpoint: %s: manifest lists no %s", mpath, need)
+	need := []string{ConfigFile, ModelFile}
+	if a := m.Adapters; a != nil {
+		if !filepath.IsAbs(a.Path) {
+			return nil, fmt.Errorf("weights: checkpoint: %s: the adapters' base model path %q is not absolute", mpath, a.Path)
+		}
+		if c.Has(ModelFile) {
+			return nil, fmt.Errorf("weights: checkpoint: %s: a checkpoint of adapters only lists %s", mpath, ModelFile)
+		}
+		need = []string{ConfigFile, StateJSONFile, StateTensorsFile}
+	}
+	for _, name := range need {
+		if !c.Has(name) {
+			return nil, fmt.Errorf("weights: checkpoint: %s: manifest lists no %s", mpath, name)
 		}
 	}
-	if err := verifyModel(dir); err != nil {
+	if m.Adapters != nil {
+		if _, err := model.LoadConfig(dir); err != nil {
+			return nil, fmt.Errorf("weights: checkpoint: %w", err)
+		}
+	} else if err := verifyModel(dir); err != nil {
 		return nil, fmt.Errorf("weights: checkpoint: %w", err)
 	}
 	if c.Has(StateTensorsFile) {
@@ -435,6 +486,20 @@ func verifyModel(dir string) error {
 		}
 	}
 	return nil
+}
+
+// IsAdaptersOnly reports whether dir looks like a checkpoint of LoRA
+// adapters only (its manifest names a base model), without verifying it:
+// for loaders that must choose how to open a path. Open verifies.
+func IsAdaptersOnly(dir string) bool {
+	raw, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+	if err != nil {
+		return false
+	}
+	var m struct {
+		Adapters *AdapterBase `json:"adapters_over"`
+	}
+	return json.Unmarshal(raw, &m) == nil && m.Adapters != nil
 }
 
 // OpenLatest returns the newest checkpoint under root that Open accepts,

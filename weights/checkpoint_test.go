@@ -323,3 +323,62 @@ func TestPrunedKeepsPinned(t *testing.T) {
 		t.Errorf("after unpinning: %v", ns)
 	}
 }
+
+// TestAdaptersOnly: a checkpoint of adapters only saves and opens without
+// model.safetensors, keeps its base through Republish (a rollback), and
+// is refused when it would not load: a relative base path, a
+// model.safetensors beside it, no trainer state, a manifest edited to
+// name a relative base.
+func TestAdaptersOnly(t *testing.T) {
+	without := func(files []File, names ...string) []File {
+		return slices.DeleteFunc(slices.Clone(files), func(f File) bool { return slices.Contains(names, f.Name) })
+	}
+	all := sourceFiles(t)
+	base := &AdapterBase{Path: "/models/base.gguf", Quantize: "auto"}
+	withBase := func(n uint64, a *AdapterBase) Info {
+		i := info(n)
+		i.Adapters = a
+		return i
+	}
+	root := t.TempDir()
+	c, err := Save(root, withBase(3, base), without(all, ModelFile), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Open(c.Dir())
+	if err != nil || !got.AdaptersOnly() || *got.Manifest.Adapters != *base || !IsAdaptersOnly(c.Dir()) {
+		t.Fatalf("open: %v %+v", err, got)
+	}
+	rb := got.Info()
+	rb.Version, rb.Parent = 4, 3
+	again, err := Republish(root, got, rb, 0)
+	if err != nil || !again.AdaptersOnly() || *again.Manifest.Adapters != *base {
+		t.Fatalf("republish: %v %+v", err, again)
+	}
+	if whole, err := Save(t.TempDir(), info(3), all, 0); err != nil || whole.AdaptersOnly() || IsAdaptersOnly(whole.Dir()) {
+		t.Fatalf("a whole checkpoint: %v, adapters only %v", err, whole.AdaptersOnly())
+	}
+
+	for _, tc := range []struct {
+		name  string
+		base  *AdapterBase
+		files []File
+		want  string
+	}{
+		{"relative base", &AdapterBase{Path: "base.gguf"}, without(all, ModelFile), "not absolute"},
+		{"weights beside", base, all, "no model.safetensors"},
+		{"no trainer state", base, without(all, ModelFile, StateTensorsFile), "trainer state"},
+	} {
+		if _, err := Save(t.TempDir(), withBase(5, tc.base), tc.files, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: save: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+
+	// A manifest edited by hand is refused on open, naming it.
+	mpath := filepath.Join(c.Dir(), ManifestFile)
+	raw, _ := os.ReadFile(mpath)
+	os.WriteFile(mpath, bytes.Replace(raw, []byte(`"/models/base.gguf"`), []byte(`"base.gguf"`), 1), 0o644)
+	if _, err := Open(c.Dir()); err == nil || !strings.Contains(err.Error(), mpath) || !strings.Contains(err.Error(), "not absolute") {
+		t.Errorf("a relative base in the manifest: %v", err)
+	}
+}

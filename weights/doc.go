@@ -31,6 +31,11 @@
 //	    trainer_state.json         the trainer's scalars (step, RNG, options)
 //	    manifest.json              version metadata; size and SHA-256 per file
 //
+// A checkpoint of LoRA adapters only (Manifest.Adapters) has no
+// model.safetensors: its manifest names the base model the adapters apply
+// to, as a PEFT adapter directory does, and a loader (package engine)
+// loads that base and applies them.
+//
 // Save writes every file into a temporary directory beside the others,
 // fsyncs each file and the directory, renames the directory into place and
 // fsyncs the root, so a checkpoint directory that exists is complete; then
