@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/clawrl/clawrl/bundled"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/trainer"
 	"github.com/clawrl/clawrl/weights"
@@ -41,18 +42,26 @@ func OpenAdapted(c *weights.Checkpoint) (model.Source, error) {
 	if a == nil {
 		return nil, fmt.Errorf("engine: checkpoint %s holds its weights, not LoRA adapters only", c.Dir())
 	}
-	if _, err := os.Stat(a.Path); err != nil {
-		return nil, fmt.Errorf("checkpoint %s holds LoRA adapters over the base model %s, which cannot be read (%w): put the base model back there to load the checkpoint",
-			c.Dir(), a.Path, err)
+	path := a.Path
+	if _, err := os.Stat(path); err != nil {
+		// The bundled model is wherever this binary extracts it (another
+		// user's cache, another machine).
+		if c.Manifest.Meta.Base != bundledFingerprint() {
+			return nil, fmt.Errorf("checkpoint %s holds LoRA adapters over the base model %s, which cannot be read (%w): put the base model back there to load the checkpoint",
+				c.Dir(), a.Path, err)
+		}
+		if path, err = bundled.Dir(); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: its base, the bundled model: %w", c.Dir(), err)
+		}
 	}
 	if want := c.Manifest.Meta.Base; want != "" {
-		got, err := BaseFingerprint(a.Path)
+		got, err := BaseFingerprint(path)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint %s: its base model: %w", c.Dir(), err)
 		}
 		if got != want {
 			return nil, fmt.Errorf("checkpoint %s holds LoRA adapters trained over the base model %s (fingerprint %s), and the model there now is %s: adapters apply only to their own base",
-				c.Dir(), a.Path, want, got)
+				c.Dir(), path, want, got)
 		}
 	}
 	cfg := Defaults()
@@ -64,7 +73,7 @@ func OpenAdapted(c *weights.Checkpoint) (model.Source, error) {
 	default:
 		return nil, fmt.Errorf("checkpoint %s: its manifest names model.quantize %q for the base, which this build does not know", c.Dir(), a.Quantize)
 	}
-	m, _, err := loadHostNoting(cfg, a.Path)
+	m, _, err := loadHostNoting(cfg, path)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: loading its base model: %w", c.Dir(), err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/clawrl/clawrl/safetensors"
 	"github.com/clawrl/clawrl/trainer"
 	"github.com/clawrl/clawrl/weights"
+	"github.com/rs/zerolog"
 )
 
 // trainedLoRA writes a random BF16 base at base (seed), loads it as
@@ -224,4 +225,47 @@ func equal32(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// TestAdaptersOverBundled: a checkpoint of adapters over the bundled model
+// loads where the bundled model's recorded path is gone (another cache,
+// another machine): the binary's own copy is the base.
+func TestAdaptersOverBundled(t *testing.T) {
+	dir, err := ModelDir(Defaults(), "", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Defaults()
+	m, err := loadHost(cfg, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	o := trainer.DefaultOptions()
+	o.LoRARank, o.LoRAAlpha = 2, 4
+	tr, err := trainer.New(m, m.Weights(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	store := weights.NewStore(weights.StoreOptions{})
+	defer store.Close()
+	if _, err := tr.Publish(store); err != nil {
+		t.Fatal(err)
+	}
+	cfgJSON, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(t.TempDir(), "elsewhere", "clawrl-small")
+	c, err := tr.Save(store, trainer.CheckpointOptions{Root: t.TempDir(), ConfigJSON: cfgJSON, Base: bundledFingerprint(),
+		Adapters: &weights.AdapterBase{Path: gone, Quantize: "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm, err := loadModel(hostBackend(cfg), c.Dir())
+	if err != nil {
+		t.Fatalf("adapters over the bundled model, its recorded path gone: %v", err)
+	}
+	lm.Close()
 }

@@ -51,7 +51,7 @@ func IsBundled(dir string) bool {
 // whole at every start would cost seconds).
 func BaseFingerprint(dir string) (string, error) {
 	if IsBundled(dir) {
-		return bundled.Name + "-" + bundled.Hash()[:16], nil
+		return bundledFingerprint(), nil
 	}
 	h := sha256.New()
 	if IsGGUF(dir) {
@@ -76,6 +76,9 @@ func BaseFingerprint(dir string) (string, error) {
 	}
 	return filepath.Base(filepath.Clean(dir)) + "-" + hex.EncodeToString(h.Sum(nil))[:16], nil
 }
+
+// bundledFingerprint is the bundled model's BaseFingerprint.
+func bundledFingerprint() string { return bundled.Name + "-" + bundled.Hash()[:16] }
 
 // hashEnds writes the name and size of a file and its first and last MiB
 // into h.
