@@ -133,6 +133,8 @@ func (x *exporter) baseName() string {
 			return abs
 		}
 		return x.opts.BaseDir
+	case x.c.Manifest.Adapters != nil:
+		return x.c.Manifest.Adapters.Path
 	}
 	return x.c.Manifest.Meta.Base
 }
