@@ -156,7 +156,7 @@ func (pl *Pool) PackQuant(t QuantType, blocks []byte, n, k int) (*QMatrix, error
 		return nil, fmt.Errorf("kernels: %d×%d %v needs %d bytes of blocks, got %d", n, k, t, n*nb*t.blockBytes(), len(blocks))
 	}
 	np := (n + qPanel - 1) / qPanel
-	m := &QMatrix{typ: t, n: n, k: k, nb: nb, panels: allocAligned(np * nb * t.panelBlockBytes())}
+	m := &QMatrix{typ: t, n: n, k: k, nb: nb, panels: panelSlab.alloc(np * nb * t.panelBlockBytes())}
 	pl.For(np, max(1, (256<<10)/(nb*t.panelBlockBytes())), func(lo, hi int) {
 		for p := lo; p < hi; p++ {
 			m.packPanel(p, blocks)
