@@ -373,16 +373,21 @@ type flashScratch struct {
 	cmax          []float32
 	offs, seq     []int64
 	lim           []int32
+	bf            []uint16 // loadQ's rounding buffer
 }
 
 var flashScratches sync.Pool // *flashScratch
 
 // loadQ copies one token's queries of a group (row layout) from src to
-// dst, rounded to BF16 with roundQ, times the scale.
-func (f *flashCall) loadQ(dst, src []float32) {
+// dst, rounded to BF16 with roundQ (through sc's buffer: a local array
+// passed to the kernels escaped, an allocation per call), times the scale.
+func (f *flashCall) loadQ(dst, src []float32, sc *flashScratch) {
 	copy(dst, src)
 	if f.roundQ {
-		var tmp [256]uint16
+		if len(sc.bf) < 256 {
+			sc.bf = make([]uint16, 256)
+		}
+		tmp := sc.bf[:256]
 		for p := 0; p < len(dst); p += len(tmp) {
 			part := dst[p:min(len(dst), p+len(tmp))]
 			kernels.F32ToBF16(tmp[:len(part)], part)

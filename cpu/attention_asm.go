@@ -193,7 +193,7 @@ func (f *flashCall) runDecode(w flashWork, sc *flashScratch) {
 	mx, l, alpha := sc.mx[:mr], sc.l[:mr], sc.alpha[:mr]
 	for tok := range t.tokens {
 		dst := Q[tok*gw : (tok+1)*gw]
-		f.loadQ(dst, f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw])
+		f.loadQ(dst, f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw], sc)
 	}
 	clear(Q[m*hd:])
 	clear(O)

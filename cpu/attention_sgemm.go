@@ -28,7 +28,7 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 	for tok := range t.tokens {
 		src := f.q[(t.r0+tok)*f.qdim+t.g*gw:][:gw]
 		dst := Q[tok*gw : (tok+1)*gw]
-		f.loadQ(dst, src)
+		f.loadQ(dst, src, sc)
 	}
 	clear(O)
 	clear(l)
