@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/clawrl/clawrl/cuda/fakecuda"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/trainer"
+	"github.com/clawrl/clawrl/trainer/trainertest"
 	"github.com/clawrl/clawrl/weights"
 )
 
@@ -52,23 +52,7 @@ func TestGPUCheckCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	r := rand.New(rand.NewPCG(3, 4))
-	toks := func(n int) []int32 {
-		out := make([]int32, n)
-		for i := range out {
-			out[i] = r.Int32N(int32(m.Config.VocabSize))
-		}
-		return out
-	}
-	for step := range 2 {
-		var batch []trainer.Sample
-		for i := range 4 {
-			batch = append(batch, trainer.Sample{Prompt: toks(6), Response: toks(5), Reward: float32(1 - 2*((i+step)%2))})
-		}
-		if met, err := tr.Step(batch); err != nil || !met.Applied {
-			t.Fatalf("training step %d: %+v %v", step, met, err)
-		}
-	}
+	trainertest.Steps(t, tr, 2, m.Config.VocabSize, 6, 5, 3)
 	store := weights.NewStore(weights.StoreOptions{})
 	defer store.Close()
 	if _, err := tr.Publish(store); err != nil {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/safetensors"
 	"github.com/clawrl/clawrl/trainer"
+	"github.com/clawrl/clawrl/trainer/trainertest"
 	"github.com/clawrl/clawrl/weights"
 	"github.com/rs/zerolog"
 )
@@ -43,23 +43,7 @@ func trainedLoRA(t *testing.T, base, q, mergeDT string, full, lean string) (whol
 		t.Fatal(err)
 	}
 	t.Cleanup(tr.Close)
-	r := rand.New(rand.NewPCG(5, 6))
-	toks := func(n int) []int32 {
-		out := make([]int32, n)
-		for i := range out {
-			out[i] = r.Int32N(96)
-		}
-		return out
-	}
-	for step := range 2 {
-		var batch []trainer.Sample
-		for i := range 4 {
-			batch = append(batch, trainer.Sample{Prompt: toks(6), Response: toks(5), Reward: float32(1 - 2*((i+step)%2))})
-		}
-		if met, err := tr.Step(batch); err != nil || !met.Applied {
-			t.Fatalf("step: %+v %v", met, err)
-		}
-	}
+	trainertest.Steps(t, tr, 2, 96, 6, 5, 5)
 	store := weights.NewStore(weights.StoreOptions{})
 	t.Cleanup(store.Close)
 	if _, err := tr.Publish(store); err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/safetensors"
 	"github.com/clawrl/clawrl/trainer"
+	"github.com/clawrl/clawrl/trainer/trainertest"
 	"github.com/clawrl/clawrl/weights"
 )
 
@@ -63,23 +63,7 @@ func trainedWith(t *testing.T, lora bool, steps int, tokFiles map[string][]byte,
 		t.Fatal(err)
 	}
 	t.Cleanup(tr.Close)
-	r := rand.New(rand.NewPCG(3, 4))
-	toks := func(n int) []int32 {
-		out := make([]int32, n)
-		for i := range out {
-			out[i] = r.Int32N(64)
-		}
-		return out
-	}
-	for step := range steps {
-		var batch []trainer.Sample
-		for i := range 4 {
-			batch = append(batch, trainer.Sample{Prompt: toks(5), Response: toks(4), Reward: float32(1 - 2*((i+step)%2))})
-		}
-		if met, err := tr.Step(batch); err != nil || !met.Applied {
-			t.Fatalf("step: %+v %v", met, err)
-		}
-	}
+	trainertest.Steps(t, tr, steps, 64, 5, 4, 3)
 	store := weights.NewStore(weights.StoreOptions{})
 	t.Cleanup(store.Close)
 	if _, err := tr.Publish(store); err != nil {
