@@ -240,6 +240,21 @@ func qloraServes(t *testing.T, bin, gg, dir string) (firstLog string) {
 	t.Logf("%s: base version %d, trained and served %d, checkpoint %s; after a restart served %d and trained on to %d",
 		filepath.Base(gg), base, v, filepath.Base(c.Dir()), c.Info().Version, v2)
 	d.kill()
+
+	// The checkpoint holds adapters only: with its base file gone, a merged
+	// export is refused, naming the file, and works again once it is back.
+	moved := gg + ".moved"
+	if err := os.Rename(gg, moved); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "export", "--config", cfg, "--checkpoint", c.Dir(), "--out", filepath.Join(dir, "merged-gone")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), gg) || !strings.Contains(string(out), "cannot be read") {
+		t.Errorf("export with the base file gone: %v\n%s", err, out)
+	}
+	if err := os.Rename(moved, gg); err != nil {
+		t.Fatal(err)
+	}
+	run("export", "--checkpoint", c.Dir(), "--out", filepath.Join(dir, "merged-back"))
 	return firstLog
 }
 
