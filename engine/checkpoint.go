@@ -125,13 +125,14 @@ func loadModel(b compute.Backend, path string) (*model.Model, error) {
 // loadQuantized is loadModel with the checkpoint's matrices quantized to
 // dt as they are read (model.Quantize; 0 loads them as stored).
 func loadQuantized(b compute.Backend, path string, dt compute.DType) (*model.Model, error) {
-	var src model.Source
+	var src, adapted model.Source
 	var err error
 	switch {
 	case IsGGUF(path):
 		src, err = gguf.OpenModel(path)
 	case weights.IsAdaptersOnly(path):
 		src, err = openAdapted(path)
+		adapted = src
 	default:
 		src, err = model.OpenDir(path)
 	}
@@ -146,7 +147,17 @@ func loadQuantized(b compute.Backend, path string, dt compute.DType) (*model.Mod
 		}
 		src = q
 	}
-	return model.LoadFrom(b, src) // closes src when it fails
+	m, err := model.LoadFrom(b, src) // closes src when it fails
+	if err == nil && adapted != nil {
+		// Its tensors were copies: free the base model and its adapted
+		// set now rather than with the model (closing again is a no-op).
+		err = adapted.Close()
+		if err != nil {
+			m.Close()
+			m = nil
+		}
+	}
+	return m, err
 }
 
 // LoadTokenizer reads the tokenizer of the checkpoint at path: a

@@ -95,9 +95,10 @@ func (s *dirSource) Tensor(name string) (SourceTensor, error) {
 // Source returns a Source of the set's tensors as FileTensors lists them
 // (what a checkpoint file of the set would hold, without writing one), for
 // loading the set as a model of its own: on another backend, quantized, or
-// written out by an exporter. name names it in messages; Close runs
-// onClose (nil: nothing), which may free the set. The set must outlive
-// every use of the source.
+// written out by an exporter. Its tensors' values are copies, so a model
+// loaded from it does not refer to the set. name names it in messages;
+// the first Close runs onClose (nil: nothing), which may free the set, and
+// later ones do nothing. The set must outlive every use of the source.
 func (w *Weights) Source(name string, onClose func() error) Source {
 	byName := map[string]FileTensor{}
 	for _, t := range w.FileTensors() {
