@@ -574,7 +574,7 @@ func TestRestartKeepsLearning(t *testing.T) {
 		t.Errorf("SIGTERM: %v", err)
 	}
 	if list, err := exec.Command(bin, "weights", "list", "--config", cfg).CombinedOutput(); err != nil ||
-		!strings.Contains(string(list), fmt.Sprintf("rollback to %d", target)) {
+		!strings.Contains(string(list), fmt.Sprintf("rollback to %d", target)) || !strings.Contains(string(list), "adapters over ") {
 		t.Errorf("weights list: %v\n%s", err, list)
 	}
 

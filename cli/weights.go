@@ -60,11 +60,11 @@ default checkpoints/ under data.dir):
 				return nil
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tPARENT\tSTEP\tLOSS\tCREATED\tPINNED\tNOTE")
+			fmt.Fprintln(tw, "VERSION\tPARENT\tSTEP\tLOSS\tCREATED\tPINNED\tHOLDS\tNOTE")
 			for _, n := range ns {
 				c, err := weights.Open(weights.DirOf(dir, n))
 				if err != nil {
-					fmt.Fprintf(tw, "%d\t\t\t\t\t\trefused: %v\n", n, err)
+					fmt.Fprintf(tw, "%d\t\t\t\t\t\t\trefused: %v\n", n, err)
 					continue
 				}
 				m := c.Manifest
@@ -72,8 +72,12 @@ default checkpoints/ under data.dir):
 				if weights.Pinned(dir, n) {
 					pinned = "yes"
 				}
-				fmt.Fprintf(tw, "%d\t%d\t%d\t%.4f\t%s\t%s\t%s\n", n, m.Parent, m.Meta.Step, m.Meta.Loss,
-					m.Created.Local().Format(time.DateTime), pinned, m.Meta.Note)
+				holds := "weights"
+				if a := m.Adapters; a != nil {
+					holds = "adapters over " + a.Path
+				}
+				fmt.Fprintf(tw, "%d\t%d\t%d\t%.4f\t%s\t%s\t%s\t%s\n", n, m.Parent, m.Meta.Step, m.Meta.Loss,
+					m.Created.Local().Format(time.DateTime), pinned, holds, m.Meta.Note)
 			}
 			return tw.Flush()
 		},
