@@ -200,16 +200,21 @@ func TestGuardKL(t *testing.T) {
 }
 
 // The skill baseline is the first start's, kept across restarts: a decline
-// spread over restarts still counts from the start.
+// spread over restarts still counts from the start. A restart scores no
+// probes before its first step (they would hold it back).
 func TestGuardBaselineKeptAcrossRestarts(t *testing.T) {
 	r := newRig(t)
 	db := openDB(t)
 	for i, score := range []float64{0.9, 0.6} {
-		skill := func(context.Context) (float64, error) { return score, nil }
+		calls := 0
+		skill := func(context.Context) (float64, error) { calls++; return score, nil }
 		l, _, _ := guardLoop(t, r, db, GuardOptions{Skill: skill, SkillMargin: 0.1}, false)
 		l.guardStart(context.Background())
 		if got := l.Guard().Baseline; got != 0.9 {
 			t.Errorf("start %d: baseline %v; want the first start's 0.9", i, got)
+		}
+		if want := 1 - i; calls != want {
+			t.Errorf("start %d scored the probes %d times before its first step; want %d", i, calls, want)
 		}
 	}
 }
