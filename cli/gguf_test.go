@@ -217,6 +217,12 @@ func qloraServes(t *testing.T, bin, gg, dir string) (firstLog string) {
 	if err != nil || strings.TrimSpace(string(fromExport)) == "" {
 		t.Errorf("generate --model %s (the merged export): %v %q", merged, err, fromExport)
 	}
+	// A GGUF export merges the adapters into the base too.
+	ggOut := filepath.Join(dir, "merged.gguf")
+	run("export", "--format", "gguf", "--type", "q8_0", "--out", ggOut)
+	if out, err := exec.Command(bin, "generate", "--config", cfg, "--model", ggOut, "-t", "0", "-n", "8", "--chat", "--prompt", "Name a fruit.").Output(); err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Errorf("generate --model %s (the GGUF export): %v %q", ggOut, err, out)
+	}
 	// The checkpoint itself loads as a model: its base with the adapters
 	// applied, the weights the export holds.
 	cmd = exec.Command(bin, "generate", "--config", cfg, "--model", c.Dir(), "-t", "0", "-n", "8", "--chat", "--prompt", "Name a fruit.")
