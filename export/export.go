@@ -461,7 +461,9 @@ func (x *exporter) merged() (model.Source, error) {
 }
 
 // writeSource writes every tensor src's config implies to the safetensors
-// file path, as src holds it: BF16 where it has the bits, else F32.
+// file path, as src holds it: BF16 where it has the bits, else F32. Each
+// tensor's values are asked for again as it is written, so that only one
+// is in memory at a time.
 func writeSource(path string, src model.Source) error {
 	specs := src.Config().TensorSpecs()
 	tensors := make([]safetensors.WriteTensor, 0, len(specs))
@@ -472,19 +474,24 @@ func writeSource(path string, src model.Source) error {
 		}
 		wt := safetensors.WriteTensor{Name: spec.Name, DType: safetensors.F32, Shape: slices.Clone(t.Shape)}
 		if t.BF16 != nil {
-			bits := t.BF16
 			wt.DType = safetensors.BF16
-			wt.Stream = func(w io.Writer) error { _, err := w.Write(safetensors.EncodeUint16(bits)); return err }
-		} else {
-			read := t.Float32
-			wt.Stream = func(w io.Writer) error {
-				vals, _, err := read()
-				if err != nil {
-					return err
-				}
-				_, err = w.Write(safetensors.EncodeFloat32(vals))
+		}
+		name, dt := spec.Name, wt.DType
+		wt.Stream = func(w io.Writer) error {
+			t, err := src.Tensor(name)
+			if err != nil {
 				return err
 			}
+			if dt == safetensors.BF16 {
+				_, err = w.Write(safetensors.EncodeUint16(t.BF16))
+				return err
+			}
+			vals, _, err := t.Float32()
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(safetensors.EncodeFloat32(vals))
+			return err
 		}
 		tensors = append(tensors, wt)
 	}
