@@ -229,6 +229,31 @@ func waitLog(d *daemon, marker string, timeout time.Duration) bool {
 	return false
 }
 
+// dumpGoroutines makes a daemon that stopped making progress write its
+// loop, store and training metrics and then its goroutines (SIGQUIT) into
+// its log, and waits for it to exit, so that a test failing on a wait
+// shows where it was stuck.
+func (d *daemon) dumpGoroutines() {
+	if resp, err := http.Get(d.url + "/metrics"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, p := range []string{"clawrl_loop_", "clawrl_store_", "clawrl_train_", "clawrl_reward_"} {
+				if strings.HasPrefix(line, p) {
+					d.log.Write([]byte("metric: " + line + "\n"))
+				}
+			}
+		}
+	}
+	if d.cmd.Process.Signal(syscall.SIGQUIT) != nil {
+		return
+	}
+	select {
+	case <-d.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
 // startupVersion reads the version the daemon served when it started
 // listening, from its "store opened" log line.
 func startupVersion(t *testing.T, d *daemon) uint64 {

@@ -164,6 +164,7 @@ func qloraServes(t *testing.T, bin, gg, dir string) (firstLog string) {
 				break
 			}
 		}
+		d.dumpGoroutines()
 		t.Fatalf("no checkpoint of a version after %d\n%s", after, d.log)
 		return 0
 	}
