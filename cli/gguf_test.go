@@ -34,21 +34,8 @@ func TestGGUF(t *testing.T) {
 	if out, err := exec.Command(bin, "testmodel", hf).CombinedOutput(); err != nil {
 		t.Fatalf("testmodel: %v\n%s", err, out)
 	}
-	tok, err := tokenizer.Load(hf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := model.OpenDir(hf)
-	if err != nil {
-		t.Fatal(err)
-	}
 	bf16, q8, q4 := filepath.Join(dir, "tiny-bf16.gguf"), filepath.Join(dir, "tiny-q8_0.gguf"), filepath.Join(dir, "tiny-q4_0.gguf")
-	for path, typ := range map[string]gguf.TensorType{bf16: gguf.BF16, q8: gguf.Q8_0, q4: gguf.Q4_0} {
-		if err := gguf.WriteModel(path, src, tok, typ); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src.Close()
+	writeGGUF(t, hf, map[string]gguf.TensorType{bf16: gguf.BF16, q8: gguf.Q8_0, q4: gguf.Q4_0})
 
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "config.yaml")
@@ -265,6 +252,26 @@ func qloraServes(t *testing.T, bin, gg, dir string) (firstLog string) {
 	return firstLog
 }
 
+// writeGGUF writes the checkpoint directory hf, with its tokenizer, as a
+// GGUF file at each path of files in that path's type.
+func writeGGUF(t *testing.T, hf string, files map[string]gguf.TensorType) {
+	t.Helper()
+	tok, err := tokenizer.Load(hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := model.OpenDir(hf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for path, typ := range files {
+		if err := gguf.WriteModel(path, src, tok, typ); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestGGUFKQuant: a Q4_K file (the bundled model, whose rows are whole
 // K-quant blocks) serves with its K-quant matrices requantized to Q8_0
 // (model.quantize: auto; the log says so), and trains, exports, restarts
@@ -276,20 +283,8 @@ func TestGGUFKQuant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := tokenizer.Load(hf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := model.OpenDir(hf)
-	if err != nil {
-		t.Fatal(err)
-	}
 	gg := filepath.Join(dir, "bundled-q4_k.gguf")
-	err = gguf.WriteModel(gg, src, tok, gguf.Q4_K)
-	src.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	writeGGUF(t, hf, map[string]gguf.TensorType{gg: gguf.Q4_K})
 	log := qloraServes(t, bin, gg, filepath.Join(dir, "q4_k"))
 	if !regexp.MustCompile(`"requantized":"Q4_K×\d+ → Q8_0"`).MatchString(log) {
 		t.Errorf("the model-loaded line does not say the Q4_K matrices were requantized to Q8_0\n%s", log)
