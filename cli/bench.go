@@ -329,7 +329,7 @@ func decodeBytes(m *model.Model) float64 {
 func quantTypes(m *model.Model) string {
 	var names []string
 	for _, p := range m.Weights().Params() {
-		if dt := p.T.DType(); (dt == compute.Q8_0 || dt == compute.Q4_0) && !slices.Contains(names, dt.String()) {
+		if dt := p.T.DType(); dt.Quantized() && !slices.Contains(names, dt.String()) {
 			names = append(names, dt.String())
 		}
 	}

@@ -273,7 +273,7 @@ func writeGGUF(t *testing.T, hf string, files map[string]gguf.TensorType) {
 }
 
 // TestGGUFKQuant: a Q4_K file (the bundled model, whose rows are whole
-// K-quant blocks) serves with its K-quant matrices requantized to Q8_0
+// K-quant blocks) serves with its Q4_K matrices rewritten as Q4_1 blocks
 // (model.quantize: auto; the log says so), and trains, exports, restarts
 // and trains on over them as over a Q4_0 file (qloraServes).
 func TestGGUFKQuant(t *testing.T) {
@@ -286,7 +286,7 @@ func TestGGUFKQuant(t *testing.T) {
 	gg := filepath.Join(dir, "bundled-q4_k.gguf")
 	writeGGUF(t, hf, map[string]gguf.TensorType{gg: gguf.Q4_K})
 	log := qloraServes(t, bin, gg, filepath.Join(dir, "q4_k"))
-	if !regexp.MustCompile(`"requantized":"Q4_K×\d+ → Q8_0"`).MatchString(log) {
-		t.Errorf("the model-loaded line does not say the Q4_K matrices were requantized to Q8_0\n%s", log)
+	if !regexp.MustCompile(`"requantized":"Q4_K×\d+ → Q4_1"`).MatchString(log) {
+		t.Errorf("the model-loaded line does not say the Q4_K matrices were rewritten as Q4_1\n%s", log)
 	}
 }

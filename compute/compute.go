@@ -17,7 +17,7 @@
 //   - A linear layer's weight is stored as checkpoints store it, [out, in], so
 //     Linear computes y = x·Wᵀ (+ b).
 //   - Activations are F32. Weights are F32 or BF16 (F16 checkpoints are
-//     widened to F32 when loaded), or block-quantized (Q8_0, Q4_0) on a
+//     widened to F32 when loaded), or block-quantized (Q8_0, Q4_0, Q4_1) on a
 //     backend that implements QuantBackend. Token ids, positions and
 //     attention metadata are I32 tensors, uploaded once per forward step,
 //     so a device backend does not copy them again for every layer.
@@ -28,9 +28,9 @@
 //   - A Backend is not safe for concurrent use unless its documentation says
 //     so; the model serialises its forward passes.
 //
-// Quantized weights: Q8_0 and Q4_0 are the block formats of ggml (GGUF
-// files, llama.cpp), bit for bit, so that a GGUF tensor can be handed to
-// a backend as the raw bytes of its blocks. A tensor of either type has
+// Quantized weights: Q8_0, Q4_0 and Q4_1 are the block formats of ggml
+// (GGUF files, llama.cpp), bit for bit, so that a GGUF tensor can be
+// handed to a backend as the raw bytes of its blocks. A tensor of these types has
 // rows whose length is a multiple of 32, cut into blocks of 32 elements;
 // block j of row r holds elements 32j..32j+31 and the blocks of a row
 // follow each other, rows after rows, with no padding:
@@ -40,8 +40,12 @@
 //	Q4_0, 18 bytes a block: d (IEEE half, little-endian), then qs[16];
 //	      element i < 16 = d·((qs[i] & 0x0F) − 8), element i+16 =
 //	      d·((qs[i] >> 4) − 8).
+//	Q4_1, 20 bytes a block: d, then m (IEEE halves), then qs[16];
+//	      element i < 16 = d·(qs[i] & 0x0F) + m, element i+16 =
+//	      d·(qs[i] >> 4) + m, computed in float32.
 //
-// These are ggml's block_q8_0 and block_q4_0 (ggml-common.h). A backend
+// These are ggml's block_q8_0, block_q4_0 and block_q4_1
+// (ggml-common.h). A backend
 // is free to keep the blocks in another layout inside (the CPU backend
 // interleaves them for its kernels); what goes in is this one.
 //
@@ -49,10 +53,12 @@
 // llama.cpp's do: each row of x is quantized to Q8_0 blocks along k (d =
 // max|x|/127 in float32, q = x·(1/d) rounded to nearest even; d = 0 and
 // q = 0 for a block of zeros; d is kept in float32, not rounded to half)
-// and the product of a block is the integer Σ qw·qx, scaled by dw·dx;
-// the blocks' results are summed in float32. Dequantizing (Embedding, a
-// Trainer's Convert and LinearBackwardInput) is exact: dw·q fits a
-// float32.
+// and the product of a block is the integer Σ qw·qx, scaled by dw·dx
+// (for Q4_1, plus m·dx·Σqx, as llama.cpp's Q4_1 product with Q8_1
+// activations); the blocks' results are summed in float32. Dequantizing
+// (Embedding, a Trainer's Convert and LinearBackwardInput) is exact for
+// Q8_0 and Q4_0 (dw·q fits a float32) and ggml's float32 d·q + m for
+// Q4_1.
 //
 // Training: the backward kernels form a second interface, Trainer, which
 // embeds Backend. Code that only runs the forward pass depends on Backend
@@ -80,9 +86,10 @@ const (
 	I32                   // int32 (ids, positions, attention metadata)
 	Q8_0                  // ggml's Q8_0 blocks: 32 int8 and a half scale (see the package doc)
 	Q4_0                  // ggml's Q4_0 blocks: 32 4-bit values and a half scale (see the package doc)
+	Q4_1                  // ggml's Q4_1 blocks: 32 4-bit values, a half scale and a half minimum (see the package doc)
 )
 
-// QK is the number of elements in a block of Q8_0 and Q4_0.
+// QK is the number of elements in a block of Q8_0, Q4_0 and Q4_1.
 const QK = 32
 
 // Size is the number of bytes one element of d occupies; 0 for the
@@ -97,8 +104,9 @@ func (d DType) Size() int {
 	return 0
 }
 
-// Quantized reports whether d is a block-quantized type (Q8_0, Q4_0).
-func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 }
+// Quantized reports whether d is a block-quantized type (Q8_0, Q4_0,
+// Q4_1).
+func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 || d == Q4_1 }
 
 // BlockSize is the number of elements of a block of d: QK for the
 // quantized types, 1 for the others.
@@ -110,13 +118,15 @@ func (d DType) BlockSize() int {
 }
 
 // BlockBytes is the size of one block of d in bytes: 34 for Q8_0, 18 for
-// Q4_0, Size for the element types.
+// Q4_0, 20 for Q4_1, Size for the element types.
 func (d DType) BlockBytes() int {
 	switch d {
 	case Q8_0:
 		return 2 + QK
 	case Q4_0:
 		return 2 + QK/2
+	case Q4_1:
+		return 4 + QK/2
 	}
 	return d.Size()
 }
@@ -139,6 +149,8 @@ func (d DType) String() string {
 		return "Q8_0"
 	case Q4_0:
 		return "Q4_0"
+	case Q4_1:
+		return "Q4_1"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }

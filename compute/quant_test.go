@@ -3,6 +3,7 @@ package compute
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -117,6 +118,28 @@ func TestQuantizeKnownBlocks(t *testing.T) {
 	if d4 := F16ToF32(uint16(q4[0]) | uint16(q4[1])<<8); d4 != F16ToF32(F32ToF16(18.5/-8)) {
 		t.Errorf("Q4_0 scale %g, want %g", d4, 18.5/-8)
 	}
+	// Q4_1: m the minimum (-12.5), d the range over 15 (31/15), and q =
+	// (x - m)/d rounded: 0 for the smallest value, 15 for the largest,
+	// 15·i/31 rounded between.
+	q41 := make([]byte, Q4_1.Bytes(QK))
+	if err := Quantize(Q4_1, q41, x); err != nil {
+		t.Fatal(err)
+	}
+	if d := F16ToF32(uint16(q41[0]) | uint16(q41[1])<<8); d != F16ToF32(F32ToF16(31.0/15)) {
+		t.Errorf("Q4_1 scale %g, want %g", d, 31.0/15)
+	}
+	if m := F16ToF32(uint16(q41[2]) | uint16(q41[3])<<8); m != -12.5 {
+		t.Errorf("Q4_1 minimum %g, want -12.5", m)
+	}
+	for i := range QK {
+		nib := q41[4+i%16] & 0x0F
+		if i >= 16 {
+			nib = q41[4+i%16] >> 4
+		}
+		if want := uint8(math.Floor(15*float64(i)/31 + 0.5)); nib != want {
+			t.Errorf("Q4_1 q[%d] = %d, want %d", i, nib, want)
+		}
+	}
 	zero := make([]byte, Q8_0.Bytes(QK))
 	if err := Quantize(Q8_0, zero, make([]float32, QK)); err != nil {
 		t.Fatal(err)
@@ -132,14 +155,15 @@ func TestQuantizeKnownBlocks(t *testing.T) {
 }
 
 // TestQuantizeError checks that dequantized blocks are within half a step
-// of their input (a full step at the clamped end of Q4_0).
+// of their input (a full step at the clamped end of Q4_0, and for Q4_1,
+// whose minimum is rounded to a half, so that every value moves with it).
 func TestQuantizeError(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	x := make([]float32, 64*QK)
 	for i := range x {
 		x[i] = float32(r.NormFloat64())
 	}
-	for _, dt := range []DType{Q8_0, Q4_0} {
+	for _, dt := range []DType{Q8_0, Q4_0, Q4_1} {
 		q := make([]byte, dt.Bytes(len(x)))
 		if err := Quantize(dt, q, x); err != nil {
 			t.Fatal(err)
@@ -158,6 +182,10 @@ func TestQuantizeError(t *testing.T) {
 				amax = math.Max(amax, math.Abs(float64(v)))
 			}
 			step := amax / levels * 1.001 // the half scale's rounding
+			if dt == Q4_1 {
+				lo, hi := slices.Min(x[b*QK:(b+1)*QK]), slices.Max(x[b*QK:(b+1)*QK])
+				step = float64(hi-lo) / 15 * 1.001
+			}
 			for i := b * QK; i < (b+1)*QK; i++ {
 				if e := math.Abs(float64(y[i] - x[i])); e > step {
 					t.Fatalf("%v: element %d = %g dequantized to %g (step %g)", dt, i, x[i], y[i], step)

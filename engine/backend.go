@@ -1,11 +1,6 @@
 package engine
 
 import (
-	"fmt"
-	"maps"
-	"slices"
-	"strings"
-
 	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/cpu"
@@ -97,7 +92,8 @@ func LoadModel(cfg *config.Config, dir string) (*model.Model, error) {
 }
 
 // LoadModelNoting is LoadModel, also saying what model.quantize: auto
-// requantized as it loaded ("" for nothing), e.g. "Q4_K×112 → Q8_0".
+// converted as it loaded ("" for nothing), e.g. "Q4_K×112 → Q4_1, Q6_K×29
+// → Q8_0".
 func LoadModelNoting(cfg *config.Config, dir string) (*model.Model, string, error) {
 	if cfg == nil {
 		cfg = Defaults()
@@ -114,7 +110,7 @@ func loadHost(cfg *config.Config, path string) (*model.Model, error) {
 }
 
 // loadHostNoting is loadHost, also saying what model.quantize: auto
-// requantized ("" for nothing), e.g. "Q4_K×112 Q6_K×29 → Q8_0".
+// converted ("" for nothing), e.g. "Q4_K×112 → Q4_1, Q6_K×29 → Q8_0".
 func loadHostNoting(cfg *config.Config, path string) (*model.Model, string, error) {
 	b := hostBackend(cfg)
 	if !AutoRequantize(cfg, path) {
@@ -134,23 +130,15 @@ func loadHostNoting(cfg *config.Config, path string) (*model.Model, string, erro
 	if err != nil {
 		return nil, "", err
 	}
-	counts := rq.Counts()
-	var parts []string
-	for _, f := range slices.Sorted(maps.Keys(counts)) {
-		parts = append(parts, fmt.Sprintf("%s×%d", f, counts[f]))
-	}
-	note := ""
-	if len(parts) > 0 {
-		note = strings.Join(parts, " ") + " → Q8_0"
-	}
-	return m, note, nil
+	return m, rq.Note(), nil
 }
 
-// AutoRequantize reports whether model.quantize: auto requantizes the
-// model at path to Q8_0 as it loads: a GGUF file served on the CPU, whose
-// matrices in block formats the CPU backend has no kernels for (Q4_1,
-// Q5_0, Q5_1, the K-quants, as in the common Q4_K_M files) would otherwise
-// be widened to float; not with GPUs (which take float weights) nor for
+// AutoRequantize reports whether model.quantize: auto converts the model
+// at path as it loads (model.Requantize: Q4_K blocks rewritten as Q4_1,
+// other K-quants, Q5_0 and Q5_1 requantized to Q8_0): a GGUF file served
+// on the CPU, whose matrices in block formats the CPU backend has no
+// kernels for (as in the common Q4_K_M files) would otherwise be widened
+// to float; not with GPUs (which take float weights) nor for
 // full fine-tuning (trainer.lora_rank: 0), which trains float weights.
 func AutoRequantize(cfg *config.Config, path string) bool {
 	d := cfg.Devices

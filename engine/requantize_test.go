@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -17,15 +18,17 @@ import (
 
 // TestAutoRequantize: model.quantize: auto loads a GGUF file's K-quant
 // matrices (the bundled model written as Q4_K, as llama.cpp's Q4_K_M mix
-// stores most of a model) as Q8_0 blocks for the int8 kernels, instead of
-// widening them to float (model.quantize: none): the weights take under
-// 60% of the memory, and on the replies of 32 held-out conversations
-// requantizing adds at most 15% to the mean |Δ log p| that the Q4_K file
-// itself has against the BF16 checkpoint it was written from, and moves
-// log-probs no more than 1.5× as much as quantizing that checkpoint to
-// Q8_0 does. Where auto does not
-// apply (a safetensors checkpoint, GPUs, full fine-tuning) the model loads
-// as none does.
+// stores most of a model, and as Q6_K, which it gives the rest) for the
+// int8 kernels instead of widening them to float (model.quantize: none):
+// Q4_K blocks rewritten as Q4_1 (the same nibbles, each sub-block's scale
+// and minimum rounded to halves), Q6_K requantized to Q8_0. The weights
+// take under a quarter (Q4_K) and under 40% (Q6_K) of the memory widened
+// takes, and on the replies of 32 held-out conversations auto adds at
+// most 15% to the mean |Δ log p| that the file itself has against the
+// BF16 checkpoint it was written from, and moves log-probs no more than
+// 1.5× as much as quantizing that checkpoint to Q8_0 does. Where auto
+// does not apply (a safetensors checkpoint, GPUs, full fine-tuning) the
+// model loads as none does.
 func TestAutoRequantize(t *testing.T) {
 	dir, err := bundled.Dir()
 	if err != nil {
@@ -39,12 +42,15 @@ func TestAutoRequantize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "bundled-q4_k.gguf")
-	err = gguf.WriteModel(path, src, tok, gguf.Q4_K)
-	src.Close()
-	if err != nil {
-		t.Fatal(err)
+	paths := map[gguf.TensorType]string{}
+	for _, typ := range []gguf.TensorType{gguf.Q4_K, gguf.Q6_K} {
+		paths[typ] = filepath.Join(t.TempDir(), "bundled-"+strings.ToLower(typ.String())+".gguf")
+		if err := gguf.WriteModel(paths[typ], src, tok, typ); err != nil {
+			t.Fatal(err)
+		}
 	}
+	src.Close()
+	path := paths[gguf.Q4_K]
 
 	convs, err := corpus.HeldOutEncoded(tok, 32, 1)
 	if err != nil {
@@ -90,27 +96,33 @@ func TestAutoRequantize(t *testing.T) {
 	}
 	orig, _, _ := load("none", nil, dir)
 	origQ8, _, _ := load("q8_0", nil, dir)
-	wide, wideBytes, note := load("none", nil, path)
-	if note != "" {
-		t.Fatalf("none requantized %q", note)
-	}
-	auto, autoBytes, note := load("auto", nil, path)
-	if !strings.Contains(note, "Q4_K×") || !strings.HasSuffix(note, "→ Q8_0") {
-		t.Fatalf("auto requantized %q, want the Q4_K matrices to Q8_0", note)
-	}
-	fileErr, autoErr := meanDiff(wide, orig), meanDiff(auto, orig)
-	requant, q8 := meanDiff(auto, wide), meanDiff(origQ8, orig)
-	t.Logf("%s: weights %d KiB against %d KiB widened (%.0f%%); %d reply tokens, mean |Δ log p| against the BF16 checkpoint: "+
-		"the Q4_K file widened %.4f, requantized %.4f; requantized against widened %.4f (the BF16 checkpoint at Q8_0: %.4f)",
-		note, autoBytes>>10, wideBytes>>10, 100*float64(autoBytes)/float64(wideBytes), len(wide), fileErr, autoErr, requant, q8)
-	if !(autoErr <= 1.15*fileErr) {
-		t.Errorf("requantized file %.4f from the checkpoint against %.4f widened: want at most 15%% more", autoErr, fileErr)
-	}
-	if !(requant <= 1.5*q8) {
-		t.Errorf("requantizing moved log-probs by %.4f, against %.4f for the checkpoint quantized to Q8_0: want at most 1.5×", requant, q8)
-	}
-	if float64(autoBytes) > 0.6*float64(wideBytes) {
-		t.Errorf("weights %d bytes requantized against %d widened: want under 60%%", autoBytes, wideBytes)
+	q8 := meanDiff(origQ8, orig)
+	for _, c := range []struct {
+		typ      gguf.TensorType
+		to       string
+		maxBytes float64
+	}{{gguf.Q4_K, "Q4_1", 0.25}, {gguf.Q6_K, "Q8_0", 0.4}} {
+		wide, wideBytes, note := load("none", nil, paths[c.typ])
+		if note != "" {
+			t.Fatalf("%v: none converted %q", c.typ, note)
+		}
+		auto, autoBytes, note := load("auto", nil, paths[c.typ])
+		if want := regexp.MustCompile(`^` + c.typ.String() + `×\d+ → ` + c.to + `$`); !want.MatchString(note) {
+			t.Fatalf("%v: auto converted %q, want the %v matrices to %s", c.typ, note, c.typ, c.to)
+		}
+		fileErr, autoErr, requant := meanDiff(wide, orig), meanDiff(auto, orig), meanDiff(auto, wide)
+		t.Logf("%s: weights %d KiB against %d KiB widened (%.0f%%); %d reply tokens, mean |Δ log p| against the BF16 checkpoint: "+
+			"the file widened %.4f, converted %.4f; converted against widened %.4f (the BF16 checkpoint at Q8_0: %.4f)",
+			note, autoBytes>>10, wideBytes>>10, 100*float64(autoBytes)/float64(wideBytes), len(wide), fileErr, autoErr, requant, q8)
+		if !(autoErr <= 1.15*fileErr) {
+			t.Errorf("%v: converted file %.4f from the checkpoint against %.4f widened: want at most 15%% more", c.typ, autoErr, fileErr)
+		}
+		if !(requant <= 1.5*q8) {
+			t.Errorf("%v: converting moved log-probs by %.4f, against %.4f for the checkpoint quantized to Q8_0: want at most 1.5×", c.typ, requant, q8)
+		}
+		if float64(autoBytes) > c.maxBytes*float64(wideBytes) {
+			t.Errorf("%v: weights %d bytes converted against %d widened: want under %.0f%%", c.typ, autoBytes, wideBytes, 100*c.maxBytes)
+		}
 	}
 
 	for _, c := range []struct {

@@ -29,9 +29,9 @@ func TrainerOptions(cfg *config.Config) trainer.Options {
 // NewTrainer makes a trainer with opts over the checkpoint's weights, on
 // the actor group's model, at the current version; with TrainingYields
 // its passes give way to serving. Close closes it. Over a quantized base
-// (model.quantize, or a GGUF file of Q8_0/Q4_0 matrices) it trains LoRA
-// adapters only (see model.Model.NewTrainable); its versions serve the
-// adapters unmerged over the quantized matrices.
+// (model.quantize, or a GGUF file of Q8_0, Q4_0, Q4_1 or K-quant
+// matrices) it trains LoRA adapters only (see model.Model.NewTrainable);
+// its versions serve the adapters unmerged over the quantized matrices.
 func (e *Engine) NewTrainer(opts trainer.Options) (*trainer.Trainer, error) {
 	if dt := QuantizeType(e.cfg); dt != 0 && opts.LoRARank == 0 {
 		return nil, fmt.Errorf("model.quantize: %s: full fine-tuning (trainer.lora_rank: 0) over a quantized base is not supported: set trainer.lora_rank > 0 to train LoRA adapters over the %v weights (as QLoRA), or model.quantize: none", e.cfg.Model.Quantize, dt)

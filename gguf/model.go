@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/model"
 )
 
@@ -506,6 +507,18 @@ func (m *Model) Tensor(name string) (model.SourceTensor, error) {
 		st.BF16 = uint16s(b)
 	case typ.Quantized():
 		st.Format, st.Blocks = typ.String(), b
+	}
+	if typ == Q4_K {
+		st.Reblock = func(dt compute.DType) ([]byte, error) {
+			if dt != compute.Q4_1 {
+				return nil, m.f.errorf("tensor %s: Q4_K blocks cannot be rewritten as %v", g, dt)
+			}
+			q, err := Q4KToQ4_1(b)
+			if err != nil {
+				return nil, m.f.errorf("tensor %s: %v", g, err)
+			}
+			return q, nil
+		}
 	}
 	view := st.View
 	st.Float32 = func() ([]float32, bool, error) {

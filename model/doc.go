@@ -89,7 +89,7 @@
 // The backward pass is checked against central differences of the float64
 // reference model (train_test.go).
 //
-// Over a quantized base (Q8_0 or Q4_0 matrices, from Quantize or a GGUF
+// Over a quantized base (Q8_0, Q4_0 or Q4_1 matrices, from Quantize or a GGUF
 // file) only LoRA trains, as QLoRA does: the base stays quantized and
 // frozen, and the adapters and the optimizer's state are F32. The forward
 // pass runs the quantized products as serving does; the backward pass

@@ -179,7 +179,7 @@ func (t *Trainable) newAdapters(cfg *LoRAConfig) error {
 // snapshotLoRA makes a weight set sharing every base tensor except the
 // adapted matrices. An adapted F32 or BF16 matrix is replaced by a merged
 // copy W + scale·B·A (in LoRAConfig.MergeDType). An adapted quantized
-// matrix (Q8_0, Q4_0) stays shared, and the set carries copies of its
+// matrix (Q8_0, Q4_0, Q4_1) stays shared, and the set carries copies of its
 // adapter's A and B, which serving adds to its product unmerged (as
 // llama.cpp's --lora does): quantizing the merged matrix again would round
 // away updates far smaller than a quantization step (at Q4_0 about a

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"math"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/clawrl/clawrl/compute"
@@ -23,9 +25,10 @@ import (
 // the output projection too. An untied input embedding takes the type, as
 // llama.cpp's token_embd does. A matrix whose rows are not a multiple of
 // 32 values stays as it is (llama.cpp falls back likewise), and so does a
-// tensor a GGUF file already stores as Q8_0 or Q4_0; one it stores in
-// another block format (Q4_K, Q6_K, ...), which the backend would widen to
-// float32, is quantized again from its values.
+// tensor a GGUF file already stores as Q8_0, Q4_0 or Q4_1; one it stores
+// in another block format (Q4_K, Q6_K, ...), which the backend would widen
+// to float32, is quantized again from its values (Requantize, for auto,
+// rewrites Q4_K as Q4_1 instead).
 
 // Quantize returns src with its matrices quantized to dt (compute.Q8_0 or
 // compute.Q4_0) as they are read, per the mix above: Tensor returns them
@@ -40,12 +43,14 @@ func Quantize(src Source, dt compute.DType) (Source, error) {
 }
 
 // Requantize returns src with only its matrices stored in a block format
-// that a compute.QuantBackend cannot multiply as it is (Q4_1, Q5_0, Q5_1,
-// the K-quants) quantized to dt as they are read; every other tensor, F32,
-// F16, BF16, Q8_0 and Q4_0, as it is. A GGUF file's Q4_K_M mix then runs
-// on the int8 kernels in about a quarter of the memory of its values
-// widened to float32 (model.quantize: auto). Closing the result closes
-// src.
+// that a compute.QuantBackend cannot multiply as it is (Q5_0, Q5_1, the
+// K-quants) converted as they are read: those whose blocks map onto
+// Q4_1's without requantizing (Q4_K, through SourceTensor.Reblock) as
+// Q4_1 blocks, the others quantized to dt from their values; every other
+// tensor, F32, F16, BF16, Q8_0, Q4_0 and Q4_1, as it is. A GGUF file's
+// Q4_K_M mix then runs on the int8 kernels in about a fifth of the
+// memory of its values widened to float32 (model.quantize: auto).
+// Closing the result closes src.
 func Requantize(src Source, dt compute.DType) (*Requantized, error) {
 	if !dt.Quantized() {
 		return nil, fmt.Errorf("model: cannot quantize weights to %v (Q8_0 or Q4_0)", dt)
@@ -56,12 +61,28 @@ func Requantize(src Source, dt compute.DType) (*Requantized, error) {
 // Requantized is the Source Requantize returns.
 type Requantized struct{ quantSource }
 
-// Counts reports how many tensors of each stored format were requantized
-// so far.
+// Counts reports how many tensors were converted so far, by stored
+// format and the format they became ("Q4_K → Q4_1", "Q6_K → Q8_0").
 func (r *Requantized) Counts() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.counts)
+}
+
+// Note says what was converted so far, one group per target format, e.g.
+// "Q4_K×197 → Q4_1, Q6_K×29 → Q8_0" ("" for nothing).
+func (r *Requantized) Note() string {
+	counts := r.Counts()
+	byTarget := map[string][]string{}
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		from, to, _ := strings.Cut(k, " → ")
+		byTarget[to] = append(byTarget[to], fmt.Sprintf("%s×%d", from, counts[k]))
+	}
+	var parts []string
+	for _, to := range slices.Sorted(maps.Keys(byTarget)) {
+		parts = append(parts, strings.Join(byTarget[to], " ")+" → "+to)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // quantSource is a Source whose matrices are quantized as they are read
@@ -72,7 +93,7 @@ type quantSource struct {
 	dt         compute.DType
 	blocksOnly bool
 	mu         sync.Mutex
-	counts     map[string]int // by stored format, with blocksOnly
+	counts     map[string]int // by "stored → converted" format, with blocksOnly
 }
 
 // QuantizedType is the type Quantize gives the tensor name of shape shape
@@ -98,10 +119,14 @@ func (s *quantSource) Tensor(name string) (SourceTensor, error) {
 	if dt == 0 {
 		return st, nil
 	}
+	if s.blocksOnly && st.Reblock != nil {
+		if blocks, err := st.Reblock(compute.Q4_1); err == nil {
+			s.count(st.Format, compute.Q4_1)
+			return blockTensor(st, compute.Q4_1, blocks), nil
+		}
+	}
 	if s.blocksOnly {
-		s.mu.Lock()
-		s.counts[st.Format]++
-		s.mu.Unlock()
+		s.count(st.Format, dt)
 	}
 	rows, cols := st.Shape[0], st.Shape[1]
 	blocks := make([]byte, dt.Bytes(rows*cols))
@@ -136,15 +161,28 @@ func (s *quantSource) Tensor(name string) (SourceTensor, error) {
 	if firstErr != nil {
 		return st, fmt.Errorf("model: quantizing %q to %v: %w", name, dt, firstErr)
 	}
+	return blockTensor(st, dt, blocks), nil
+}
+
+// count notes one tensor of stored format from converted to dt.
+func (s *quantSource) count(from string, dt compute.DType) {
+	s.mu.Lock()
+	s.counts[from+" → "+dt.String()]++
+	s.mu.Unlock()
+}
+
+// blockTensor is st held as blocks of dt instead.
+func blockTensor(st SourceTensor, dt compute.DType, blocks []byte) SourceTensor {
 	q := st
-	q.BF16, q.View = nil, false
+	q.BF16, q.View, q.Reblock = nil, false, nil
 	q.Format, q.Blocks = dt.String(), blocks
+	n := len(blocks) / dt.BlockBytes() * dt.BlockSize()
 	q.Float32 = func() ([]float32, bool, error) {
-		out := make([]float32, rows*cols)
+		out := make([]float32, n)
 		err := compute.Dequantize(dt, out, blocks)
 		return out, false, err
 	}
-	return q, nil
+	return q
 }
 
 // bf16ToF32 widens BF16 bits exactly.
@@ -173,6 +211,8 @@ func quantFormat(f string) compute.DType {
 		return compute.Q8_0
 	case "Q4_0":
 		return compute.Q4_0
+	case "Q4_1":
+		return compute.Q4_1
 	}
 	return 0
 }

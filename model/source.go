@@ -48,6 +48,12 @@ type SourceTensor struct {
 	// Float32's values.
 	Format string
 	Blocks []byte
+	// Reblock, when set, returns the tensor's blocks rewritten in the
+	// block format dt without going through float values, where the
+	// stored format maps onto it (a GGUF file's Q4_K as compute.Q4_1):
+	// an error when it does not. Requantize prefers it to quantizing the
+	// values again.
+	Reblock func(dt compute.DType) ([]byte, error)
 }
 
 // OpenDir opens a checkpoint directory of safetensors files as a Source:

@@ -139,7 +139,7 @@ func (noSlicer) Yield(release func()) func() { return release }
 // compute.Trainer. The Trainable holds references to base's tensors until
 // Free, so freeing base meanwhile is safe.
 //
-// Over a quantized base (Q8_0, Q4_0 matrices) only LoRA trains, as QLoRA
+// Over a quantized base (Q8_0, Q4_0, Q4_1 matrices) only LoRA trains, as QLoRA
 // does: the base stays quantized and frozen, the adapters, their
 // gradients and the optimizer's state are F32. The forward pass runs the
 // quantized products as serving does (activations quantized to Q8_0

@@ -281,8 +281,8 @@ func (m *Model) LoadWeights(dir string) (*Weights, error) {
 }
 
 // ReadTensor copies a tensor of weights to the host as float32: F32 as it
-// is, BF16 widened exactly (through compute.Trainer's Convert, so b must
-// implement it). It is for saving checkpoints and for tests.
+// is, BF16 widened exactly and quantized ones dequantized (through
+// compute.Trainer's Convert, so b must implement it). It is for saving checkpoints and for tests.
 func ReadTensor(b compute.Backend, t compute.Tensor) ([]float32, error) {
 	out := make([]float32, compute.Len(t))
 	switch t.DType() {
@@ -291,7 +291,7 @@ func ReadTensor(b compute.Backend, t compute.Tensor) ([]float32, error) {
 			return nil, fmt.Errorf("model: reading a tensor: %w", err)
 		}
 		return out, nil
-	case compute.BF16, compute.Q8_0, compute.Q4_0: // widened or dequantized exactly
+	case compute.BF16, compute.Q8_0, compute.Q4_0, compute.Q4_1: // widened or dequantized (exactly, but for Q4_1's float32 d·q + m)
 		tb, ok := b.(compute.Trainer)
 		if !ok {
 			return nil, fmt.Errorf("model: backend %s cannot convert %v tensors", b.Name(), t.DType())

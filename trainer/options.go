@@ -73,7 +73,7 @@ type Options struct {
 	// version (lora.merge_dtype): "float32" keeps every update; "bfloat16"
 	// halves their memory and decode bandwidth but loses updates smaller
 	// than half a BF16 step of a weight. Over a quantized base (Q8_0,
-	// Q4_0 matrices) a version merges nothing: it serves the adapters
+	// Q4_0, Q4_1 matrices) a version merges nothing: it serves the adapters
 	// unmerged over the quantized matrices (model.Trainable.Snapshot).
 	LoRAMergeDType string
 	Checkpointing  bool // activation_checkpointing: recompute activations in backward to save memory

@@ -23,11 +23,12 @@ var quantTrainerChecks = []check{
 	{"QuantLinearBackwardInput", checkQuantLinearBackwardInput},
 }
 
-var quantTypes = []compute.DType{compute.Q8_0, compute.Q4_0}
+var quantTypes = []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_1}
 
 // quantWeight makes a weight of the quantized dtype dt holding v
 // quantized (compute.Quantize, ggml's reference quantizer) and returns
-// it with the values it holds (dequantized, exact) and its blocks, which
+// it with the values it holds (dequantized: exact, but for Q4_1's float32
+// d·q + m) and its blocks, which
 // must stay unchanged.
 func (h *harness) quantWeight(dt compute.DType, v []float32, shape ...int) (w compute.Tensor, vals []float32, blocks []byte) {
 	h.t.Helper()
@@ -193,6 +194,7 @@ func checkQuantLinearMulti(h *harness) {
 		{"qkv-q8", 64, []out{{64, compute.Q8_0, true}, {32, compute.Q8_0, true}, {32, compute.Q8_0, true}}},
 		{"gate-up-q4", 96, []out{{70, compute.Q4_0, false}, {70, compute.Q4_0, false}}},
 		{"mixed", 64, []out{{40, compute.Q4_0, true}, {7, compute.BF16, false}, {33, compute.Q8_0, false}, {5, compute.F32, true}}},
+		{"q4_1-mixed", 96, []out{{70, compute.Q4_1, false}, {33, compute.Q4_0, true}, {40, compute.Q4_1, true}}},
 	} {
 		for _, m := range []int{1, 9} {
 			h.run(fmt.Sprintf("%s/m%d", c.name, m), func(h *harness) {

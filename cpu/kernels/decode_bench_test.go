@@ -7,17 +7,23 @@ import (
 )
 
 // BenchmarkDecodeProducts runs the matrix-vector products of one decode
-// step of the Qwen3-0.6B shape in Q4_0 as the model issues them (28
-// layers of q·k·v in one pass, o, gate·up in one pass, down; then the
-// output matrix), one after another, and reports the GB/s they stream.
-// Against the output matrix alone (BenchmarkLinearQuant/n151936_k1024/m1/q4_0)
-// it shows what splitting a step into small products costs; against a
-// whole decode step (clawrl bench --what model) what the rest of the step
-// costs.
+// step of the Qwen3-0.6B shape in Q4_0 and in Q4_1 (a GGUF file's Q4_K
+// as the CPU runs it) as the model issues them (28 layers of q·k·v in one
+// pass, o, gate·up in one pass, down; then the output matrix), one after
+// another, and reports the GB/s they stream. Against the output matrix
+// alone (BenchmarkLinearQuant/n151936_k1024/m1/q4_0) it shows what
+// splitting a step into small products costs; against a whole decode step
+// (clawrl bench --what model) what the rest of the step costs.
 func BenchmarkDecodeProducts(b *testing.B) {
+	for _, typ := range []QuantType{QuantQ4_0, QuantQ4_1} {
+		b.Run(typ.String(), func(b *testing.B) { benchDecodeProducts(b, typ) })
+	}
+}
+
+func benchDecodeProducts(b *testing.B, typ QuantType) {
 	r := rand.New(rand.NewPCG(1, 2))
-	q4 := func(n, k int) *QMatrix {
-		q, _ := PackQuant(QuantQ4_0, randBlocks(r, QuantQ4_0, n, k), n, k)
+	quant := func(n, k int) *QMatrix {
+		q, _ := PackQuant(typ, randBlocks(r, typ, n, k), n, k)
 		return q
 	}
 	c := make([]float32, 151936)
@@ -27,7 +33,7 @@ func BenchmarkDecodeProducts(b *testing.B) {
 		var outs []LinearOut
 		off := 0
 		for _, n := range ns {
-			q := q4(n, k)
+			q := quant(n, k)
 			bytes += q.Bytes()
 			outs = append(outs, LinearOut{C: c[off : off+n], Q: q, N: n})
 			off += n

@@ -7,11 +7,13 @@ import (
 	"unsafe"
 )
 
-// Block-quantized weights: ggml's Q8_0 and Q4_0 (see package compute for
-// the block layout they arrive in), multiplied as llama.cpp multiplies
-// them: the activations are quantized to int8 per block of 32 (a scale
-// d = max|x|/127 and q = round(x/d)), and a block's product is an integer
-// dot product scaled by the weight's and the activation's scales.
+// Block-quantized weights: ggml's Q8_0, Q4_0 and Q4_1 (see package
+// compute for the block layout they arrive in), multiplied as llama.cpp
+// multiplies them: the activations are quantized to int8 per block of 32
+// (a scale d = max|x|/127 and q = round(x/d)), and a block's product is
+// an integer dot product scaled by the weight's and the activation's
+// scales; Q4_1's minimum m adds m·dx·Σq of the activation block, as
+// llama.cpp's Q8_1 activations carry it.
 //
 // # Layout
 //
@@ -21,14 +23,16 @@ import (
 // (a "block-panel") is
 //
 //	64 bytes: the 32 rows' scales, IEEE half, row order
+//	Q4_1 only: 64 bytes, the 32 rows' minimums, IEEE half, row order
 //	Q8_0: 8 steps × 2 × 64 bytes: step s (k = 4s..4s+3 of the block),
 //	      rows 0-15 then rows 16-31, 4 bytes a row: q + 128 (unsigned)
 //	Q4_0: 8 steps × 64 bytes: step s, 4 bytes a row for rows 0-15, the
 //	      low nibble row r's q and the high nibble row r+16's (0..15,
 //	      offset 8 as in ggml)
+//	Q4_1: as Q4_0 (0..15, no offset)
 //
-// 1088 or 576 bytes, 64-byte aligned; the bytes per weight are ggml's
-// (34 or 18 per 32). It is the layout of an outer-product kernel: one
+// 1088, 576 or 640 bytes, 64-byte aligned; the bytes per weight are
+// ggml's (34, 18 or 20 per 32). It is the layout of an outer-product kernel: one
 // 64-byte load is 16 rows × 4 values of k, which VPDPBUSD (AVX-512 VNNI)
 // multiplies by 4 bytes of an activation row broadcast to every lane, 64
 // products into 16 sums. The kernel keeps a tile of up to 7 activation
@@ -52,7 +56,11 @@ type QuantType uint8
 const (
 	QuantQ8_0 QuantType = iota + 1 // ggml Q8_0: 34 bytes per 32 weights
 	QuantQ4_0                      // ggml Q4_0: 18 bytes per 32 weights
+	QuantQ4_1                      // ggml Q4_1: 20 bytes per 32 weights
 )
+
+// quantTypes is how many QuantTypes there are (the kernel tables' size).
+const quantTypes = 3
 
 func (t QuantType) String() string {
 	switch t {
@@ -60,11 +68,13 @@ func (t QuantType) String() string {
 		return "Q8_0"
 	case QuantQ4_0:
 		return "Q4_0"
+	case QuantQ4_1:
+		return "Q4_1"
 	}
 	return fmt.Sprintf("QuantType(%d)", uint8(t))
 }
 
-// qk is the block size of both formats.
+// qk is the block size of the formats.
 const qk = 32
 
 // qPanel is the rows of a panel.
@@ -72,26 +82,46 @@ const qPanel = 32
 
 // blockBytes is the bytes of one ggml block of t.
 func (t QuantType) blockBytes() int {
-	if t == QuantQ8_0 {
+	switch t {
+	case QuantQ8_0:
 		return 2 + qk
+	case QuantQ4_1:
+		return 4 + qk/2
 	}
 	return 2 + qk/2
 }
 
 // panelBlockBytes is the bytes of one block-panel of t.
 func (t QuantType) panelBlockBytes() int {
-	if t == QuantQ8_0 {
-		return 64 + 8*128
+	return t.qOff() + 8*t.stepBytes()
+}
+
+// qOff is where the quantized values of a block-panel of t start: after
+// the scales (and Q4_1's minimums).
+func (t QuantType) qOff() int {
+	if t == QuantQ4_1 {
+		return 128
 	}
-	return 64 + 8*64
+	return 64
+}
+
+// stepBytes is the bytes of one step (4 values of k) of a block-panel.
+func (t QuantType) stepBytes() int {
+	if t == QuantQ8_0 {
+		return 128
+	}
+	return 64
 }
 
 // offset is what the stored weights of t exceed the signed values by.
 func (t QuantType) offset() int32 {
-	if t == QuantQ8_0 {
+	switch t {
+	case QuantQ8_0:
 		return 128
+	case QuantQ4_0:
+		return 8
 	}
-	return 8
+	return 0
 }
 
 // QMatrix is a quantized weight [N, K] in the packed layout (see above).
@@ -145,7 +175,7 @@ func (m *QMatrix) panel(p int) []byte {
 // from ggml blocks of type t (n·k/32 blocks, row after row), on pl's
 // threads.
 func (pl *Pool) PackQuant(t QuantType, blocks []byte, n, k int) (*QMatrix, error) {
-	if t != QuantQ8_0 && t != QuantQ4_0 {
+	if t < QuantQ8_0 || t > QuantQ4_1 {
 		return nil, fmt.Errorf("kernels: PackQuant of %v", t)
 	}
 	if n < 0 || k <= 0 || k%qk != 0 {
@@ -185,6 +215,10 @@ func (m *QMatrix) packPanel(p int, blocks []byte) {
 			d := dst[b*pb : (b+1)*pb]
 			d[2*c], d[2*c+1] = src[0], src[1]
 			qs := src[2:]
+			if m.typ == QuantQ4_1 {
+				d[64+2*c], d[64+2*c+1] = src[2], src[3]
+				qs = src[4:]
+			}
 			if m.typ == QuantQ8_0 {
 				for j := range qk {
 					s, e := j/4, j%4
@@ -192,6 +226,7 @@ func (m *QMatrix) packPanel(p int, blocks []byte) {
 				}
 				continue
 			}
+			qo := m.typ.qOff()
 			for j := range qk {
 				s, e := j/4, j%4
 				var nib byte
@@ -200,7 +235,7 @@ func (m *QMatrix) packPanel(p int, blocks []byte) {
 				} else {
 					nib = qs[j-16] >> 4
 				}
-				o := 64 + 64*s + (c%16)*4 + e
+				o := qo + 64*s + (c%16)*4 + e
 				if c < 16 {
 					d[o] |= nib
 				} else {
@@ -249,22 +284,33 @@ func (m *QMatrix) scale(pan []byte, b, c int) float32 {
 	return f16to32(uint16(pan[o]) | uint16(pan[o+1])<<8)
 }
 
+// minimum returns the minimum of row c of block b of a Q4_1 panel pan
+// (0 for the other types).
+func (m *QMatrix) minimum(pan []byte, b, c int) float32 {
+	if m.typ != QuantQ4_1 {
+		return 0
+	}
+	o := b*m.typ.panelBlockBytes() + 64 + 2*c
+	return f16to32(uint16(pan[o]) | uint16(pan[o+1])<<8)
+}
+
 // q returns the signed quantized value of row c, element j of block b of
-// panel pan.
+// panel pan (Q4_1's, 0..15, as they are).
 func (m *QMatrix) q(pan []byte, b, c, j int) int32 {
 	o := b * m.typ.panelBlockBytes()
 	s, e := j/4, j%4
 	if m.typ == QuantQ8_0 {
 		return int32(pan[o+64+128*s+(c/16)*64+(c%16)*4+e]) - 128
 	}
-	v := pan[o+64+64*s+(c%16)*4+e]
+	v := pan[o+m.typ.qOff()+64*s+(c%16)*4+e]
 	if c >= 16 {
 		v >>= 4
 	}
-	return int32(v&0x0F) - 8
+	return int32(v&0x0F) - m.typ.offset()
 }
 
-// Row writes row r of m, dequantized (exactly), into dst (len K).
+// Row writes row r of m, dequantized, into dst (len K): exactly, d·q,
+// for Q8_0 and Q4_0; d·q + m in float32 for Q4_1, as ggml computes it.
 func (m *QMatrix) Row(dst []float32, r int) {
 	if r < 0 || r >= m.n || len(dst) != m.k {
 		panic(fmt.Sprintf("kernels: Row %d of a quantized matrix of %d rows into %d values", r, m.n, len(dst)))
@@ -272,10 +318,10 @@ func (m *QMatrix) Row(dst []float32, r int) {
 	r += m.row0
 	pan, c := m.panel(r/qPanel), r%qPanel
 	for b := range m.nb {
-		d := m.scale(pan, b, c)
+		d, mn := m.scale(pan, b, c), m.minimum(pan, b, c)
 		out := dst[b*qk : (b+1)*qk]
 		for j := range out {
-			out[j] = d * float32(m.q(pan, b, c, j))
+			out[j] = float32(d*float32(m.q(pan, b, c, j))) + mn // no fused multiply-add: ggml's rounding
 		}
 	}
 }
@@ -326,8 +372,8 @@ func quantizeRowGeneric(qa []int8, da []float32, sa []int32, x []float32) {
 // quantArch is one architecture's quantized kernels.
 type quantArch struct {
 	// kern[t][r] computes an r×32·np tile (r = 1..rows) for weights of
-	// type t (index 0 Q8_0, 1 Q4_0); see qArgs.
-	kern [2][qRows + 1]qKernel
+	// type t (index 0 Q8_0, 1 Q4_0, 2 Q4_1); see qArgs.
+	kern [quantTypes][qRows + 1]qKernel
 	rows int // the most rows of A a call takes (≤ qRows)
 }
 
@@ -344,8 +390,10 @@ const qRows = 7
 // computes, for each of np panels from w on (contiguous) and each row i
 // < r of the tile, C[i, 32 columns of the panel] (+)= Σ over nb blocks of
 // dw·(da[i,b]·(corr[i,b] + Σ_k w_u·a)), with w_u the stored unsigned
-// weights: corr = −offset·Σq of the activation block. It decrements np
-// to zero.
+// weights: corr = −offset·Σq of the activation block. For Q4_1 the
+// integer sums start from 0 and corr is a float32, da·Σq, which the
+// block's minimums multiply: C += dw·(da·Σ w_u·a) + m·corr. It
+// decrements np to zero.
 type qArgs struct {
 	w    unsafe.Pointer // first panel
 	np   int            // panels
@@ -353,7 +401,7 @@ type qArgs struct {
 	a    unsafe.Pointer // int8 activations, row 0 of the tile
 	lda  int            // bytes between rows of a
 	da   unsafe.Pointer // float32 scales, row 0 (nb of them)
-	corr unsafe.Pointer // int32 corrections, row 0
+	corr unsafe.Pointer // int32 corrections (Q4_1: float32), row 0
 	lds  int            // bytes between rows of da and of corr
 	c    unsafe.Pointer // float32 C, row 0, the panel's first column
 	ldc  int            // bytes between rows of C
@@ -365,7 +413,7 @@ type qScratch struct {
 	qa   []int8
 	da   []float32
 	sa   []int32
-	corr [2][]int32
+	corr [quantTypes][]int32
 }
 
 var qScratchPool = sync.Pool{New: func() any { return new(qScratch) }}
@@ -389,7 +437,7 @@ type quantPart struct {
 type quantPass struct {
 	qa   []int8
 	da   []float32
-	corr [2][]int32
+	corr [quantTypes][]int32 // Q4_1's: float32 bits (see qArgs)
 	m, k int
 	kern *quantArch // nil: generic Go
 }
@@ -439,6 +487,10 @@ func (pl *Pool) linearQuantParts(a []float32, m, k int, outs []LinearOut) {
 			sc.corr[t] = grow(sc.corr[t], m*nb)
 			off := w.typ.offset()
 			for i, s := range sc.sa[:m*nb] {
+				if w.typ == QuantQ4_1 {
+					sc.corr[t][i] = int32(math.Float32bits(sc.da[i] * float32(s)))
+					continue
+				}
 				sc.corr[t][i] = -off * s
 			}
 			ps.corr[t] = sc.corr[t]
@@ -541,6 +593,7 @@ func (ps *quantPass) tile(w *QMatrix, t, pan0, np, i0, r int, c []float32, ldc i
 func qTileGeneric(w *QMatrix, pan0, np int, qa []int8, lda int, da []float32, corr []int32, r int, c []float32, ldc int, beta bool) {
 	nb := w.k / qk
 	off := w.typ.offset()
+	q41 := w.typ == QuantQ4_1
 	for p := range np {
 		pan := w.panel(pan0 + p)
 		for i := range r {
@@ -548,10 +601,16 @@ func qTileGeneric(w *QMatrix, pan0, np int, qa []int8, lda int, da []float32, co
 				var acc float32
 				for b := range nb {
 					s := corr[i*nb+b]
+					if q41 {
+						s = 0
+					}
 					for j := range qk {
 						s += (w.q(pan, b, col, j) + off) * int32(qa[i*lda+b*qk+j])
 					}
 					acc += w.scale(pan, b, col) * (float32(s) * da[i*nb+b])
+					if q41 {
+						acc += w.minimum(pan, b, col) * math.Float32frombits(uint32(corr[i*nb+b]))
+					}
 				}
 				o := i*ldc + p*qPanel + col
 				if beta {
@@ -602,6 +661,9 @@ func (m *QMatrix) CopyFrom(src *QMatrix) {
 		for b := range m.nb {
 			o := b * m.typ.panelBlockBytes()
 			dp[o+2*dc], dp[o+2*dc+1] = sp[o+2*scol], sp[o+2*scol+1]
+			if m.typ == QuantQ4_1 {
+				dp[o+64+2*dc], dp[o+64+2*dc+1] = sp[o+64+2*scol], sp[o+64+2*scol+1]
+			}
 			for j := range qk {
 				m.setQ(dp, b, dc, j, src.q(sp, b, scol, j))
 			}
@@ -618,8 +680,8 @@ func (m *QMatrix) setQ(pan []byte, b, c, j int, v int32) {
 		pan[o+64+128*s+(c/16)*64+(c%16)*4+e] = byte(v + 128)
 		return
 	}
-	i := o + 64 + 64*s + (c%16)*4 + e
-	u := byte(v + 8)
+	i := o + m.typ.qOff() + 64*s + (c%16)*4 + e
+	u := byte(v + m.typ.offset())
 	if c < 16 {
 		pan[i] = pan[i]&0xF0 | u
 	} else {

@@ -20,18 +20,27 @@ const (
 	qQ4x5
 	qQ4x6
 	qQ4x7
+	qQ41x1
+	qQ41x2
+	qQ41x3
+	qQ41x4
+	qQ41x5
+	qQ41x6
+	qQ41x7
 	qQ8AVX2
 	qQ4AVX2
+	qQ41AVX2
 )
 
 // quantAVX512 is the AVX-512 VNNI kernel table (quant_amd64.s).
-var quantAVX512 = quantArch{kern: [2][qRows + 1]qKernel{
+var quantAVX512 = quantArch{kern: [quantTypes][qRows + 1]qKernel{
 	{0, qQ8x1, qQ8x2, qQ8x3, qQ8x4, qQ8x5, qQ8x6, qQ8x7},
 	{0, qQ4x1, qQ4x2, qQ4x3, qQ4x4, qQ4x5, qQ4x6, qQ4x7},
+	{0, qQ41x1, qQ41x2, qQ41x3, qQ41x4, qQ41x5, qQ41x6, qQ41x7},
 }, rows: qRows}
 
 // quantAVX2 is the AVX2 kernel table: one row of A per call.
-var quantAVX2 = quantArch{kern: [2][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}}, rows: 1}
+var quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}, {0, qQ41AVX2}}, rows: 1}
 
 // call runs kernel k on p. Each kernel is called directly, not through
 // a func value, so that p does not escape: the caller's arguments stay on
@@ -66,10 +75,26 @@ func (k qKernel) call(p *qArgs) {
 		qkernQ4x6(p)
 	case qQ4x7:
 		qkernQ4x7(p)
+	case qQ41x1:
+		qkernQ41x1(p)
+	case qQ41x2:
+		qkernQ41x2(p)
+	case qQ41x3:
+		qkernQ41x3(p)
+	case qQ41x4:
+		qkernQ41x4(p)
+	case qQ41x5:
+		qkernQ41x5(p)
+	case qQ41x6:
+		qkernQ41x6(p)
+	case qQ41x7:
+		qkernQ41x7(p)
 	case qQ8AVX2:
 		qkernQ8AVX2(p)
 	case qQ4AVX2:
 		qkernQ4AVX2(p)
+	case qQ41AVX2:
+		qkernQ41AVX2(p)
 	default:
 		panic("kernels: no quantized kernel " + k.String())
 	}
@@ -118,10 +143,34 @@ func qkernQ4x6(p *qArgs)
 func qkernQ4x7(p *qArgs)
 
 //go:noescape
+func qkernQ41x1(p *qArgs)
+
+//go:noescape
+func qkernQ41x2(p *qArgs)
+
+//go:noescape
+func qkernQ41x3(p *qArgs)
+
+//go:noescape
+func qkernQ41x4(p *qArgs)
+
+//go:noescape
+func qkernQ41x5(p *qArgs)
+
+//go:noescape
+func qkernQ41x6(p *qArgs)
+
+//go:noescape
+func qkernQ41x7(p *qArgs)
+
+//go:noescape
 func qkernQ8AVX2(p *qArgs)
 
 //go:noescape
 func qkernQ4AVX2(p *qArgs)
+
+//go:noescape
+func qkernQ41AVX2(p *qArgs)
 
 //go:noescape
 func quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)

@@ -8,7 +8,8 @@ import (
 )
 
 // randBlocks returns n·k/32 random ggml blocks of t: scales of either
-// sign over a range of magnitudes (some zero), every quantized value.
+// sign over a range of magnitudes (some zero), every quantized value
+// (and Q4_1's minimums of either sign, near the scale's magnitude).
 func randBlocks(r *rand.Rand, t QuantType, n, k int) []byte {
 	bb := t.blockBytes()
 	out := make([]byte, n*k/qk*bb)
@@ -19,7 +20,13 @@ func randBlocks(r *rand.Rand, t QuantType, n, k int) []byte {
 			d = f32to16Test(float32(r.NormFloat64() * math.Pow(2, float64(r.IntN(12)-9))))
 		}
 		blk[0], blk[1] = byte(d), byte(d>>8)
-		for j := 2; j < bb; j++ {
+		j0 := 2
+		if t == QuantQ4_1 {
+			mn := f32to16Test(float32(r.NormFloat64() * 8 * float64(f16to32(d))))
+			blk[2], blk[3] = byte(mn), byte(mn>>8)
+			j0 = 4
+		}
+		for j := j0; j < bb; j++ {
 			blk[j] = byte(r.Uint32())
 		}
 	}
@@ -39,24 +46,41 @@ func f32to16Test(f float32) uint16 {
 }
 
 // ggmlValue is element j of row r of ggml blocks (the definition of the
-// formats, independent of the packing).
-func ggmlValue(t QuantType, blocks []byte, k, r, j int) (d float64, q int) {
+// formats, independent of the packing): d·q + m (m 0 but for Q4_1).
+func ggmlValue(t QuantType, blocks []byte, k, r, j int) (d float64, q int, m float64) {
 	bb := t.blockBytes()
 	blk := blocks[(r*(k/qk)+j/qk)*bb:]
 	d = float64(f16to32(uint16(blk[0]) | uint16(blk[1])<<8))
 	e := j % qk
-	if t == QuantQ8_0 {
-		return d, int(int8(blk[2+e]))
+	switch t {
+	case QuantQ8_0:
+		return d, int(int8(blk[2+e])), 0
+	case QuantQ4_1:
+		m = float64(f16to32(uint16(blk[2]) | uint16(blk[3])<<8))
+		blk = blk[2:]
+	}
+	off := 8
+	if t == QuantQ4_1 {
+		off = 0
 	}
 	if e < 16 {
-		return d, int(blk[2+e]&0x0F) - 8
+		return d, int(blk[2+e]&0x0F) - off, m
 	}
-	return d, int(blk[2+e-16]>>4) - 8
+	return d, int(blk[2+e-16]>>4) - off, m
 }
+
+// ggmlFloat is element j of row r as ggml computes it in float32.
+func ggmlFloat(t QuantType, blocks []byte, k, r, j int) float32 {
+	d, q, m := ggmlValue(t, blocks, k, r, j)
+	return float32(float32(d)*float32(q)) + float32(m)
+}
+
+// allQuant are the weight types.
+var allQuant = []QuantType{QuantQ8_0, QuantQ4_0, QuantQ4_1}
 
 func TestPackQuantRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
-	for _, typ := range []QuantType{QuantQ8_0, QuantQ4_0} {
+	for _, typ := range allQuant {
 		for _, sh := range [][2]int{{1, 32}, {33, 64}, {64, 96}, {70, 256}} {
 			n, k := sh[0], sh[1]
 			blocks := randBlocks(r, typ, n, k)
@@ -68,8 +92,7 @@ func TestPackQuantRows(t *testing.T) {
 			for i := range n {
 				m.Row(row, i)
 				for j := range k {
-					d, q := ggmlValue(typ, blocks, k, i, j)
-					if want := float32(d * float64(q)); row[j] != want {
+					if want := ggmlFloat(typ, blocks, k, i, j); row[j] != want {
 						t.Fatalf("%v %d×%d: row %d element %d = %g, want %g", typ, n, k, i, j, row[j], want)
 					}
 				}
@@ -77,8 +100,7 @@ func TestPackQuantRows(t *testing.T) {
 			if n > 5 {
 				v := m.Rows(3, 5)
 				v.Row(row, 1)
-				d, q := ggmlValue(typ, blocks, k, 4, 7)
-				if row[7] != float32(d*float64(q)) {
+				if row[7] != ggmlFloat(typ, blocks, k, 4, 7) {
 					t.Errorf("%v: Rows(3,5).Row(1) disagrees with row 4", typ)
 				}
 			}
@@ -155,24 +177,26 @@ func TestQuantizeRows(t *testing.T) {
 }
 
 // refLinearQuant is the float64 reference of a quantized product: A
-// quantized per the spec, W from its ggml blocks; and the sum of the
-// magnitudes of the terms, for the tolerance.
+// quantized per the spec, W from its ggml blocks (Q4_1's minimum
+// multiplying da·Σq, as llama.cpp's Q8_1 activations give it); and the
+// sum of the magnitudes of the terms, for the tolerance.
 func refLinearQuant(t QuantType, blocks []byte, a []float32, m, n, k int) (want, mag []float64) {
 	want, mag = make([]float64, m*n), make([]float64, m*n)
 	for i := range m {
-		q, d, _ := quantizeRowSpec(a[i*k : (i+1)*k])
+		q, d, sq := quantizeRowSpec(a[i*k : (i+1)*k])
 		for j := range n {
 			var s, sa float64
 			for b := 0; b < k/qk; b++ {
 				var dot int
-				var dw float64
+				var dw, mw float64
 				for e := range qk {
 					var qw int
-					dw, qw = ggmlValue(t, blocks, k, j, b*qk+e)
+					dw, qw, mw = ggmlValue(t, blocks, k, j, b*qk+e)
 					dot += qw * int(q[b*qk+e])
 				}
-				s += dw * float64(d[b]) * float64(dot)
-				sa += math.Abs(dw * float64(d[b]) * float64(dot))
+				mt := mw * float64(float32(d[b]*float32(sq[b])))
+				s += dw*float64(d[b])*float64(dot) + mt
+				sa += math.Abs(dw*float64(d[b])*float64(dot)) + math.Abs(mt)
 			}
 			want[i*n+j], mag[i*n+j] = s, sa
 		}
@@ -183,7 +207,7 @@ func refLinearQuant(t QuantType, blocks []byte, a []float32, m, n, k int) (want,
 func TestLinearQuant(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 3))
 	eachKernels(t, func(t *testing.T) {
-		for _, typ := range []QuantType{QuantQ8_0, QuantQ4_0} {
+		for _, typ := range allQuant {
 			for _, sh := range [][3]int{{1, 32, 32}, {1, 64, 256}, {2, 40, 64}, {7, 96, 128}, {8, 33, 64}, {15, 64, 96}, {1, 4000, 64}, {30, 200, 320}, {71, 130, 96}} {
 				m, n, k := sh[0], sh[1], sh[2]
 				t.Run(fmt.Sprintf("%v/m%d_n%d_k%d", typ, m, n, k), func(t *testing.T) {
@@ -230,18 +254,21 @@ func TestLinearMultiQuant(t *testing.T) {
 			k := 64
 			b8 := randBlocks(r, QuantQ8_0, 96, k)
 			b4 := randBlocks(r, QuantQ4_0, 40, k)
+			b41 := randBlocks(r, QuantQ4_1, 70, k)
 			w8, _ := PackQuant(QuantQ8_0, b8, 96, k)
 			w4, _ := PackQuant(QuantQ4_0, b4, 40, k)
+			w41, _ := PackQuant(QuantQ4_1, b41, 70, k)
 			wf := randF32(r, 24*k)
 			a := randF32(r, m*k)
-			c8, c4, cf := make([]float32, m*64), make([]float32, m*40), make([]float32, m*24)
-			LinearMulti(a, m, k, []LinearOut{{C: c8, Q: w8.Rows(32, 96), N: 64}, {C: cf, W32: wf, N: 24}, {C: c4, Q: w4, N: 40}})
+			c8, c4, c41, cf := make([]float32, m*64), make([]float32, m*40), make([]float32, m*38), make([]float32, m*24)
+			LinearMulti(a, m, k, []LinearOut{{C: c8, Q: w8.Rows(32, 96), N: 64}, {C: cf, W32: wf, N: 24}, {C: c4, Q: w4, N: 40}, {C: c41, Q: w41.Rows(32, 70), N: 38}})
 			want8, mag8 := refLinearQuant(QuantQ8_0, b8[32*(k/qk)*34:], a, m, 64, k)
 			want4, mag4 := refLinearQuant(QuantQ4_0, b4, a, m, 40, k)
+			want41, mag41 := refLinearQuant(QuantQ4_1, b41[32*(k/qk)*20:], a, m, 38, k)
 			for _, c := range []struct {
 				got       []float32
 				want, mag []float64
-			}{{c8, want8, mag8}, {c4, want4, mag4}} {
+			}{{c8, want8, mag8}, {c4, want4, mag4}, {c41, want41, mag41}} {
 				for i := range c.got {
 					if e := math.Abs(float64(c.got[i]) - c.want[i]); !(e <= dotBound(k, c.mag[i])) {
 						t.Fatalf("m=%d: element %d = %g, want %g", m, i, c.got[i], c.want[i])
@@ -265,7 +292,7 @@ func TestLinearMultiQuant(t *testing.T) {
 
 func TestQMatrixCopy(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, typ := range []QuantType{QuantQ8_0, QuantQ4_0} {
+	for _, typ := range allQuant {
 		n, k := 70, 64
 		blocks := randBlocks(r, typ, n, k)
 		src, _ := PackQuant(typ, blocks, n, k)
