@@ -508,6 +508,15 @@ func (m *Model) Tensor(name string) (model.SourceTensor, error) {
 	case typ.Quantized():
 		st.Format, st.Blocks = typ.String(), b
 	}
+	if typ.Quantized() && len(st.Shape) == 2 && st.Shape[0] > 0 {
+		rowBytes := len(b) / st.Shape[0]
+		st.Rows = func(dst []float32, lo, hi int) error {
+			if err := Dequantize(dst, b[lo*rowBytes:hi*rowBytes], typ); err != nil {
+				return m.f.errorf("tensor %s rows [%d,%d): %v", g, lo, hi, err)
+			}
+			return nil
+		}
+	}
 	if typ == Q4_K {
 		st.Reblock = func(dt compute.DType) ([]byte, error) {
 			if dt != compute.Q4_1 {

@@ -4,8 +4,13 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/model"
 )
 
 // TestQ4KToQ4_1: every element of Q4_K blocks rewritten as Q4_1 decodes
@@ -65,8 +70,68 @@ func TestQ4KToQ4_1(t *testing.T) {
 	}
 	big := make([]byte, 144)
 	binary.LittleEndian.PutUint16(big, 0x7bff) // d = 65504
-	big[4] = 63                                 // sub-block 0's scale: 63·65504 is not a half
+	big[4] = 63                                // sub-block 0's scale: 63·65504 is not a half
 	if _, err := Q4KToQ4_1(big); err == nil || !strings.Contains(err.Error(), "finite half") {
 		t.Errorf("a scale beyond the halves: %v", err)
+	}
+}
+
+// TestTensorRows: a block-quantized matrix's Rows gives, for any range of
+// rows, exactly what Float32 gives for them (llama's permuted q and k
+// projections included), and a Q4_K one's Reblock gives Q4_1 blocks only.
+func TestTensorRows(t *testing.T) {
+	tok := trainedTokenizer(t)
+	for _, typ := range []TensorType{Q6_K, Q4_K, Q8_0} {
+		dir := t.TempDir()
+		if err := model.WriteRandomCheckpoint(dir, smallSpec(model.ArchLlama, tok.VocabSize())); err != nil {
+			t.Fatal(err)
+		}
+		path := convert(t, dir, tok, typ, false).write(t, filepath.Join(t.TempDir(), "m.gguf"))
+		m, err := OpenModel(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked := 0
+		for _, name := range []string{"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight", "model.layers.1.mlp.down_proj.weight", "model.embed_tokens.weight"} {
+			st, err := m.Tensor(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Rows == nil {
+				t.Fatalf("%v %s: no Rows", typ, name)
+			}
+			all, _, err := st.Float32()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, cols := st.Shape[0], st.Shape[1]
+			for _, r := range [][2]int{{0, rows}, {0, 1}, {rows - 1, rows}, {rows / 3, rows/3 + 5}} {
+				got := make([]float32, (r[1]-r[0])*cols)
+				if err := st.Rows(got, r[0], r[1]); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, all[r[0]*cols:r[1]*cols]) {
+					t.Fatalf("%v %s: rows [%d,%d) differ from Float32's", typ, name, r[0], r[1])
+				}
+			}
+			switch {
+			case typ != Q4_K && st.Reblock != nil:
+				t.Errorf("%v %s: a Reblock", typ, name)
+			case typ == Q4_K && st.Reblock == nil:
+				t.Errorf("%s: Q4_K without a Reblock", name)
+			case typ == Q4_K:
+				if _, err := st.Reblock(compute.Q8_0); err == nil {
+					t.Errorf("%s: Q4_K rewritten as Q8_0", name)
+				}
+				if q, err := st.Reblock(compute.Q4_1); err != nil || len(q) != rows*cols/32*20 {
+					t.Errorf("%s: Q4_K as Q4_1: %d bytes, %v", name, len(q), err)
+				}
+			}
+			checked++
+		}
+		m.Close()
+		if checked != 4 {
+			t.Fatalf("%v: %d tensors checked", typ, checked)
+		}
 	}
 }

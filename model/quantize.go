@@ -131,7 +131,10 @@ func (s *quantSource) Tensor(name string) (SourceTensor, error) {
 	rows, cols := st.Shape[0], st.Shape[1]
 	blocks := make([]byte, dt.Bytes(rows*cols))
 	var vals []float32
-	if st.BF16 == nil { // widened or viewed whole; BF16 is widened a row at a time
+	// Widened or viewed whole, unless the rows can be had one at a time:
+	// BF16 and a block format with Rows (a K-quant embedding of 151,936
+	// rows would take 0.6 GB widened whole for the Qwen3-0.6B shape).
+	if st.BF16 == nil && st.Rows == nil {
 		if vals, _, err = st.Float32(); err != nil {
 			return st, err
 		}
@@ -143,11 +146,19 @@ func (s *quantSource) Tensor(name string) (SourceTensor, error) {
 		row := make([]float32, cols)
 		for r := lo; r < hi; r++ {
 			x := row
-			if st.BF16 != nil {
+			switch {
+			case st.BF16 != nil:
 				for j, h := range st.BF16[r*cols : (r+1)*cols] {
 					row[j] = bf16ToF32(h)
 				}
-			} else {
+			case vals == nil:
+				if err := st.Rows(row, r, r+1); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+			default:
 				x = vals[r*cols : (r+1)*cols]
 			}
 			if err := compute.Quantize(dt, blocks[r*rowBytes:(r+1)*rowBytes], x); err != nil {
@@ -174,7 +185,7 @@ func (s *quantSource) count(from string, dt compute.DType) {
 // blockTensor is st held as blocks of dt instead.
 func blockTensor(st SourceTensor, dt compute.DType, blocks []byte) SourceTensor {
 	q := st
-	q.BF16, q.View, q.Reblock = nil, false, nil
+	q.BF16, q.View, q.Reblock, q.Rows = nil, false, nil, nil
 	q.Format, q.Blocks = dt.String(), blocks
 	n := len(blocks) / dt.BlockBytes() * dt.BlockSize()
 	q.Float32 = func() ([]float32, bool, error) {

@@ -54,6 +54,10 @@ type SourceTensor struct {
 	// an error when it does not. Requantize prefers it to quantizing the
 	// values again.
 	Reblock func(dt compute.DType) ([]byte, error)
+	// Rows, when set, writes rows [lo, hi) of a matrix (Shape[0] rows) as
+	// Float32 gives them into dst (len (hi−lo)·Shape[1]): a tensor stored
+	// in a block format decoded a few rows at a time instead of whole.
+	Rows func(dst []float32, lo, hi int) error
 }
 
 // OpenDir opens a checkpoint directory of safetensors files as a Source:
