@@ -200,13 +200,7 @@ func pow(b, e int) int {
 
 // vocab is the tokenizer's tokens as bytes, built once.
 func (s *Server) vocab() grammar.Vocab {
-	s.vocabOnce.Do(func() {
-		n := s.tok.VocabSize()
-		s.vocabBytes = make(grammar.Vocab, n)
-		for id := range n {
-			s.vocabBytes[id] = []byte(s.tok.Decode([]int32{int32(id)}))
-		}
-	})
+	s.vocabOnce.Do(func() { s.vocabBytes = s.tok.TokenBytes() })
 	return s.vocabBytes
 }
 

@@ -112,6 +112,19 @@ func (t *Tokenizer) Decode(ids []int32) string {
 	return string(t.AppendDecoded(nil, ids))
 }
 
+// TokenBytes returns, for every id, the bytes Decode gives it alone (nil
+// for an id with no token): the vocabulary as constrained decoding
+// matches it. The slices are the tokenizer's own; do not modify them.
+func (t *Tokenizer) TokenBytes() [][]byte {
+	out := make([][]byte, len(t.raw))
+	for id := range out {
+		if t.valid(int32(id)) {
+			out[id] = t.raw[id]
+		}
+	}
+	return out
+}
+
 // DecodeChecked is Decode that fails on the first id that has no token.
 func (t *Tokenizer) DecodeChecked(ids []int32) (string, error) {
 	for i, id := range ids {

@@ -465,3 +465,22 @@ func TestLlama3Shape(t *testing.T) {
 		t.Errorf("Encode added the post-processor's token: %v", ids)
 	}
 }
+
+// TestTokenBytes: every id's bytes are what Decode gives it alone, for the
+// real Qwen3 vocabulary (special tokens as their text, unassigned ids
+// nil).
+func TestTokenBytes(t *testing.T) {
+	tok := qwen3Tokenizer(t)
+	b := tok.TokenBytes()
+	if len(b) != tok.VocabSize() {
+		t.Fatalf("%d entries for a vocabulary of %d", len(b), tok.VocabSize())
+	}
+	for id := range b {
+		if want := tok.Decode([]int32{int32(id)}); string(b[id]) != want || (b[id] == nil) != (tok.TokenString(int32(id)) == "" && want == "") {
+			t.Fatalf("id %d: %q, want %q", id, b[id], want)
+		}
+	}
+	if im, _ := tok.TokenID("<|im_end|>"); string(b[im]) != "<|im_end|>" {
+		t.Errorf("<|im_end|> is %q", b[im])
+	}
+}
