@@ -46,7 +46,8 @@ are split into shards with a model.safetensors.index.json.
 
 --format gguf writes one GGUF file at --out instead, the format llama.cpp and
 Ollama load (and clawrl serve --model FILE.gguf): the merged weights with
-matrices in --type (bf16, f16, f32, q8_0, q4_0, or a K-quant such as q4_k;
+matrices in --type (bf16, f16, f32, q8_0, q4_0, a K-quant such as q4_k, or
+llama-quantize's mix q4_k_m or q5_k_m, which Ollama's downloads mostly are;
 norms stay F32), llama's q/k rows permuted as llama.cpp's converter does, and
 the tokenizer's vocabulary and chat template in the file's metadata.`,
 		Args: cobra.MaximumNArgs(1),
@@ -107,7 +108,7 @@ the tokenizer's vocabulary and chat template in the file's metadata.`,
 	f.StringVar(&shard, "max-shard-size", "5GB", "split weights larger than this into model-0000i-of-0000n.safetensors with an index, as transformers does (0: one file)")
 	f.StringVar(&baseName, "base-name", "", "name of the base model in the model card and adapter_config.json (default: the configured model's directory)")
 	f.StringVar(&format, "format", "hf", "hf: a Hugging Face model directory; gguf: one GGUF file (llama.cpp, Ollama)")
-	f.StringVar(&qtype, "type", "bf16", "with --format gguf: the matrices' type (bf16, f16, f32, q8_0, q4_0, q4_k, q6_k, ...)")
+	f.StringVar(&qtype, "type", "bf16", "with --format gguf: the matrices' type (bf16, f16, f32, q8_0, q4_0, q4_k, q6_k, ...) or llama-quantize's mix q4_k_m or q5_k_m")
 	return cmd
 }
 
@@ -116,7 +117,7 @@ func (a *app) exportGGUF(cmd *cobra.Command, args []string, out, ckpt, qtype str
 	if adapter {
 		return errors.New("export: --adapter writes a PEFT directory; --format gguf writes a merged model")
 	}
-	typ, err := gguf.ParseTensorType(qtype)
+	mix, err := gguf.ParseMix(qtype)
 	if err != nil {
 		return fmt.Errorf("export: --type: %w", err)
 	}
@@ -128,7 +129,7 @@ func (a *app) exportGGUF(cmd *cobra.Command, args []string, out, ckpt, qtype str
 	if base, err := engine.ModelDir(a.cfg, "", a.log); err == nil {
 		opts.BaseDir = base
 	}
-	res, err := export.GGUF(c, out, typ, opts)
+	res, err := export.GGUF(c, out, mix, opts)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,8 @@ import (
 // Q8_0 and Q4_0 (both multiply the blocks with int8-quantized activations, in
 // their own orders). Agreement also needs the file's tokenizer to split
 // the text as clawrl's does, and llama.cpp's chunk count is compared.
+// clawrl's Q4_K_M export gives every tensor the type llama-quantize's
+// Q4_K_M file of the F32 export has.
 // The other way round, files that llama.cpp's own llama-quantize makes
 // from the F32 export (Q4_K_M, a mix of Q4_K and Q6_K, and Q6_K), which
 // clawrl dequantizes and multiplies in float while llama.cpp multiplies
@@ -140,6 +142,41 @@ func TestLlamaCppReadsExport(t *testing.T) {
 			t.Errorf("%s: perplexity llama.cpp %.4f, clawrl %.4f: ratio %.6f beyond 1±%g", c.typ, theirs, ours, r, c.tol)
 		}
 	}
+
+	// clawrl's own Q4_K_M export gives every tensor the type llama-quantize
+	// gave it (gguf.Mix), and the same file type.
+	ours := filepath.Join(dir, "clawrl-q4_k_m.gguf")
+	if out, err := exec.Command(bin, "export", "1", "--config", cfg, "--format", "gguf", "--type", "q4_k_m", "--out", ours).CombinedOutput(); err != nil {
+		t.Fatalf("export --type q4_k_m: %v\n%s", err, out)
+	}
+	a, err := gguf.Open(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := gguf.Open(filepath.Join(dir, "bundled-q4_k_m.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if len(a.Tensors) != len(b.Tensors) {
+		t.Errorf("clawrl's Q4_K_M export has %d tensors, llama-quantize's %d", len(a.Tensors), len(b.Tensors))
+	}
+	q6 := 0
+	for _, ti := range a.Tensors {
+		if tb, ok := b.Tensor(ti.Name); !ok || tb.Type != ti.Type {
+			t.Errorf("%s: %v in clawrl's Q4_K_M export, %v (present %v) in llama-quantize's", ti.Name, ti.Type, tb.Type, ok)
+		}
+		if ti.Type == gguf.Q6_K {
+			q6++
+		}
+	}
+	fa, _ := a.Get("general.file_type")
+	fb, _ := b.Get("general.file_type")
+	if fa.String() != fb.String() {
+		t.Errorf("general.file_type %v, llama-quantize's %v", fa, fb)
+	}
+	t.Logf("Q4_K_M: %d tensors, %d of them Q6_K, each of the type llama-quantize gives it", len(a.Tensors), q6)
 }
 
 // promptLogProbs reads token_logprobs of an echoed completion (the first

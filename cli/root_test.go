@@ -164,7 +164,7 @@ func TestBenchQuantized(t *testing.T) {
 	if err := writeTestModel(dir, presets()["tiny"], "", false); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeTestGGUF(dir, gguf.Q8_0); err != nil {
+	if err := writeTestGGUF(dir, gguf.Uniform(gguf.Q8_0)); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err := run(t, "", "bench", "--what", "model", "--model", filepath.Join(dir, "model-q8_0.gguf"), "--seconds", "0.02",

@@ -72,18 +72,18 @@ generate and bench take as --model as they take DIR.`,
 			if cmd.Flags().Changed("seed") {
 				spec.Seed = seed
 			}
-			var typ gguf.TensorType
+			var mix gguf.Mix
 			if ggufType != "" {
-				t, err := gguf.ParseTensorType(ggufType)
-				if err != nil || !t.Readable() {
-					return fmt.Errorf("--gguf %q: want one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k", ggufType)
+				m, err := gguf.ParseMix(ggufType)
+				if err != nil {
+					return fmt.Errorf("--gguf %q: want one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m, q5_k_m", ggufType)
 				}
-				typ = t
+				mix = m
 			}
 			if err := writeTestModel(args[0], spec, tokDir, false); err != nil || ggufType == "" {
 				return err
 			}
-			return writeTestGGUF(args[0], typ)
+			return writeTestGGUF(args[0], mix)
 		},
 	}
 	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
@@ -149,7 +149,7 @@ func writeTestModel(dir string, spec model.RandomSpec, tokDir string, keepVocab 
 
 // writeTestGGUF writes the checkpoint in dir, with its tokenizer, as
 // dir/model-TYPE.gguf.
-func writeTestGGUF(dir string, typ gguf.TensorType) error {
+func writeTestGGUF(dir string, mix gguf.Mix) error {
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return err
@@ -159,8 +159,8 @@ func writeTestGGUF(dir string, typ gguf.TensorType) error {
 		return err
 	}
 	defer src.Close()
-	path := filepath.Join(dir, "model-"+strings.ToLower(typ.String())+".gguf")
-	if err := gguf.WriteModel(path, src, tok, typ); err != nil {
+	path := filepath.Join(dir, "model-"+strings.ToLower(mix.String())+".gguf")
+	if err := gguf.WriteModelMix(path, src, tok, mix); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s\n", path)

@@ -15,15 +15,16 @@ import (
 )
 
 // GGUF exports checkpoint c as one GGUF file at out, the format llama.cpp
-// and Ollama load: the checkpoint's merged weights with matrices in typ
-// (bf16, f16, f32, q8_0, q4_0, or any type package gguf writes; vectors
-// stay F32), llama's query and key projections permuted as llama.cpp's
+// and Ollama load: the checkpoint's merged weights with matrices in the
+// types of mix (one type, bf16, f16, f32, q8_0, q4_0 or any other package
+// gguf writes, or llama-quantize's Q4_K_M or Q5_K_M mix; vectors stay
+// F32), llama's query and key projections permuted as llama.cpp's
 // converter does, and the tokenizer (the checkpoint's, else opts.BaseDir's)
 // as GGUF vocabulary and chat template (gguf.WriteModel). The weights are
 // checked against the checkpoint's manifest (size and SHA-256) before they
 // are read, and the file appears whole or not at all. An existing out is
 // replaced only with opts.Force, and only if it is a GGUF file.
-func GGUF(c *weights.Checkpoint, out string, typ gguf.TensorType, opts Options) (Result, error) {
+func GGUF(c *weights.Checkpoint, out string, mix gguf.Mix, opts Options) (Result, error) {
 	abs, err := filepath.Abs(out)
 	if err != nil {
 		return Result{}, fmt.Errorf("export: %s: %w", out, err)
@@ -56,14 +57,14 @@ func GGUF(c *weights.Checkpoint, out string, typ gguf.TensorType, opts Options) 
 	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
 		return Result{}, fmt.Errorf("export: %w", err)
 	}
-	if err := gguf.WriteModel(abs, src, tok, typ); err != nil {
+	if err := gguf.WriteModelMix(abs, src, tok, mix); err != nil {
 		return Result{}, fmt.Errorf("export: %w", err)
 	}
 	st, err := os.Stat(abs)
 	if err != nil {
 		return Result{}, fmt.Errorf("export: %w", err)
 	}
-	return Result{Dir: abs, Version: c.Manifest.Version, Files: []string{filepath.Base(abs)}, Bytes: st.Size(), DType: typ.String()}, nil
+	return Result{Dir: abs, Version: c.Manifest.Version, Files: []string{filepath.Base(abs)}, Bytes: st.Size(), DType: mix.String()}, nil
 }
 
 // ggufMagic opens every GGUF file.

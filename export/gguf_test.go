@@ -71,9 +71,9 @@ func TestGGUFExport(t *testing.T) {
 	for _, tc := range []struct {
 		typ string
 		tol float64
-	}{{"f32", 1e-5}, {"bf16", 0.05}, {"q8_0", 0.15}, {"q4_0", 1.0}} {
+	}{{"f32", 1e-5}, {"bf16", 0.05}, {"q8_0", 0.15}, {"q4_0", 1.0}, {"q4_k_m", 1.0}} {
 		t.Run(tc.typ, func(t *testing.T) {
-			typ, err := gguf.ParseTensorType(tc.typ)
+			typ, err := gguf.ParseMix(tc.typ)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,24 +114,24 @@ func TestGGUFExport(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		dir := t.TempDir()
 		out := filepath.Join(dir, "m.gguf")
-		if _, err := GGUF(c, out, gguf.BF16, Options{BaseDir: base}); err != nil {
+		if _, err := GGUF(c, out, gguf.Uniform(gguf.BF16), Options{BaseDir: base}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := GGUF(c, out, gguf.BF16, Options{BaseDir: base}); err == nil || !strings.Contains(err.Error(), "--force") {
+		if _, err := GGUF(c, out, gguf.Uniform(gguf.BF16), Options{BaseDir: base}); err == nil || !strings.Contains(err.Error(), "--force") {
 			t.Errorf("an existing file without --force: %v", err)
 		}
-		if _, err := GGUF(c, out, gguf.Q8_0, Options{BaseDir: base, Force: true}); err != nil {
+		if _, err := GGUF(c, out, gguf.Uniform(gguf.Q8_0), Options{BaseDir: base, Force: true}); err != nil {
 			t.Errorf("--force over an earlier export: %v", err)
 		}
 		other := filepath.Join(dir, "notes.txt")
 		os.WriteFile(other, []byte("mine"), 0o600)
-		if _, err := GGUF(c, other, gguf.BF16, Options{BaseDir: base, Force: true}); err == nil || !strings.Contains(err.Error(), "not a GGUF file") {
+		if _, err := GGUF(c, other, gguf.Uniform(gguf.BF16), Options{BaseDir: base, Force: true}); err == nil || !strings.Contains(err.Error(), "not a GGUF file") {
 			t.Errorf("--force over a file of other content: %v", err)
 		}
 		if b, _ := os.ReadFile(other); string(b) != "mine" {
 			t.Error("the refused export touched the other file")
 		}
-		if _, err := GGUF(c, filepath.Join(c.Dir(), "x.gguf"), gguf.BF16, Options{BaseDir: base}); err == nil {
+		if _, err := GGUF(c, filepath.Join(c.Dir(), "x.gguf"), gguf.Uniform(gguf.BF16), Options{BaseDir: base}); err == nil {
 			t.Error("an export into the checkpoint was accepted")
 		}
 		// A weight file changed after the checkpoint was opened.
@@ -141,7 +141,7 @@ func TestGGUFExport(t *testing.T) {
 		bad := slices.Clone(raw)
 		bad[len(bad)-1] ^= 0xff
 		os.WriteFile(path, bad, 0o644)
-		_, err := GGUF(c, filepath.Join(dir, "tampered.gguf"), gguf.BF16, Options{BaseDir: base})
+		_, err := GGUF(c, filepath.Join(dir, "tampered.gguf"), gguf.Uniform(gguf.BF16), Options{BaseDir: base})
 		if err == nil || !strings.Contains(err.Error(), "model.safetensors") {
 			t.Errorf("a changed weight file: %v", err)
 		}

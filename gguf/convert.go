@@ -44,6 +44,15 @@ func WriteModel(path string, src model.Source, tok *tokenizer.Tokenizer, typ Ten
 	if _, ok := quantizers[typ]; !ok {
 		return fmt.Errorf("gguf: %s: cannot write %s tensors", path, typ)
 	}
+	return WriteModelMix(path, src, tok, Uniform(typ))
+}
+
+// WriteModelMix is WriteModel with the matrices' types from mix (a
+// K-quant mix gives some matrices more bits; see Mix).
+func WriteModelMix(path string, src model.Source, tok *tokenizer.Tokenizer, mix Mix) error {
+	if _, ok := quantizers[mix.base]; !ok {
+		return fmt.Errorf("gguf: %s: cannot write %s tensors", path, mix.base)
+	}
 	c := src.Config()
 	var arch string
 	for a, hf := range Architectures {
@@ -58,7 +67,7 @@ func WriteModel(path string, src model.Source, tok *tokenizer.Tokenizer, typ Ten
 	kvs := []KV{
 		{"general.architecture", String(arch)},
 		{"general.name", String(strings.TrimSuffix(src.String(), "/"))},
-		{"general.file_type", Uint32(fileTypes[typ])},
+		{"general.file_type", Uint32(mix.fileType)},
 		{k("context_length"), Uint32(uint32(c.MaxPositions))},
 		{k("embedding_length"), Uint32(uint32(c.HiddenSize))},
 		{k("block_count"), Uint32(uint32(c.NumLayers))},
@@ -83,7 +92,7 @@ func WriteModel(path string, src model.Source, tok *tokenizer.Tokenizer, typ Ten
 		name, _ := TensorName(spec.Name)
 		tt := F32
 		if len(spec.Shape) == 2 {
-			tt = matrixType(typ, spec.Shape[1])
+			tt = mix.matrixType(c, spec.Name, spec.Shape[1])
 		}
 		heads := 0
 		if arch == "llama" {

@@ -115,8 +115,9 @@ func sameJSON(a any, raw json.RawMessage) bool {
 	return bytes.Equal(xb, yb)
 }
 
-// TestIndependentParser: files of this package's writer read the same in
-// the npm package @huggingface/gguf (issue 30's independent parser):
+// TestIndependentParser: files of this package's writer (a sample, a
+// model in Q4_0 and one in the Q4_K_M mix) read the same in the npm
+// package @huggingface/gguf (issue 30's independent parser):
 // every metadata value with its type, every tensor's name, shape, type
 // and offset, and where the tensor data starts.
 func TestIndependentParser(t *testing.T) {
@@ -137,7 +138,11 @@ func TestIndependentParser(t *testing.T) {
 	if err := WriteModel(modelFile, src, tok, Q4_0); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{sample, modelFile} {
+	mixFile := filepath.Join(dir, "model-q4_k_m.gguf") // Q4_K and Q6_K tensors
+	if err := WriteModelMix(mixFile, src, tok, MixQ4KM); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{sample, modelFile, mixFile} {
 		cmd := exec.Command("node", filepath.Join("testdata", "js", "parse.mjs"), path)
 		cmd.Env = append(os.Environ(), "GGUF_JS="+js)
 		var stderr bytes.Buffer
