@@ -35,15 +35,7 @@ func TestMix(t *testing.T) {
 		t.Run(c.mix.String()+"/"+c.arch, func(t *testing.T) {
 			spec := smallSpec(c.arch, tok.VocabSize())
 			spec.Layers, spec.Tied = 8, c.arch == model.ArchQwen3
-			dir := t.TempDir()
-			if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
-				t.Fatal(err)
-			}
-			src, err := model.OpenDir(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer src.Close()
+			src, _ := randomSource(t, spec)
 			path := filepath.Join(t.TempDir(), "m.gguf")
 			if err := WriteModelMix(path, src, tok, c.mix); err != nil {
 				t.Fatal(err)

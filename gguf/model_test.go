@@ -329,6 +329,22 @@ func loadGGUF(t testing.TB, path string) *model.Model {
 	return m
 }
 
+// randomSource writes a random checkpoint of spec and opens it (closed
+// when the test ends); dir is where it is.
+func randomSource(t testing.TB, spec model.RandomSpec) (src model.Source, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	src, err := model.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return src, dir
+}
+
 func loadDir(t testing.TB, dir string) *model.Model {
 	t.Helper()
 	m, err := model.Load(cpu.New(), dir)
@@ -658,18 +674,9 @@ func TestWriteModel(t *testing.T) {
 				spec.RopeTheta = 500000
 				spec.RopeScaling = &model.RopeScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192}
 			}
-			dir := t.TempDir()
-			if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
-				t.Fatal(err)
-			}
-			src, err := model.OpenDir(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
+			src, dir := randomSource(t, spec)
 			path := filepath.Join(t.TempDir(), "w.gguf")
-			err = WriteModel(path, src, tok, typ)
-			src.Close()
-			if err != nil {
+			if err := WriteModel(path, src, tok, typ); err != nil {
 				t.Fatal(err)
 			}
 			ref := convert(t, dir, tok, typ, false).write(t, filepath.Join(t.TempDir(), "ref.gguf"))

@@ -125,15 +125,7 @@ func TestIndependentParser(t *testing.T) {
 	dir := t.TempDir()
 	sample, _, _ := writeSample(t, dir, KV{KeyAlignment, Uint32(64)})
 	tok := trainedTokenizer(t)
-	mdir := t.TempDir()
-	if err := model.WriteRandomCheckpoint(mdir, smallSpec(model.ArchQwen3, tok.VocabSize())); err != nil {
-		t.Fatal(err)
-	}
-	src, err := model.OpenDir(mdir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
+	src, _ := randomSource(t, smallSpec(model.ArchQwen3, tok.VocabSize()))
 	modelFile := filepath.Join(dir, "model.gguf")
 	if err := WriteModel(modelFile, src, tok, Q4_0); err != nil {
 		t.Fatal(err)
