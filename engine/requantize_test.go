@@ -18,12 +18,12 @@ import (
 
 // TestAutoRequantize: model.quantize: auto loads a GGUF file's K-quant
 // matrices (the bundled model written as Q4_K, as llama.cpp's Q4_K_M mix
-// stores most of a model, and as Q6_K, which it gives the rest) for the
-// int8 kernels instead of widening them to float (model.quantize: none):
-// Q4_K blocks rewritten as Q4_1 (the same nibbles, each sub-block's scale
-// and minimum rounded to halves), Q6_K requantized to Q8_0. The weights
-// take under a quarter (Q4_K) and under 40% (Q6_K) of the memory widened
-// takes, and on the replies of 32 held-out conversations auto adds at
+// stores most of a model, as Q6_K, which it gives the rest, and as that
+// Q4_K_M mix itself) for the int8 kernels instead of widening them to
+// float (model.quantize: none): Q4_K blocks rewritten as Q4_1 (the same
+// nibbles, each sub-block's scale and minimum rounded to halves), Q6_K
+// requantized to Q8_0. The weights take under a quarter (Q4_K), 40% (Q6_K)
+// and 30% (Q4_K_M) of the memory widened takes, and on the replies of 32 held-out conversations auto adds at
 // most 15% to the mean |Δ log p| that the file itself has against the
 // BF16 checkpoint it was written from, and moves log-probs no more than
 // 1.5× as much as quantizing that checkpoint to Q8_0 does. Where auto
@@ -42,15 +42,15 @@ func TestAutoRequantize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	paths := map[gguf.TensorType]string{}
-	for _, typ := range []gguf.TensorType{gguf.Q4_K, gguf.Q6_K} {
-		paths[typ] = filepath.Join(t.TempDir(), "bundled-"+strings.ToLower(typ.String())+".gguf")
-		if err := gguf.WriteModel(paths[typ], src, tok, typ); err != nil {
+	paths := map[string]string{}
+	for _, mix := range []gguf.Mix{gguf.Uniform(gguf.Q4_K), gguf.Uniform(gguf.Q6_K), gguf.MixQ4KM} {
+		paths[mix.String()] = filepath.Join(t.TempDir(), "bundled-"+strings.ToLower(mix.String())+".gguf")
+		if err := gguf.WriteModelMix(paths[mix.String()], src, tok, mix); err != nil {
 			t.Fatal(err)
 		}
 	}
 	src.Close()
-	path := paths[gguf.Q4_K]
+	path := paths["Q4_K"]
 
 	convs, err := corpus.HeldOutEncoded(tok, 32, 1)
 	if err != nil {
@@ -98,17 +98,21 @@ func TestAutoRequantize(t *testing.T) {
 	origQ8, _, _ := load("q8_0", nil, dir)
 	q8 := meanDiff(origQ8, orig)
 	for _, c := range []struct {
-		typ      gguf.TensorType
-		to       string
+		typ      string
+		note     string // what auto says it converted, as a pattern
 		maxBytes float64
-	}{{gguf.Q4_K, "Q4_1", 0.25}, {gguf.Q6_K, "Q8_0", 0.4}} {
+	}{
+		{"Q4_K", `Q4_K×\d+ → Q4_1`, 0.25},
+		{"Q6_K", `Q6_K×\d+ → Q8_0`, 0.4},
+		{"Q4_K_M", `Q4_K×\d+ → Q4_1, Q6_K×\d+ → Q8_0`, 0.3}, // llama-quantize's mix
+	} {
 		wide, wideBytes, note := load("none", nil, paths[c.typ])
 		if note != "" {
 			t.Fatalf("%v: none converted %q", c.typ, note)
 		}
 		auto, autoBytes, note := load("auto", nil, paths[c.typ])
-		if want := regexp.MustCompile(`^` + c.typ.String() + `×\d+ → ` + c.to + `$`); !want.MatchString(note) {
-			t.Fatalf("%v: auto converted %q, want the %v matrices to %s", c.typ, note, c.typ, c.to)
+		if !regexp.MustCompile(`^` + c.note + `$`).MatchString(note) {
+			t.Fatalf("%v: auto converted %q, want %s", c.typ, note, c.note)
 		}
 		fileErr, autoErr, requant := meanDiff(wide, orig), meanDiff(auto, orig), meanDiff(auto, wide)
 		t.Logf("%s: weights %d KiB against %d KiB widened (%.0f%%); %d reply tokens, mean |Δ log p| against the BF16 checkpoint: "+

@@ -135,3 +135,36 @@ func TestTensorRows(t *testing.T) {
 		}
 	}
 }
+
+// FuzzQ4KToQ4_1: any bytes are refused or rewritten whole, never a panic:
+// 20 bytes of Q4_1 per 32 elements, every nibble kept.
+func FuzzQ4KToQ4_1(f *testing.F) {
+	blk := make([]byte, 144)
+	for i := range blk {
+		blk[i] = byte(i * 7)
+	}
+	binary.LittleEndian.PutUint16(blk, 0x1400)
+	binary.LittleEndian.PutUint16(blk[2:], 0x1000)
+	f.Add(blk)
+	f.Add(blk[:100])
+	f.Add(append(blk, blk...))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		q, err := Q4KToQ4_1(src)
+		if err != nil {
+			return
+		}
+		if len(src)%144 != 0 || len(q) != len(src)/144*160 {
+			t.Fatalf("%d bytes rewritten as %d", len(src), len(q))
+		}
+		for e := range len(src) / 144 * 256 {
+			k := src[e/256*144+16:]
+			sub, l := e%256/32, e%32
+			want := k[32*(sub/2)+l] >> (4 * uint(sub%2)) & 15
+			y := q[e/32*20+4:]
+			got := y[l%16] >> (4 * uint(l/16)) & 15
+			if got != want {
+				t.Fatalf("element %d: nibble %d, want %d", e, got, want)
+			}
+		}
+	})
+}
