@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"math"
 	"path/filepath"
 	"strings"
@@ -146,4 +147,89 @@ func tensorNamed(m *Model, name string) compute.Tensor {
 		}
 	}
 	return nil
+}
+
+// blockSource presents some of a source's matrices as stored in a block
+// format the backend has no kernels for ("Q4_K"), with Rows giving their
+// values and Reblock succeeding or failing per tensor.
+type blockSource struct {
+	Source
+	reblock map[string]error // tensors stored as "Q4_K": Reblock's error
+}
+
+func (s *blockSource) Tensor(name string) (SourceTensor, error) {
+	st, err := s.Source.Tensor(name)
+	rerr, ok := s.reblock[name]
+	if err != nil || !ok {
+		return st, err
+	}
+	vals, _, err := st.Float32()
+	if err != nil {
+		return st, err
+	}
+	cols := st.Shape[1]
+	st.BF16, st.Format, st.Blocks = nil, "Q4_K", []byte{1}
+	st.Float32 = func() ([]float32, bool, error) { panic("a block tensor with Rows was widened whole") }
+	st.Rows = func(dst []float32, lo, hi int) error { copy(dst, vals[lo*cols:hi*cols]); return nil }
+	st.Reblock = func(dt compute.DType) ([]byte, error) {
+		if rerr != nil {
+			return nil, rerr
+		}
+		b := make([]byte, dt.Bytes(len(vals)))
+		return b, compute.Quantize(dt, b, vals)
+	}
+	return st, nil
+}
+
+// TestRequantize: Requantize takes a block tensor's Reblock as Q4_1 blocks
+// when it succeeds, and otherwise quantizes its rows (from Rows, never
+// widened whole) to Q8_0, the reference quantizer's blocks; tensors in
+// formats the backend takes stay as they are; Note says what went where.
+func TestRequantize(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	spec := RandomSpec{Arch: ArchQwen3, Hidden: 64, Intermediate: 128, Layers: 1, Heads: 2, KVHeads: 1, HeadDim: 32,
+		Vocab: 96, MaxPositions: 64, DType: "float32", Seed: 3, InitStd: 0.05}
+	if err := WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	base, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const up, down, q = "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight", "model.layers.0.self_attn.q_proj.weight"
+	src := &blockSource{Source: base, reblock: map[string]error{up: nil, down: errors.New("a scale beyond a half")}}
+	rq, err := Requantize(src, compute.Q8_0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rq.Close()
+	for _, c := range []struct {
+		name, format string
+	}{{up, "Q4_1"}, {down, "Q8_0"}, {q, ""}} {
+		st, err := rq.Tensor(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Format != c.format {
+			t.Errorf("%s: format %q, want %q", c.name, st.Format, c.format)
+			continue
+		}
+		if c.format == "" {
+			continue
+		}
+		bt, _ := base.Tensor(c.name)
+		v, _, _ := bt.Float32()
+		dt := map[string]compute.DType{"Q4_1": compute.Q4_1, "Q8_0": compute.Q8_0}[c.format]
+		want := make([]byte, dt.Bytes(len(v)))
+		compute.Quantize(dt, want, v)
+		if string(st.Blocks) != string(want) {
+			t.Errorf("%s: the %s blocks are not the reference quantizer's", c.name, c.format)
+		}
+		if st.Rows != nil || st.Reblock != nil {
+			t.Errorf("%s: the converted tensor keeps the stored format's Rows or Reblock", c.name)
+		}
+	}
+	if note := rq.Note(); note != "Q4_K×1 → Q4_1, Q4_K×1 → Q8_0" {
+		t.Errorf("note %q", note)
+	}
 }
