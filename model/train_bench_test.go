@@ -226,6 +226,10 @@ func BenchmarkTrainMemory(b *testing.B) {
 		{"bf16-lora16", 0, TrainOptions{LoRA: lora, Checkpointing: true}, []int{1, 2, 28}},
 		{"q8_0-lora16", compute.Q8_0, TrainOptions{LoRA: lora, Checkpointing: true}, []int{1, 2, 28}},
 		{"q4_0-lora16", compute.Q4_0, TrainOptions{LoRA: lora, Checkpointing: true}, []int{1, 2, 28}},
+		// Q4_1, what a GGUF file's Q4_K matrices run as (model.quantize:
+		// auto), with the output matrix at Q8_0, as a Q4_K_M file's Q6_K
+		// one is.
+		{"q4_1-lora16", compute.Q4_1, TrainOptions{LoRA: lora, Checkpointing: true}, []int{1, 2, 28}},
 	}
 	for _, tc := range cases {
 		results[tc.name] = map[int]result{}
