@@ -43,6 +43,9 @@
 //	Q4_1, 20 bytes a block: d, then m (IEEE halves), then qs[16];
 //	      element i < 16 = d·(qs[i] & 0x0F) + m, element i+16 =
 //	      d·(qs[i] >> 4) + m, computed in float32.
+//	Q5_1, 24 bytes a block: d, m, qh (uint32, little-endian), qs[16]:
+//	      as Q4_1 with a fifth bit, bit i of qh, above element i's
+//	      nibble (values 0..31).
 //
 // These are ggml's block_q8_0, block_q4_0 and block_q4_1
 // (ggml-common.h). A backend
@@ -87,6 +90,7 @@ const (
 	Q8_0                  // ggml's Q8_0 blocks: 32 int8 and a half scale (see the package doc)
 	Q4_0                  // ggml's Q4_0 blocks: 32 4-bit values and a half scale (see the package doc)
 	Q4_1                  // ggml's Q4_1 blocks: 32 4-bit values, a half scale and a half minimum (see the package doc)
+	Q5_1                  // ggml's Q5_1 blocks: 32 5-bit values, a half scale and a half minimum (see the package doc)
 )
 
 // QK is the number of elements in a block of Q8_0, Q4_0 and Q4_1.
@@ -106,7 +110,7 @@ func (d DType) Size() int {
 
 // Quantized reports whether d is a block-quantized type (Q8_0, Q4_0,
 // Q4_1).
-func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 || d == Q4_1 }
+func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 || d == Q4_1 || d == Q5_1 }
 
 // BlockSize is the number of elements of a block of d: QK for the
 // quantized types, 1 for the others.
@@ -127,6 +131,8 @@ func (d DType) BlockBytes() int {
 		return 2 + QK/2
 	case Q4_1:
 		return 4 + QK/2
+	case Q5_1:
+		return 8 + QK/2
 	}
 	return d.Size()
 }
@@ -151,6 +157,8 @@ func (d DType) String() string {
 		return "Q4_0"
 	case Q4_1:
 		return "Q4_1"
+	case Q5_1:
+		return "Q5_1"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }

@@ -1,19 +1,21 @@
 package compute
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 )
 
 // The reference quantizers of ggml (quantize_row_q8_0_ref,
-// quantize_row_q4_0_ref and quantize_row_q4_1_ref in ggml-quants.c), which llama-quantize runs when
+// quantize_row_q4_0_ref, quantize_row_q4_1_ref and quantize_row_q5_1_ref
+// in ggml-quants.c), which llama-quantize runs when
 // it has no importance matrix: the same float32 input gives the same
 // blocks, bit for bit. They run on the host, for any backend: a
 // checkpoint quantized on load (model.quantize) goes to the backend
 // through QuantBackend.WeightQuant as the blocks these write.
 
 // Quantize writes src, whose length is a multiple of QK, as blocks of the
-// quantized type dt (Q8_0, Q4_0 or Q4_1) into dst, which holds dt.Bytes(len(src))
+// quantized type dt (Q8_0, Q4_0, Q4_1 or Q5_1) into dst, which holds dt.Bytes(len(src))
 // bytes.
 func Quantize(dt DType, dst []byte, src []float32) error {
 	if !dt.Quantized() {
@@ -30,8 +32,10 @@ func Quantize(dt DType, dst []byte, src []float32) error {
 			quantizeQ8_0(y, x)
 		case Q4_0:
 			quantizeQ4_0(y, x)
-		default:
+		case Q4_1:
 			quantizeQ4_1(y, x)
+		default:
+			quantizeQ5_1(y, x)
 		}
 	}
 	return nil
@@ -94,9 +98,32 @@ func quantizeQ4_1(y []byte, x []float32) {
 	}
 }
 
+func quantizeQ5_1(y []byte, x []float32) {
+	lo, hi := float32(math.MaxFloat32), float32(-math.MaxFloat32)
+	for _, v := range x {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	d := (hi - lo) / 31
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	putHalf(y, F32ToF16(d))
+	putHalf(y[2:], F32ToF16(lo))
+	var qh uint32
+	for j := range QK / 2 {
+		x0, x1 := (x[j]-lo)*id, (x[QK/2+j]-lo)*id
+		q0, q1 := uint8(float32(x0+0.5)), uint8(float32(x1+0.5)) // (uint8_t)(x0 + 0.5f)
+		y[8+j] = q0&0x0F | (q1&0x0F)<<4
+		qh |= uint32(q0>>4&1)<<j | uint32(q1>>4&1)<<(j+16)
+	}
+	binary.LittleEndian.PutUint32(y[4:], qh)
+}
+
 // Dequantize writes the values of the blocks of dt in src into dst
 // (exactly for Q8_0 and Q4_0, whose every value is a float32; for Q4_1
-// d·q + m rounded to float32, as ggml's dequantize_row_q4_1).
+// and Q5_1 d·q + m rounded to float32, as ggml's dequantize_row_q4_1 and
+// _q5_1).
 func Dequantize(dt DType, dst []float32, src []byte) error {
 	if !dt.Quantized() || len(dst)%QK != 0 || len(src) != dt.Bytes(len(dst)) {
 		return fmt.Errorf("compute: Dequantize of %d bytes of %v into %d values", len(src), dt, len(dst))
@@ -105,6 +132,17 @@ func Dequantize(dt DType, dst []float32, src []byte) error {
 	for b := 0; b < len(dst)/QK; b++ {
 		y, x := src[b*bs:(b+1)*bs], dst[b*QK:(b+1)*QK]
 		d := F16ToF32(uint16(y[0]) | uint16(y[1])<<8)
+		if dt == Q5_1 {
+			m := F16ToF32(uint16(y[2]) | uint16(y[3])<<8)
+			qh := binary.LittleEndian.Uint32(y[4:])
+			for j := range QK / 2 {
+				q0 := y[8+j]&0x0F | byte(qh>>j&1)<<4
+				q1 := y[8+j]>>4 | byte(qh>>(j+16)&1)<<4
+				x[j] = float32(d*float32(q0)) + m // no fused multiply-add
+				x[QK/2+j] = float32(d*float32(q1)) + m
+			}
+			continue
+		}
 		if dt == Q4_1 {
 			m := F16ToF32(uint16(y[2]) | uint16(y[3])<<8)
 			for j := range QK / 2 {

@@ -140,6 +140,22 @@ func TestQuantizeKnownBlocks(t *testing.T) {
 			t.Errorf("Q4_1 q[%d] = %d, want %d", i, nib, want)
 		}
 	}
+	// Q5_1: the range 31 over 31 levels is a scale of 1, so q = i exactly,
+	// its fifth bit in qh.
+	q51 := make([]byte, Q5_1.Bytes(QK))
+	if err := Quantize(Q5_1, q51, x); err != nil {
+		t.Fatal(err)
+	}
+	if d, m := F16ToF32(uint16(q51[0])|uint16(q51[1])<<8), F16ToF32(uint16(q51[2])|uint16(q51[3])<<8); d != 1 || m != -12.5 {
+		t.Errorf("Q5_1 scale %g minimum %g, want 1 and -12.5", d, m)
+	}
+	qh := uint32(q51[4]) | uint32(q51[5])<<8 | uint32(q51[6])<<16 | uint32(q51[7])<<24
+	for i := range QK {
+		nib := q51[8+i%16] >> (4 * (i / 16)) & 0x0F
+		if got := int(nib) | int(qh>>i&1)<<4; got != i {
+			t.Errorf("Q5_1 q[%d] = %d, want %d", i, got, i)
+		}
+	}
 	zero := make([]byte, Q8_0.Bytes(QK))
 	if err := Quantize(Q8_0, zero, make([]float32, QK)); err != nil {
 		t.Fatal(err)
@@ -163,7 +179,7 @@ func TestQuantizeError(t *testing.T) {
 	for i := range x {
 		x[i] = float32(r.NormFloat64())
 	}
-	for _, dt := range []DType{Q8_0, Q4_0, Q4_1} {
+	for _, dt := range []DType{Q8_0, Q4_0, Q4_1, Q5_1} {
 		q := make([]byte, dt.Bytes(len(x)))
 		if err := Quantize(dt, q, x); err != nil {
 			t.Fatal(err)
@@ -182,9 +198,9 @@ func TestQuantizeError(t *testing.T) {
 				amax = math.Max(amax, math.Abs(float64(v)))
 			}
 			step := amax / levels * 1.001 // the half scale's rounding
-			if dt == Q4_1 {
+			if dt == Q4_1 || dt == Q5_1 {
 				lo, hi := slices.Min(x[b*QK:(b+1)*QK]), slices.Max(x[b*QK:(b+1)*QK])
-				step = float64(hi-lo) / 15 * 1.001
+				step = float64(hi-lo) / map[DType]float64{Q4_1: 15, Q5_1: 31}[dt] * 1.001
 			}
 			for i := b * QK; i < (b+1)*QK; i++ {
 				if e := math.Abs(float64(y[i] - x[i])); e > step {

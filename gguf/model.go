@@ -517,12 +517,12 @@ func (m *Model) Tensor(name string) (model.SourceTensor, error) {
 			return nil
 		}
 	}
-	if typ == Q4_K {
+	if to, ok := reblockTo[typ]; ok {
 		st.Reblock = func(dt compute.DType) ([]byte, error) {
-			if dt != compute.Q4_1 {
-				return nil, m.f.errorf("tensor %s: Q4_K blocks cannot be rewritten as %v", g, dt)
+			if dt != to {
+				return nil, m.f.errorf("tensor %s: %s blocks cannot be rewritten as %v", g, typ, dt)
 			}
-			q, err := Q4KToQ4_1(b)
+			q, err := kToAffine(b, typ)
 			if err != nil {
 				return nil, m.f.errorf("tensor %s: %v", g, err)
 			}

@@ -7,8 +7,9 @@ import (
 	"github.com/clawrl/clawrl/compute"
 )
 
-// Reblocking: a Q4_K matrix as Q4_1 blocks, for the CPU backend's int8
-// kernels, which have Q4_1 products but none for the K-quants.
+// Reblocking: a Q4_K matrix as Q4_1 blocks and a Q5_K one as Q5_1 blocks,
+// for the CPU backend's int8 kernels, which have Q4_1 and Q5_1 products
+// but none for the K-quants.
 //
 // A Q4_K block of 256 elements is eight sub-blocks of 32, sub-block i
 // holding x = (d·sc_i)·q − dmin·m_i with q a nibble: a Q4_1 block per
@@ -18,39 +19,68 @@ import (
 // relative change of at most 2⁻¹¹ of each, where quantizing to 4 bits
 // moves a value by up to half of D). Q4_K takes 4.5 bits a weight and
 // Q4_1 5: the per-sub-block scales are stored whole instead of as 6-bit
-// multiples of one half.
+// multiples of one half. Q5_K is Q4_K with a fifth bit per value, and
+// maps onto Q5_1 the same way (5.5 bits a weight, 6 as Q5_1).
+
+// reblockTo is the block format each K-quant that maps onto one is
+// rewritten as.
+var reblockTo = map[TensorType]compute.DType{Q4_K: compute.Q4_1, Q5_K: compute.Q5_1}
 
 // Q4KToQ4_1 rewrites src, Q4_K blocks, as Q4_1 blocks (20 bytes per 32
 // elements, in the same element order). A scale or minimum that is not a
 // finite half (beyond ±65504) is an error: the caller keeps another way
 // to load the tensor.
-func Q4KToQ4_1(src []byte) ([]byte, error) {
-	if len(src)%144 != 0 {
-		return nil, fmt.Errorf("%d bytes are not whole Q4_K blocks of 144", len(src))
+func Q4KToQ4_1(src []byte) ([]byte, error) { return kToAffine(src, Q4_K) }
+
+// Q5KToQ5_1 rewrites src, Q5_K blocks, as Q5_1 blocks (24 bytes per 32
+// elements), as Q4KToQ4_1 does.
+func Q5KToQ5_1(src []byte) ([]byte, error) { return kToAffine(src, Q5_K) }
+
+// kToAffine rewrites Q4_K (t) blocks as Q4_1 or Q5_K blocks as Q5_1.
+func kToAffine(src []byte, t TensorType) ([]byte, error) {
+	size, out := 144, 20 // Q4_K → Q4_1
+	if t == Q5_K {
+		size, out = 176, 24
 	}
-	nb := len(src) / 144
-	dst := make([]byte, nb*8*20)
+	if len(src)%size != 0 {
+		return nil, fmt.Errorf("%d bytes are not whole %s blocks of %d", len(src), t, size)
+	}
+	nb := len(src) / size
+	dst := make([]byte, nb*8*out)
 	for b := range nb {
-		blk := src[144*b : 144*b+144]
+		blk := src[size*b : size*b+size]
 		d, dmin := f16(blk), f16(blk[2:])
-		scales, qs := blk[4:16], blk[16:144]
+		scales, qs := blk[4:16], blk[size-128:]
+		var qh []byte // Q5_K's fifth bits: bit i of byte l for element 32i+l of the sub-blocks
+		if t == Q5_K {
+			qh = blk[16:48]
+		}
 		for i := range 8 {
 			sc, m := scaleMinK4(i, scales)
 			dh := compute.F32ToF16(d * float32(sc))
 			mh := compute.F32ToF16(-(dmin * float32(m)))
 			if dh&0x7c00 == 0x7c00 || mh&0x7c00 == 0x7c00 {
-				return nil, fmt.Errorf("Q4_K block %d sub-block %d: scale %g or minimum %g is not a finite half", b, i, d*float32(sc), -(dmin * float32(m)))
+				return nil, fmt.Errorf("%s block %d sub-block %d: scale %g or minimum %g is not a finite half", t, b, i, d*float32(sc), -(dmin * float32(m)))
 			}
-			y := dst[20*(8*b+i):][:20]
+			y := dst[out*(8*b+i):][:out]
 			binary.LittleEndian.PutUint16(y, dh)
 			binary.LittleEndian.PutUint16(y[2:], mh)
 			// Sub-block i is the low (even i) or high (odd i) nibbles of
-			// the 32 bytes qs[32(i/2):]; Q4_1 puts element j < 16 in the
-			// low nibble of byte j and element j+16 in its high nibble.
+			// the 32 bytes qs[32(i/2):]; Q4_1 and Q5_1 put element j < 16
+			// in the low nibble of byte j and element j+16 in its high
+			// nibble, and Q5_1 element j's fifth bit in bit j of qh.
 			q := qs[32*(i/2) : 32*(i/2)+32]
 			sh := 4 * uint(i%2)
+			ys := y[out-16:]
 			for j := range 16 {
-				y[4+j] = q[j]>>sh&0xF | (q[j+16]>>sh&0xF)<<4
+				ys[j] = q[j]>>sh&0xF | (q[j+16]>>sh&0xF)<<4
+			}
+			if qh != nil {
+				var bits uint32
+				for j := range 32 {
+					bits |= uint32(qh[j]>>i&1) << j
+				}
+				binary.LittleEndian.PutUint32(y[4:], bits)
 			}
 		}
 	}

@@ -13,57 +13,69 @@ import (
 	"github.com/clawrl/clawrl/model"
 )
 
-// TestQ4KToQ4_1: every element of Q4_K blocks rewritten as Q4_1 decodes
-// (refElement, from the format description) to its Q4_K value up to the
-// rounding of each sub-block's scale and minimum to a half: at most
-// 2⁻¹¹ of |D|·q + |M| for normal halves, 2⁻²⁵·(q+1) below them. Blocks
-// from the quantizer and random bytes (every scale, minimum and nibble
-// pattern); a scale beyond a half is refused.
+// TestQ4KToQ4_1: every element of Q4_K blocks rewritten as Q4_1, and of
+// Q5_K blocks rewritten as Q5_1, decodes (refElement, from the format
+// description) to its K-quant value up to the rounding of each
+// sub-block's scale and minimum to a half: at most 2⁻¹¹ of |D|·q + |M|
+// for normal halves, 2⁻²⁵·(q+1) below them. Blocks from the quantizer and
+// random bytes (every scale, minimum, nibble and fifth-bit pattern); a
+// scale beyond a half is refused.
 func TestQ4KToQ4_1(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 7))
-	x := make([]float32, 4*256)
-	for i := range x {
-		x[i] = float32(r.NormFloat64() * 0.02 * float64(1+i/256))
-	}
-	quantized := make([]byte, 4*144)
-	if err := Quantize(quantized, x, Q4_K); err != nil {
-		t.Fatal(err)
-	}
-	random := make([]byte, 64*144)
-	for i := range random {
-		random[i] = byte(r.Uint32())
-	}
-	for b := range 64 { // d and dmin of either sign over a range of magnitudes, finite
-		for _, at := range []int{0, 2} {
-			h := uint16(r.IntN(0x6000)) // below 512: 63 times it is a half | uint16(r.IntN(2))<<15
-			binary.LittleEndian.PutUint16(random[144*b+at:], h)
+	for _, c := range []struct {
+		from, to  TensorType
+		size, out int
+		top       float64 // the largest q
+		conv      func([]byte) ([]byte, error)
+	}{{Q4_K, Q4_1, 144, 20, 15, Q4KToQ4_1}, {Q5_K, Q5_1, 176, 24, 31, Q5KToQ5_1}} {
+		r := rand.New(rand.NewPCG(7, 7))
+		x := make([]float32, 4*256)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 0.02 * float64(1+i/256))
 		}
-	}
-	for name, src := range map[string][]byte{"quantized": quantized, "random": random} {
-		q, err := Q4KToQ4_1(src)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+		quantized := make([]byte, 4*c.size)
+		if err := Quantize(quantized, x, c.from); err != nil {
+			t.Fatal(err)
 		}
-		if len(q) != len(src)/144*8*20 {
-			t.Fatalf("%s: %d bytes of Q4_1 for %d of Q4_K", name, len(q), len(src))
+		random := make([]byte, 64*c.size)
+		for i := range random {
+			random[i] = byte(r.Uint32())
 		}
-		worst := 0.0
-		for e := range len(src) / 144 * 256 {
-			want := refElement(Q4_K, src[e/256*144:], e%256)
-			blk := q[e/32*20:]
-			got := refElement(Q4_1, blk, e%32)
-			d, m := math.Abs(half(blk, 0)), math.Abs(half(blk, 2))
-			nib := float64(int(blk[4+e%16]>>(4*(e%32/16))) & 15)
-			tol := math.Ldexp(d*nib+m, -11) + math.Ldexp(nib+1, -25) + 1e-6*math.Abs(want)
-			if diff := math.Abs(got - want); !(diff <= tol) {
-				t.Fatalf("%s: element %d is %g as Q4_1, %g as Q4_K (tolerance %g)", name, e, got, want, tol)
-			} else if d != 0 {
-				worst = max(worst, diff/d)
+		for b := range 64 { // d and dmin of either sign over a range of magnitudes, finite
+			for _, at := range []int{0, 2} {
+				h := uint16(r.IntN(0x6000)) | uint16(r.IntN(2))<<15 // below 512: 63 times it is a half
+				binary.LittleEndian.PutUint16(random[c.size*b+at:], h)
 			}
 		}
-		if name == "quantized" { // random minimums dwarf their scales
-			t.Logf("%s: the largest change is %.2g of a quantization step", name, worst)
+		for name, src := range map[string][]byte{"quantized": quantized, "random": random} {
+			q, err := c.conv(src)
+			if err != nil {
+				t.Fatalf("%v %s: %v", c.from, name, err)
+			}
+			if len(q) != len(src)/c.size*8*c.out {
+				t.Fatalf("%v %s: %d bytes of %v for %d", c.from, name, len(q), c.to, len(src))
+			}
+			worst := 0.0
+			for e := range len(src) / c.size * 256 {
+				want := refElement(c.from, src[e/256*c.size:], e%256)
+				blk := q[e/32*c.out:]
+				got := refElement(c.to, blk, e%32)
+				d, m := math.Abs(half(blk, 0)), math.Abs(half(blk, 2))
+				tol := math.Ldexp(d*c.top+m, -11) + math.Ldexp(c.top+1, -25) + 1e-6*math.Abs(want)
+				if diff := math.Abs(got - want); !(diff <= tol) {
+					t.Fatalf("%v %s: element %d is %g as %v, %g as %v (tolerance %g)", c.from, name, e, got, c.to, want, c.from, tol)
+				} else if d != 0 {
+					worst = max(worst, diff/d)
+				}
+			}
+			if name == "quantized" { // random minimums dwarf their scales
+				t.Logf("%v → %v, %s: the largest change is %.2g of a quantization step", c.from, c.to, name, worst)
+			}
 		}
+	}
+	r := rand.New(rand.NewPCG(8, 8))
+	random := make([]byte, 144)
+	for i := range random {
+		random[i] = byte(r.Uint32())
 	}
 	if _, err := Q4KToQ4_1(random[:100]); err == nil {
 		t.Error("a partial block was rewritten")

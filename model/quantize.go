@@ -43,11 +43,12 @@ func Quantize(src Source, dt compute.DType) (Source, error) {
 }
 
 // Requantize returns src with only its matrices stored in a block format
-// that a compute.QuantBackend cannot multiply as it is (Q5_0, Q5_1, the
+// that a compute.QuantBackend cannot multiply as it is (Q5_0, the
 // K-quants) converted as they are read: those whose blocks map onto
-// Q4_1's without requantizing (Q4_K, through SourceTensor.Reblock) as
-// Q4_1 blocks, the others quantized to dt from their values; every other
-// tensor, F32, F16, BF16, Q8_0, Q4_0 and Q4_1, as it is. A GGUF file's
+// Q4_1's or Q5_1's without requantizing (Q4_K and Q5_K, through
+// SourceTensor.Reblock) as such blocks, the others quantized to dt from
+// their values; every other tensor, F32, F16, BF16, Q8_0, Q4_0, Q4_1 and
+// Q5_1, as it is. A GGUF file's
 // Q4_K_M mix then runs on the int8 kernels in about a fifth of the
 // memory of its values widened to float32 (model.quantize: auto).
 // Closing the result closes src.
@@ -119,10 +120,10 @@ func (s *quantSource) Tensor(name string) (SourceTensor, error) {
 	if dt == 0 {
 		return st, nil
 	}
-	if s.blocksOnly && st.Reblock != nil {
-		if blocks, err := st.Reblock(compute.Q4_1); err == nil {
-			s.count(st.Format, compute.Q4_1)
-			return blockTensor(st, compute.Q4_1, blocks), nil
+	if to := reblockTo[st.Format]; s.blocksOnly && st.Reblock != nil && to != 0 {
+		if blocks, err := st.Reblock(to); err == nil {
+			s.count(st.Format, to)
+			return blockTensor(st, to, blocks), nil
 		}
 	}
 	if s.blocksOnly {
@@ -196,6 +197,11 @@ func blockTensor(st SourceTensor, dt compute.DType, blocks []byte) SourceTensor 
 	return q
 }
 
+// reblockTo is the block format Requantize rewrites a stored format as
+// without requantizing (SourceTensor.Reblock): the K-quants whose
+// sub-blocks of 32 each have a scale and a minimum.
+var reblockTo = map[string]compute.DType{"Q4_K": compute.Q4_1, "Q5_K": compute.Q5_1}
+
 // bf16ToF32 widens BF16 bits exactly.
 func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
@@ -224,6 +230,8 @@ func quantFormat(f string) compute.DType {
 		return compute.Q4_0
 	case "Q4_1":
 		return compute.Q4_1
+	case "Q5_1":
+		return compute.Q5_1
 	}
 	return 0
 }

@@ -181,7 +181,7 @@ func (s *blockSource) Tensor(name string) (SourceTensor, error) {
 	return st, nil
 }
 
-// TestRequantize: Requantize takes a block tensor's Reblock as Q4_1 blocks
+// TestRequantize: Requantize takes a Q4_K tensor's Reblock as Q4_1 blocks
 // when it succeeds, and otherwise quantizes its rows (from Rows, never
 // widened whole) to Q8_0, the reference quantizer's blocks; tensors in
 // formats the backend takes stay as they are; Note says what went where.

@@ -57,10 +57,11 @@ const (
 	QuantQ8_0 QuantType = iota + 1 // ggml Q8_0: 34 bytes per 32 weights
 	QuantQ4_0                      // ggml Q4_0: 18 bytes per 32 weights
 	QuantQ4_1                      // ggml Q4_1: 20 bytes per 32 weights
+	QuantQ5_1                      // ggml Q5_1: 24 bytes per 32 weights
 )
 
 // quantTypes is how many QuantTypes there are (the kernel tables' size).
-const quantTypes = 3
+const quantTypes = 4
 
 func (t QuantType) String() string {
 	switch t {
@@ -70,6 +71,8 @@ func (t QuantType) String() string {
 		return "Q4_0"
 	case QuantQ4_1:
 		return "Q4_1"
+	case QuantQ5_1:
+		return "Q5_1"
 	}
 	return fmt.Sprintf("QuantType(%d)", uint8(t))
 }
@@ -87,23 +90,35 @@ func (t QuantType) blockBytes() int {
 		return 2 + qk
 	case QuantQ4_1:
 		return 4 + qk/2
+	case QuantQ5_1:
+		return 8 + qk/2
 	}
 	return 2 + qk/2
 }
 
 // panelBlockBytes is the bytes of one block-panel of t.
 func (t QuantType) panelBlockBytes() int {
+	if t == QuantQ5_1 {
+		return t.hbOff() + 8*16
+	}
 	return t.qOff() + 8*t.stepBytes()
 }
 
 // qOff is where the quantized values of a block-panel of t start: after
-// the scales (and Q4_1's minimums).
+// the scales (and Q4_1's and Q5_1's minimums).
 func (t QuantType) qOff() int {
-	if t == QuantQ4_1 {
+	if t == QuantQ4_1 || t == QuantQ5_1 {
 		return 128
 	}
 	return 64
 }
+
+// hbOff is where a Q5_1 block-panel's fifth bits start: after the
+// nibbles, 16 bytes a step (see the layout above).
+func (t QuantType) hbOff() int { return t.qOff() + 8*64 }
+
+// affine reports whether t's blocks have a minimum (x = d·q + m).
+func (t QuantType) affine() bool { return t == QuantQ4_1 || t == QuantQ5_1 }
 
 // stepBytes is the bytes of one step (4 values of k) of a block-panel.
 func (t QuantType) stepBytes() int {
@@ -175,7 +190,7 @@ func (m *QMatrix) panel(p int) []byte {
 // from ggml blocks of type t (n·k/32 blocks, row after row), on pl's
 // threads.
 func (pl *Pool) PackQuant(t QuantType, blocks []byte, n, k int) (*QMatrix, error) {
-	if t < QuantQ8_0 || t > QuantQ4_1 {
+	if t < QuantQ8_0 || t > QuantQ5_1 {
 		return nil, fmt.Errorf("kernels: PackQuant of %v", t)
 	}
 	if n < 0 || k <= 0 || k%qk != 0 {
@@ -215,9 +230,18 @@ func (m *QMatrix) packPanel(p int, blocks []byte) {
 			d := dst[b*pb : (b+1)*pb]
 			d[2*c], d[2*c+1] = src[0], src[1]
 			qs := src[2:]
-			if m.typ == QuantQ4_1 {
+			if m.typ.affine() {
 				d[64+2*c], d[64+2*c+1] = src[2], src[3]
 				qs = src[4:]
+			}
+			if m.typ == QuantQ5_1 {
+				qh := uint32(src[4]) | uint32(src[5])<<8 | uint32(src[6])<<16 | uint32(src[7])<<24
+				qs = src[8:]
+				for j := range qk {
+					if qh>>j&1 != 0 {
+						m.setBit5(d, c, j)
+					}
+				}
 			}
 			if m.typ == QuantQ8_0 {
 				for j := range qk {
@@ -284,10 +308,27 @@ func (m *QMatrix) scale(pan []byte, b, c int) float32 {
 	return f16to32(uint16(pan[o]) | uint16(pan[o+1])<<8)
 }
 
-// minimum returns the minimum of row c of block b of a Q4_1 panel pan
-// (0 for the other types).
+// bit5 returns where row c, element j's fifth bit lies in a Q5_1
+// block-panel: the byte (from the block-panel's start) and the bit. Step
+// s's 16 bytes are two 64-bit masks, for the nibble vectors of rows 0-15
+// and of rows 16-31: bit i of a mask is byte i of its vector (row i/4,
+// element 4s + i%4), as the kernel's VPMOVM2B expands it.
+func bit5(c, j int) (byte, bit int) {
+	s, e := j/4, j%4
+	i := (c%16)*4 + e
+	return QuantQ5_1.hbOff() + 16*s + 8*(c/16) + i/8, i % 8
+}
+
+// setBit5 sets row c, element j's fifth bit in the Q5_1 block-panel d.
+func (m *QMatrix) setBit5(d []byte, c, j int) {
+	o, bit := bit5(c, j)
+	d[o] |= 1 << bit
+}
+
+// minimum returns the minimum of row c of block b of a Q4_1 or Q5_1
+// panel pan (0 for the other types).
 func (m *QMatrix) minimum(pan []byte, b, c int) float32 {
-	if m.typ != QuantQ4_1 {
+	if !m.typ.affine() {
 		return 0
 	}
 	o := b*m.typ.panelBlockBytes() + 64 + 2*c
@@ -306,7 +347,12 @@ func (m *QMatrix) q(pan []byte, b, c, j int) int32 {
 	if c >= 16 {
 		v >>= 4
 	}
-	return int32(v&0x0F) - m.typ.offset()
+	q := int32(v & 0x0F)
+	if m.typ == QuantQ5_1 {
+		hb, bit := bit5(c, j)
+		q |= int32(pan[o+hb]>>bit&1) << 4
+	}
+	return q - m.typ.offset()
 }
 
 // Row writes row r of m, dequantized, into dst (len K): exactly, d·q,
@@ -487,7 +533,7 @@ func (pl *Pool) linearQuantParts(a []float32, m, k int, outs []LinearOut) {
 			sc.corr[t] = grow(sc.corr[t], m*nb)
 			off := w.typ.offset()
 			for i, s := range sc.sa[:m*nb] {
-				if w.typ == QuantQ4_1 {
+				if w.typ.affine() {
 					sc.corr[t][i] = int32(math.Float32bits(sc.da[i] * float32(s)))
 					continue
 				}
@@ -593,7 +639,7 @@ func (ps *quantPass) tile(w *QMatrix, t, pan0, np, i0, r int, c []float32, ldc i
 func qTileGeneric(w *QMatrix, pan0, np int, qa []int8, lda int, da []float32, corr []int32, r int, c []float32, ldc int, beta bool) {
 	nb := w.k / qk
 	off := w.typ.offset()
-	q41 := w.typ == QuantQ4_1
+	q41 := w.typ.affine()
 	for p := range np {
 		pan := w.panel(pan0 + p)
 		for i := range r {
@@ -661,7 +707,7 @@ func (m *QMatrix) CopyFrom(src *QMatrix) {
 		for b := range m.nb {
 			o := b * m.typ.panelBlockBytes()
 			dp[o+2*dc], dp[o+2*dc+1] = sp[o+2*scol], sp[o+2*scol+1]
-			if m.typ == QuantQ4_1 {
+			if m.typ.affine() {
 				dp[o+64+2*dc], dp[o+64+2*dc+1] = sp[o+64+2*scol], sp[o+64+2*scol+1]
 			}
 			for j := range qk {
@@ -682,6 +728,11 @@ func (m *QMatrix) setQ(pan []byte, b, c, j int, v int32) {
 	}
 	i := o + m.typ.qOff() + 64*s + (c%16)*4 + e
 	u := byte(v + m.typ.offset())
+	if m.typ == QuantQ5_1 {
+		hb, bit := bit5(c, j)
+		pan[o+hb] = pan[o+hb]&^(1<<bit) | (u>>4&1)<<bit
+		u &= 0x0F
+	}
 	if c < 16 {
 		pan[i] = pan[i]&0xF0 | u
 	} else {

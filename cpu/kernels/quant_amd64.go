@@ -27,9 +27,17 @@ const (
 	qQ41x5
 	qQ41x6
 	qQ41x7
+	qQ51x1
+	qQ51x2
+	qQ51x3
+	qQ51x4
+	qQ51x5
+	qQ51x6
+	qQ51x7
 	qQ8AVX2
 	qQ4AVX2
 	qQ41AVX2
+	qQ51AVX2
 )
 
 // quantAVX512 is the AVX-512 VNNI kernel table (quant_amd64.s).
@@ -37,10 +45,11 @@ var quantAVX512 = quantArch{kern: [quantTypes][qRows + 1]qKernel{
 	{0, qQ8x1, qQ8x2, qQ8x3, qQ8x4, qQ8x5, qQ8x6, qQ8x7},
 	{0, qQ4x1, qQ4x2, qQ4x3, qQ4x4, qQ4x5, qQ4x6, qQ4x7},
 	{0, qQ41x1, qQ41x2, qQ41x3, qQ41x4, qQ41x5, qQ41x6, qQ41x7},
+	{0, qQ51x1, qQ51x2, qQ51x3, qQ51x4, qQ51x5, qQ51x6, qQ51x7},
 }, rows: qRows}
 
 // quantAVX2 is the AVX2 kernel table: one row of A per call.
-var quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}, {0, qQ41AVX2}}, rows: 1}
+var quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}, {0, qQ41AVX2}, {0, qQ51AVX2}}, rows: 1}
 
 // call runs kernel k on p. Each kernel is called directly, not through
 // a func value, so that p does not escape: the caller's arguments stay on
@@ -89,12 +98,28 @@ func (k qKernel) call(p *qArgs) {
 		qkernQ41x6(p)
 	case qQ41x7:
 		qkernQ41x7(p)
+	case qQ51x1:
+		qkernQ51x1(p)
+	case qQ51x2:
+		qkernQ51x2(p)
+	case qQ51x3:
+		qkernQ51x3(p)
+	case qQ51x4:
+		qkernQ51x4(p)
+	case qQ51x5:
+		qkernQ51x5(p)
+	case qQ51x6:
+		qkernQ51x6(p)
+	case qQ51x7:
+		qkernQ51x7(p)
 	case qQ8AVX2:
 		qkernQ8AVX2(p)
 	case qQ4AVX2:
 		qkernQ4AVX2(p)
 	case qQ41AVX2:
 		qkernQ41AVX2(p)
+	case qQ51AVX2:
+		qkernQ51AVX2(p)
 	default:
 		panic("kernels: no quantized kernel " + k.String())
 	}
@@ -164,6 +189,27 @@ func qkernQ41x6(p *qArgs)
 func qkernQ41x7(p *qArgs)
 
 //go:noescape
+func qkernQ51x1(p *qArgs)
+
+//go:noescape
+func qkernQ51x2(p *qArgs)
+
+//go:noescape
+func qkernQ51x3(p *qArgs)
+
+//go:noescape
+func qkernQ51x4(p *qArgs)
+
+//go:noescape
+func qkernQ51x5(p *qArgs)
+
+//go:noescape
+func qkernQ51x6(p *qArgs)
+
+//go:noescape
+func qkernQ51x7(p *qArgs)
+
+//go:noescape
 func qkernQ8AVX2(p *qArgs)
 
 //go:noescape
@@ -171,6 +217,9 @@ func qkernQ4AVX2(p *qArgs)
 
 //go:noescape
 func qkernQ41AVX2(p *qArgs)
+
+//go:noescape
+func qkernQ51AVX2(p *qArgs)
 
 //go:noescape
 func quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)

@@ -21,7 +21,7 @@ func randBlocks(r *rand.Rand, t QuantType, n, k int) []byte {
 		}
 		blk[0], blk[1] = byte(d), byte(d>>8)
 		j0 := 2
-		if t == QuantQ4_1 {
+		if t == QuantQ4_1 || t == QuantQ5_1 {
 			mn := f32to16Test(float32(r.NormFloat64() * 8 * float64(f16to32(d))))
 			blk[2], blk[3] = byte(mn), byte(mn>>8)
 			j0 = 4
@@ -58,6 +58,11 @@ func ggmlValue(t QuantType, blocks []byte, k, r, j int) (d float64, q int, m flo
 	case QuantQ4_1:
 		m = float64(f16to32(uint16(blk[2]) | uint16(blk[3])<<8))
 		blk = blk[2:]
+	case QuantQ5_1:
+		m = float64(f16to32(uint16(blk[2]) | uint16(blk[3])<<8))
+		qh := uint32(blk[4]) | uint32(blk[5])<<8 | uint32(blk[6])<<16 | uint32(blk[7])<<24
+		nib := blk[8+e%16] >> (4 * (e / 16)) & 15
+		return d, int(nib) | int(qh>>e&1)<<4, m
 	}
 	off := 8
 	if t == QuantQ4_1 {
@@ -76,7 +81,7 @@ func ggmlFloat(t QuantType, blocks []byte, k, r, j int) float32 {
 }
 
 // allQuant are the weight types.
-var allQuant = []QuantType{QuantQ8_0, QuantQ4_0, QuantQ4_1}
+var allQuant = []QuantType{QuantQ8_0, QuantQ4_0, QuantQ4_1, QuantQ5_1}
 
 func TestPackQuantRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
