@@ -25,10 +25,10 @@ import (
 // the output projection too. An untied input embedding takes the type, as
 // llama.cpp's token_embd does. A matrix whose rows are not a multiple of
 // 32 values stays as it is (llama.cpp falls back likewise), and so does a
-// tensor a GGUF file already stores as Q8_0, Q4_0 or Q4_1; one it stores
-// in another block format (Q4_K, Q6_K, ...), which the backend would widen
-// to float32, is quantized again from its values (Requantize, for auto,
-// rewrites Q4_K as Q4_1 instead).
+// tensor a GGUF file already stores as Q8_0, Q4_0, Q4_1 or Q5_1; one it
+// stores in another block format (Q4_K, Q6_K, ...), which the backend
+// would widen to float32, is quantized again from its values (Requantize,
+// for auto, rewrites Q4_K and Q5_K as Q4_1 and Q5_1 instead).
 
 // Quantize returns src with its matrices quantized to dt (compute.Q8_0 or
 // compute.Q4_0) as they are read, per the mix above: Tensor returns them
