@@ -78,18 +78,25 @@ func quantizeQ4_0(y []byte, x []float32) {
 	}
 }
 
-func quantizeQ4_1(y []byte, x []float32) {
+// affineHeader writes the scale d = (max − min)/levels and the minimum of
+// the block x into y's first four bytes (halves), as ggml's Q4_1 and Q5_1
+// quantizers do, and returns the minimum and 1/d (0 for d = 0).
+func affineHeader(y []byte, x []float32, levels float32) (lo, id float32) {
 	lo, hi := float32(math.MaxFloat32), float32(-math.MaxFloat32)
 	for _, v := range x {
 		lo, hi = min(lo, v), max(hi, v)
 	}
-	d := (hi - lo) / 15
-	var id float32
+	d := (hi - lo) / levels
 	if d != 0 {
 		id = 1 / d
 	}
 	putHalf(y, F32ToF16(d))
 	putHalf(y[2:], F32ToF16(lo))
+	return lo, id
+}
+
+func quantizeQ4_1(y []byte, x []float32) {
+	lo, id := affineHeader(y, x, 15)
 	for j := range QK / 2 {
 		x0, x1 := (x[j]-lo)*id, (x[QK/2+j]-lo)*id
 		q0 := min(15, uint8(int8(float32(x0+0.5)))) // (int8_t)(x0 + 0.5f): truncation
@@ -99,17 +106,7 @@ func quantizeQ4_1(y []byte, x []float32) {
 }
 
 func quantizeQ5_1(y []byte, x []float32) {
-	lo, hi := float32(math.MaxFloat32), float32(-math.MaxFloat32)
-	for _, v := range x {
-		lo, hi = min(lo, v), max(hi, v)
-	}
-	d := (hi - lo) / 31
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	putHalf(y, F32ToF16(d))
-	putHalf(y[2:], F32ToF16(lo))
+	lo, id := affineHeader(y, x, 31)
 	var qh uint32
 	for j := range QK / 2 {
 		x0, x1 := (x[j]-lo)*id, (x[QK/2+j]-lo)*id
