@@ -46,8 +46,9 @@ are split into shards with a model.safetensors.index.json.
 
 --format gguf writes one GGUF file at --out instead, the format llama.cpp and
 Ollama load (and clawrl serve --model FILE.gguf): the merged weights with
-matrices in --type (bf16, f16, f32, q8_0, q4_0, a K-quant such as q4_k, or
-llama-quantize's mix q4_k_m or q5_k_m, which Ollama's downloads mostly are;
+matrices in --type (bf16, f16, f32, q8_0, q4_0, a K-quant such as q4_k,
+iq4_nl, iq4_xs, or llama-quantize's mix q4_k_m or q5_k_m, which Ollama's
+downloads mostly are;
 norms stay F32), llama's q/k rows permuted as llama.cpp's converter does, and
 the tokenizer's vocabulary and chat template in the file's metadata.`,
 		Args: cobra.MaximumNArgs(1),

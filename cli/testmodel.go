@@ -53,8 +53,9 @@ of the engine is exercised as with a real checkpoint.
 
 With --gguf TYPE it also writes DIR/model-TYPE.gguf, the same model as a
 GGUF file (as llama.cpp's converter makes them) in TYPE (f32, f16, bf16,
-q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k), which serve,
-generate and bench take as --model as they take DIR.`,
+q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs,
+or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
+--model as they take DIR.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, ok := presets()[preset]
@@ -76,7 +77,7 @@ generate and bench take as --model as they take DIR.`,
 			if ggufType != "" {
 				m, err := gguf.ParseMix(ggufType)
 				if err != nil {
-					return fmt.Errorf("--gguf %q: want one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m, q5_k_m", ggufType)
+					return fmt.Errorf("--gguf %q: want one of f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, q4_k_m, q5_k_m", ggufType)
 				}
 				mix = m
 			}

@@ -28,7 +28,7 @@
 //   - A Backend is not safe for concurrent use unless its documentation says
 //     so; the model serialises its forward passes.
 //
-// Quantized weights: Q8_0, Q4_0 and Q4_1 are the block formats of ggml
+// Quantized weights: Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL are the block formats of ggml
 // (GGUF files, llama.cpp), bit for bit, so that a GGUF tensor can be
 // handed to a backend as the raw bytes of its blocks. A tensor of these types has
 // rows whose length is a multiple of 32, cut into blocks of 32 elements;
@@ -46,9 +46,12 @@
 //	Q5_1, 24 bytes a block: d, m, qh (uint32, little-endian), qs[16]:
 //	      as Q4_1 with a fifth bit, bit i of qh, above element i's
 //	      nibble (values 0..31).
+//	IQ4_NL, 18 bytes a block: d, then qs[16] placed as Q4_0's; element
+//	      i = d·IQ4NLLevels[nibble], a non-uniform grid of 16 int8
+//	      levels, denser near zero.
 //
-// These are ggml's block_q8_0, block_q4_0 and block_q4_1
-// (ggml-common.h). A backend
+// These are ggml's block_q8_0, block_q4_0, block_q4_1, block_q5_1 and
+// block_iq4_nl (ggml-common.h). A backend
 // is free to keep the blocks in another layout inside (the CPU backend
 // interleaves them for its kernels); what goes in is this one.
 //
@@ -58,10 +61,10 @@
 // q = 0 for a block of zeros; d is kept in float32, not rounded to half)
 // and the product of a block is the integer Σ qw·qx, scaled by dw·dx
 // (for Q4_1, plus m·dx·Σqx, as llama.cpp's Q4_1 product with Q8_1
-// activations); the blocks' results are summed in float32. Dequantizing
-// (Embedding, a Trainer's Convert and LinearBackwardInput) is exact for
-// Q8_0 and Q4_0 (dw·q fits a float32) and ggml's float32 d·q + m for
-// Q4_1.
+// activations; for IQ4_NL qw is the nibble's level); the blocks' results
+// are summed in float32. Dequantizing (Embedding, a Trainer's Convert and
+// LinearBackwardInput) is exact for Q8_0, Q4_0 and IQ4_NL (dw·q fits a
+// float32) and ggml's float32 d·q + m for Q4_1 and Q5_1.
 //
 // Training: the backward kernels form a second interface, Trainer, which
 // embeds Backend. Code that only runs the forward pass depends on Backend
@@ -83,14 +86,15 @@ type DType uint8
 
 // Element types a tensor can hold.
 const (
-	F32  DType = iota + 1 // IEEE float32
-	BF16                  // bfloat16 bits (upper half of a float32), stored as uint16
-	F16                   // IEEE half bits, stored as uint16
-	I32                   // int32 (ids, positions, attention metadata)
-	Q8_0                  // ggml's Q8_0 blocks: 32 int8 and a half scale (see the package doc)
-	Q4_0                  // ggml's Q4_0 blocks: 32 4-bit values and a half scale (see the package doc)
-	Q4_1                  // ggml's Q4_1 blocks: 32 4-bit values, a half scale and a half minimum (see the package doc)
-	Q5_1                  // ggml's Q5_1 blocks: 32 5-bit values, a half scale and a half minimum (see the package doc)
+	F32    DType = iota + 1 // IEEE float32
+	BF16                    // bfloat16 bits (upper half of a float32), stored as uint16
+	F16                     // IEEE half bits, stored as uint16
+	I32                     // int32 (ids, positions, attention metadata)
+	Q8_0                    // ggml's Q8_0 blocks: 32 int8 and a half scale (see the package doc)
+	Q4_0                    // ggml's Q4_0 blocks: 32 4-bit values and a half scale (see the package doc)
+	Q4_1                    // ggml's Q4_1 blocks: 32 4-bit values, a half scale and a half minimum (see the package doc)
+	Q5_1                    // ggml's Q5_1 blocks: 32 5-bit values, a half scale and a half minimum (see the package doc)
+	IQ4_NL                  // ggml's IQ4_NL blocks: 32 4-bit indices into 16 int8 levels and a half scale (see the package doc)
 )
 
 // QK is the number of elements in a block of Q8_0, Q4_0 and Q4_1.
@@ -109,8 +113,10 @@ func (d DType) Size() int {
 }
 
 // Quantized reports whether d is a block-quantized type (Q8_0, Q4_0,
-// Q4_1).
-func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 || d == Q4_1 || d == Q5_1 }
+// Q4_1, Q5_1, IQ4_NL).
+func (d DType) Quantized() bool {
+	return d == Q8_0 || d == Q4_0 || d == Q4_1 || d == Q5_1 || d == IQ4_NL
+}
 
 // BlockSize is the number of elements of a block of d: QK for the
 // quantized types, 1 for the others.
@@ -127,7 +133,7 @@ func (d DType) BlockBytes() int {
 	switch d {
 	case Q8_0:
 		return 2 + QK
-	case Q4_0:
+	case Q4_0, IQ4_NL:
 		return 2 + QK/2
 	case Q4_1:
 		return 4 + QK/2
@@ -159,6 +165,8 @@ func (d DType) String() string {
 		return "Q4_1"
 	case Q5_1:
 		return "Q5_1"
+	case IQ4_NL:
+		return "IQ4_NL"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }

@@ -10,12 +10,15 @@ import (
 // quantize_row_q4_0_ref, quantize_row_q4_1_ref and quantize_row_q5_1_ref
 // in ggml-quants.c), which llama-quantize runs when
 // it has no importance matrix: the same float32 input gives the same
-// blocks, bit for bit. They run on the host, for any backend: a
+// blocks, bit for bit. IQ4_NL, whose levels are not evenly spaced, has no
+// such reference; its quantizer tries a few scales per block and keeps
+// the one of least squared error (IQ4NLScale), a plainer search than
+// llama-quantize's, which also weighs each element by its importance. They run on the host, for any backend: a
 // checkpoint quantized on load (model.quantize) goes to the backend
 // through QuantBackend.WeightQuant as the blocks these write.
 
 // Quantize writes src, whose length is a multiple of QK, as blocks of the
-// quantized type dt (Q8_0, Q4_0, Q4_1 or Q5_1) into dst, which holds dt.Bytes(len(src))
+// quantized type dt (Q8_0, Q4_0, Q4_1, Q5_1 or IQ4_NL) into dst, which holds dt.Bytes(len(src))
 // bytes.
 func Quantize(dt DType, dst []byte, src []float32) error {
 	if !dt.Quantized() {
@@ -34,6 +37,10 @@ func Quantize(dt DType, dst []byte, src []float32) error {
 			quantizeQ4_0(y, x)
 		case Q4_1:
 			quantizeQ4_1(y, x)
+		case IQ4_NL:
+			d := F16ToF32(F32ToF16(IQ4NLScale(x)))
+			putHalf(y, F32ToF16(d))
+			IQ4NLNibbles(y[2:], x, d)
 		default:
 			quantizeQ5_1(y, x)
 		}
@@ -118,7 +125,7 @@ func quantizeQ5_1(y []byte, x []float32) {
 }
 
 // Dequantize writes the values of the blocks of dt in src into dst
-// (exactly for Q8_0 and Q4_0, whose every value is a float32; for Q4_1
+// (exactly for Q8_0, Q4_0 and IQ4_NL, whose every value is a float32; for Q4_1
 // and Q5_1 d·q + m rounded to float32, as ggml's dequantize_row_q4_1 and
 // _q5_1).
 func Dequantize(dt DType, dst []float32, src []byte) error {
@@ -154,12 +161,96 @@ func Dequantize(dt DType, dst []float32, src []byte) error {
 			}
 			continue
 		}
+		if dt == IQ4_NL {
+			for j := range QK / 2 {
+				x[j] = d * float32(IQ4NLLevels[y[2+j]&0x0F])
+				x[QK/2+j] = d * float32(IQ4NLLevels[y[2+j]>>4])
+			}
+			continue
+		}
 		for j := range QK / 2 {
 			x[j] = d * float32(int(y[2+j]&0x0F)-8)
 			x[QK/2+j] = d * float32(int(y[2+j]>>4)-8)
 		}
 	}
 	return nil
+}
+
+// IQ4NLLevels are the values an IQ4_NL nibble selects, times the block's
+// scale (ggml's kvalues_iq4nl; IQ4_XS's sub-blocks use them too).
+var IQ4NLLevels = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
+// iq4Bounds are the midpoints between consecutive IQ4NLLevels.
+var iq4Bounds = func() (b [15]float32) {
+	for i := range b {
+		b[i] = (float32(IQ4NLLevels[i]) + float32(IQ4NLLevels[i+1])) / 2
+	}
+	return b
+}()
+
+// IQ4NLNearest is the index of the level of IQ4NLLevels nearest v (in
+// units of the scale).
+func IQ4NLNearest(v float32) int {
+	lo, hi := 0, len(iq4Bounds)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if v >= iq4Bounds[mid] {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// IQ4NLScale picks the scale of a block of IQ4NLLevels for the values x:
+// for each of a few inverse scales around the one that maps the value of
+// largest magnitude to −127, the nearest levels and the least-squares
+// scale for them, keeping the scale of least squared error (0 for a
+// block of zeros).
+func IQ4NLScale(x []float32) float32 {
+	var signed, amax float32
+	for _, v := range x {
+		if a := float32(math.Abs(float64(v))); a > amax {
+			amax, signed = a, v
+		}
+	}
+	if amax == 0 {
+		return 0
+	}
+	best, bestErr := float32(0), float32(math.Inf(1))
+	for t := -3; t <= 3; t++ {
+		id := (-127 + 4*float32(t)) / signed
+		var sxk, skk float32
+		for _, v := range x {
+			k := float32(IQ4NLLevels[IQ4NLNearest(v*id)])
+			sxk += v * k
+			skk += k * k
+		}
+		d := sxk / skk
+		var e float32
+		for _, v := range x {
+			r := v - d*float32(IQ4NLLevels[IQ4NLNearest(v/d)])
+			e += r * r
+		}
+		if e < bestErr {
+			best, bestErr = d, e
+		}
+	}
+	return best
+}
+
+// IQ4NLNibbles writes the nibbles of the 32 values x at scale d (as
+// stored) into qs (16 bytes: element j in the low nibble of byte j, j+16
+// in its high one).
+func IQ4NLNibbles(qs []byte, x []float32, d float32) {
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	for j := range QK / 2 {
+		qs[j] = byte(IQ4NLNearest(x[j]*id)) | byte(IQ4NLNearest(x[j+QK/2]*id))<<4
+	}
 }
 
 func putHalf(y []byte, h uint16) { y[0], y[1] = byte(h), byte(h>>8) }

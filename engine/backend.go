@@ -134,8 +134,9 @@ func loadHostNoting(cfg *config.Config, path string) (*model.Model, string, erro
 }
 
 // AutoRequantize reports whether model.quantize: auto converts the model
-// at path as it loads (model.Requantize: Q4_K blocks rewritten as Q4_1,
-// other K-quants, Q5_0 and Q5_1 requantized to Q8_0): a GGUF file served
+// at path as it loads (model.Requantize: Q4_K, Q5_K, Q5_0 and IQ4_XS
+// blocks rewritten as Q4_1, Q5_1, Q5_1 and IQ4_NL, the other K-quants
+// requantized to Q8_0): a GGUF file served
 // on the CPU, whose matrices in block formats the CPU backend has no
 // kernels for (as in the common Q4_K_M files) would otherwise be widened
 // to float; not with GPUs (which take float weights) nor for

@@ -19,12 +19,16 @@ import (
 // TestAutoRequantize: model.quantize: auto loads a GGUF file's K-quant
 // matrices (the bundled model written as Q4_K, as llama.cpp's Q4_K_M mix
 // stores most of a model, as Q6_K, which it gives the rest, and as that
-// Q4_K_M mix itself; and the same for Q5_K and Q5_K_M) for the int8
-// kernels instead of widening them to float (model.quantize: none): Q4_K
-// and Q5_K blocks rewritten as Q4_1 and Q5_1 (the same values, each
-// sub-block's scale and minimum rounded to halves), Q6_K requantized to
-// Q8_0. The weights take under a quarter (Q4_K, Q5_K), 40% (Q6_K) and 30%
-// (the mixes) of the memory widened takes. On the replies of 32 held-out
+// Q4_K_M mix itself; and the same for Q5_K and Q5_K_M; Q5_0 and IQ4_XS)
+// for the int8 kernels instead of widening them to float
+// (model.quantize: none): Q4_K and Q5_K blocks rewritten as Q4_1 and Q5_1
+// (the same values, each sub-block's scale and minimum rounded to
+// halves), Q5_0 as Q5_1 (the same values), IQ4_XS as IQ4_NL (each
+// sub-block's scale rounded to a half), Q6_K requantized to Q8_0. The
+// weights take under a quarter (Q4_K, Q5_K, Q5_0), 16% (IQ4_XS), 40%
+// (Q6_K) and 30% (the mixes) of the memory widened takes. An IQ4_NL file
+// runs as it is stored (auto and none alike), in under 16% of the
+// memory, as close to the checkpoint as twice Q4_K's own error. On the replies of 32 held-out
 // conversations, auto adds to the mean |Δ log p| that the file itself has
 // against the BF16 checkpoint it was written from no more than quantizing
 // that checkpoint to Q8_0 costs (the int8 products' rounding of the
@@ -46,7 +50,8 @@ func TestAutoRequantize(t *testing.T) {
 		t.Fatal(err)
 	}
 	paths := map[string]string{}
-	for _, mix := range []gguf.Mix{gguf.Uniform(gguf.Q4_K), gguf.Uniform(gguf.Q6_K), gguf.MixQ4KM, gguf.Uniform(gguf.Q5_K), gguf.MixQ5KM} {
+	for _, mix := range []gguf.Mix{gguf.Uniform(gguf.Q4_K), gguf.Uniform(gguf.Q6_K), gguf.MixQ4KM, gguf.Uniform(gguf.Q5_K), gguf.MixQ5KM,
+		gguf.Uniform(gguf.Q5_0), gguf.Uniform(gguf.IQ4_NL), gguf.Uniform(gguf.IQ4_XS)} {
 		paths[mix.String()] = filepath.Join(t.TempDir(), "bundled-"+strings.ToLower(mix.String())+".gguf")
 		if err := gguf.WriteModelMix(paths[mix.String()], src, tok, mix); err != nil {
 			t.Fatal(err)
@@ -110,6 +115,8 @@ func TestAutoRequantize(t *testing.T) {
 		{"Q4_K_M", `Q4_K×\d+ → Q4_1, Q6_K×\d+ → Q8_0`, 0.3}, // llama-quantize's mix
 		{"Q5_K", `Q5_K×\d+ → Q5_1`, 0.25},
 		{"Q5_K_M", `Q5_K×\d+ → Q5_1, Q6_K×\d+ → Q8_0`, 0.3},
+		{"Q5_0", `Q5_0×\d+ → Q5_1`, 0.25}, // the same values
+		{"IQ4_XS", `IQ4_XS×\d+ → IQ4_NL`, 0.16},
 	} {
 		wide, wideBytes, note := load("none", nil, paths[c.typ])
 		if note != "" {
@@ -131,6 +138,21 @@ func TestAutoRequantize(t *testing.T) {
 		}
 		if float64(autoBytes) > c.maxBytes*float64(wideBytes) {
 			t.Errorf("%v: weights %d bytes converted against %d widened: want under %.0f%%", c.typ, autoBytes, wideBytes, 100*c.maxBytes)
+		}
+	}
+
+	// IQ4_NL runs as it is stored, on its own kernels.
+	q4kWide, f32Bytes, _ := load("none", nil, paths["Q4_K"])
+	for _, quantize := range []string{"auto", "none"} {
+		lp, bytes, note := load(quantize, nil, paths["IQ4_NL"])
+		fileErr, q4kErr := meanDiff(lp, orig), meanDiff(q4kWide, orig)
+		t.Logf("IQ4_NL, %s: weights %d KiB (%.0f%% of float32); mean |Δ log p| against the BF16 checkpoint %.4f (Q4_K widened: %.4f)",
+			quantize, bytes>>10, 100*float64(bytes)/float64(f32Bytes), fileErr, q4kErr)
+		if note != "" || float64(bytes) > 0.16*float64(f32Bytes) {
+			t.Errorf("IQ4_NL, %s: converted %q, weights %d bytes against %d as float32", quantize, note, bytes, f32Bytes)
+		}
+		if !(fileErr <= 2*q4kErr) {
+			t.Errorf("IQ4_NL, %s: mean |Δ log p| %.4f against the checkpoint, Q4_K's %.4f", quantize, fileErr, q4kErr)
 		}
 	}
 

@@ -25,6 +25,8 @@ func matrixType(typ TensorType, cols int) TensorType {
 	switch {
 	case cols%typ.BlockSize() == 0:
 		return typ
+	case typ == IQ4_XS && cols%32 == 0:
+		return IQ4_NL // as llama-quantize falls back
 	case typ.BlockSize() == qk && cols%32 == 0:
 		return Q8_0
 	}
@@ -35,7 +37,8 @@ func matrixType(typ TensorType, cols int) TensorType {
 // that llama.cpp and this package load: the metadata llama.cpp's converter
 // writes for the architecture, the tokenizer's vocabulary
 // (TokenizerMetadata), vectors in F32 and matrices in typ (a matrix whose
-// rows are not whole blocks of typ falls back to Q8_0, then F16), llama's
+// rows are not whole blocks of typ falls back to Q8_0, IQ4_XS's to IQ4_NL,
+// then F16), llama's
 // query and key projections permuted as the converter permutes them
 // (PermuteRows), and Llama 3 rope scaling as rope_freqs.weight. Tensors
 // are read, encoded and written one at a time; the file is written

@@ -17,7 +17,8 @@
 // maps the file read-only, so that F32 and BF16 tensors are used in place.
 //
 // Tensor values: F32, F16, BF16 and the block formats Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K decode to float32 exactly as ggml's
+// Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS decode to
+// float32 exactly as ggml's
 // reference dequantization does (Dequantize); Quantize encodes them (with
 // the plain reference scheme), and Write and WriteFile write files that
 // llama.cpp loads.

@@ -517,16 +517,13 @@ func (m *Model) Tensor(name string) (model.SourceTensor, error) {
 			return nil
 		}
 	}
-	if to, ok := reblockTo[typ]; ok {
-		st.Reblock = func(dt compute.DType) ([]byte, error) {
-			if dt != to {
-				return nil, m.f.errorf("tensor %s: %s blocks cannot be rewritten as %v", g, typ, dt)
-			}
-			q, err := kToAffine(b, typ)
+	if to := ReblockTarget(typ); to != 0 {
+		st.Reblock = func() (compute.DType, []byte, error) {
+			q, err := Reblock(b, typ)
 			if err != nil {
-				return nil, m.f.errorf("tensor %s: %v", g, err)
+				return 0, nil, m.f.errorf("tensor %s: %v", g, err)
 			}
-			return q, nil
+			return to, q, nil
 		}
 	}
 	view := st.View

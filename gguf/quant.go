@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/safetensors"
 )
 
@@ -41,6 +42,15 @@ import (
 //	      scales, d; x = d·(sc_i−32)·(q − 4 unless the high bit is set),
 //	      the high bit of element 128n+32j+16h+l being bit 4n+j of byte
 //	      16h+l.
+//	IQ4_NL 32 elements, 18 bytes: d, 16 bytes of nibbles placed as Q4_0's;
+//	      x = d·K[q], K the sixteen int8 levels of compute.IQ4NLLevels (a
+//	      non-uniform grid, denser near zero)
+//	IQ4_XS 256 elements, 136 bytes: d, 16 high scale bits (uint16), 4
+//	      bytes of low scale nibbles, 128 bytes of nibbles; sub-block i of
+//	      32 elements holds an IQ4_NL block's nibbles (bytes 16i…16i+15)
+//	      under the scale d·(ls_i−32), ls_i the 6-bit number whose low
+//	      nibble is nibble i%2 of byte i/2 of the low scales and whose top
+//	      two bits are bits 2i, 2i+1 of the high ones.
 //
 // Dequantization follows ggml's reference formulas in float32, each
 // product and sum rounded in the order the reference writes it (no fused
@@ -74,6 +84,9 @@ var dequantizers = map[TensorType]dequantizer{
 	Q6_K: dequantQ6_K,
 	Q2_K: dequantQ2_K,
 	Q3_K: dequantQ3_K,
+
+	IQ4_NL: dequantIQ4_NL,
+	IQ4_XS: dequantIQ4_XS,
 }
 
 // Dequantize decodes src, the bytes of len(dst) elements of type t, into
@@ -338,6 +351,41 @@ func dequantQ3_K(dst []float32, src []byte) {
 						y[l] = dl * float32(v)
 					}
 				}
+			}
+		}
+		dst = dst[qk:]
+	}
+}
+
+func dequantIQ4_NL(dst []float32, src []byte) {
+	for b := 0; len(dst) > 0; b++ {
+		blk := src[18*b : 18*b+18]
+		d := f16(blk)
+		for j, q := range blk[2:18] {
+			dst[j] = d * float32(compute.IQ4NLLevels[q&0xF])
+			dst[j+16] = d * float32(compute.IQ4NLLevels[q>>4])
+		}
+		dst = dst[32:]
+	}
+}
+
+// scaleIQ4XS is the 6-bit scale ls_i of sub-block i (0-7) of an IQ4_XS
+// block (the sub-block's scale is d·(ls_i−32)).
+func scaleIQ4XS(blk []byte, i int) int {
+	h := binary.LittleEndian.Uint16(blk[2:])
+	return int(blk[4+i/2]>>(4*uint(i%2))&0xF) | int(h>>(2*uint(i))&3)<<4
+}
+
+func dequantIQ4_XS(dst []float32, src []byte) {
+	for b := 0; len(dst) > 0; b++ {
+		blk := src[136*b : 136*b+136]
+		d := f16(blk)
+		for i := range 8 {
+			dl := d * float32(scaleIQ4XS(blk, i)-32)
+			y := dst[32*i : 32*i+32]
+			for j, q := range blk[8+16*i : 8+16*i+16] {
+				y[j] = dl * float32(compute.IQ4NLLevels[q&0xF])
+				y[j+16] = dl * float32(compute.IQ4NLLevels[q>>4])
 			}
 		}
 		dst = dst[qk:]

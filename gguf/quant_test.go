@@ -134,11 +134,34 @@ func refElement(t TensorType, blk []byte, e int) float64 {
 		}
 		sc := low + 16*int(scales[8+k%4]>>(2*(k/4))&3) - 32
 		return half(blk, 108) * float64(sc) * float64(q)
+	case IQ4_NL, IQ4_XS:
+		// The nibble picks one of sixteen int8 levels (ggml's
+		// kvalues_iq4nl). IQ4_NL: d, then nibbles as Q4_0's. IQ4_XS:
+		// sub-block s = e/32 has the scale d·(ls−32), ls the low nibble
+		// (high for odd s) of byte 4 + s/2 under bits 2s, 2s+1 of the
+		// uint16 at 2; its nibbles are bytes 8+16s… as Q4_0's.
+		levels := [16]float64{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+		d, qs, r := half(blk, 0), blk[2:18], e
+		if t == IQ4_XS {
+			s := e / 32
+			ls := lowNibble(blk[4+s/2])
+			if s%2 == 1 {
+				ls = highNibble(blk[4+s/2])
+			}
+			ls += 16 * int(binary.LittleEndian.Uint16(blk[2:])>>(2*s)&3)
+			d *= float64(ls - 32)
+			qs, r = blk[8+16*s:8+16*s+16], e%32
+		}
+		q := lowNibble(qs[r%16])
+		if r >= 16 {
+			q = highNibble(qs[r-16])
+		}
+		return d * levels[q]
 	}
 	panic("no reference for " + t.String())
 }
 
-var testTypes = []TensorType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
+var testTypes = []TensorType{F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS}
 
 // randomBlocks returns n blocks of random bytes of type t whose half-float
 // scales are finite (random in ±2^±4).
@@ -160,7 +183,7 @@ func randomBlocks(rng *rand.Rand, t TensorType, n int) []byte {
 			binary.LittleEndian.PutUint32(b[blk:], math.Float32bits(float32(rng.NormFloat64())))
 		case BF16:
 			b[blk+1] = b[blk+1]&0x80 | byte(0x3c+rng.IntN(8)) // exponent near 1
-		case Q8_0, Q4_0, Q5_0:
+		case Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS:
 			scale(blk)
 		case Q4_1, Q5_1, Q4_K, Q5_K:
 			scale(blk)
@@ -247,6 +270,10 @@ func maxError(t TensorType, amax float64) float64 {
 		return amax * (1.0/4 + 1.0/32)
 	case Q2_K:
 		return 2 * amax * (1.0/3 + 1.0/15)
+	case IQ4_NL: // the widest gap between levels (24 of 127), or 113 for the top of the other sign
+		return amax * (14.0/127 + 0x1p-9)
+	case IQ4_XS: // and the sub-block scale rounded to a 64th of the largest
+		return amax * (14.0/127 + 1.0/64 + 0x1p-9)
 	}
 	return math.Inf(1)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/safetensors"
 )
 
@@ -27,6 +28,9 @@ var quantizers = map[TensorType]quantizer{
 	Q6_K: quantQ6_K,
 	Q2_K: quantQ2_K,
 	Q3_K: quantQ3_K,
+
+	IQ4_NL: quantIQ4_NL,
+	IQ4_XS: quantIQ4_XS,
 }
 
 // EncodedSize is the number of bytes n elements of type t take, or an
@@ -50,7 +54,10 @@ func EncodedSize(t TensorType, n int) (int, error) {
 // each value to the nearest
 // step: the plain reference scheme, without the search for better scales
 // that llama.cpp's quantizer does for K-quants, so its K-quant files are
-// somewhat more accurate than these.
+// somewhat more accurate than these. IQ4_NL and IQ4_XS, whose levels are
+// not evenly spaced, try a few scales per 32-element block and keep the
+// one with the least squared error (a plainer search than llama.cpp's,
+// which also weighs each element by its importance).
 func Quantize(dst []byte, src []float32, t TensorType) error {
 	fn, ok := quantizers[t]
 	if !ok {
@@ -447,6 +454,54 @@ func quantQ3_K(dst []byte, src []float32, recon []float32) {
 				}
 			}
 		}
+		src = src[qk:]
+	}
+}
+
+// iq4Recon writes what the 32 nibbles qs decode to at scale d.
+func iq4Recon(recon []float32, qs []byte, d float32) {
+	for j, q := range qs[:16] {
+		recon[j] = d * float32(compute.IQ4NLLevels[q&0xF])
+		recon[j+16] = d * float32(compute.IQ4NLLevels[q>>4])
+	}
+}
+
+func quantIQ4_NL(dst []byte, src, recon []float32) {
+	for b := 0; len(src) > 0; b++ {
+		blk := dst[18*b : 18*b+18]
+		compute.Quantize(compute.IQ4_NL, blk, src[:32])
+		if recon != nil {
+			iq4Recon(recon[32*b:], blk[2:], f16(blk))
+		}
+		src = src[32:]
+	}
+}
+
+// quantIQ4_XS takes each sub-block's scale as IQ4_NL would, then one
+// scale d for the block that the sub-block scales are 6-bit multiples of,
+// ls−32 from −32 to 31 (the scale of largest magnitude maps to −32).
+func quantIQ4_XS(dst []byte, src, recon []float32) {
+	for b := 0; len(src) > 0; b++ {
+		blk, x := dst[136*b:136*b+136], src[:qk]
+		var scale [8]float32
+		for i := range scale {
+			scale[i] = compute.IQ4NLScale(x[32*i : 32*i+32])
+		}
+		signed, _ := absMax(scale[:])
+		d := putF16(blk, signed/-32)
+		var hi uint16
+		clear(blk[4:8])
+		for i := range 8 {
+			ls := clampInt(nearest(scale[i]*inverse(d)), -32, 31) + 32
+			blk[4+i/2] |= byte(ls&0xF) << (4 * uint(i%2))
+			hi |= uint16(ls>>4) << (2 * uint(i))
+			qs, dl := blk[8+16*i:8+16*i+16], d*float32(ls-32)
+			compute.IQ4NLNibbles(qs, x[32*i:32*i+32], dl)
+			if recon != nil {
+				iq4Recon(recon[qk*b+32*i:], qs, dl)
+			}
+		}
+		binary.LittleEndian.PutUint16(blk[2:], hi)
 		src = src[qk:]
 	}
 }

@@ -7,9 +7,9 @@ import (
 	"github.com/clawrl/clawrl/compute"
 )
 
-// Reblocking: a Q4_K matrix as Q4_1 blocks and a Q5_K one as Q5_1 blocks,
-// for the CPU backend's int8 kernels, which have Q4_1 and Q5_1 products
-// but none for the K-quants.
+// Reblocking: matrices in block formats that the CPU backend's int8
+// kernels have no products for, rewritten without requantizing as blocks
+// of one they have (Q8_0, Q4_1, Q5_1).
 //
 // A Q4_K block of 256 elements is eight sub-blocks of 32, sub-block i
 // holding x = (d·sc_i)·q − dmin·m_i with q a nibble: a Q4_1 block per
@@ -21,10 +21,42 @@ import (
 // Q4_1 5: the per-sub-block scales are stored whole instead of as 6-bit
 // multiples of one half. Q5_K is Q4_K with a fifth bit per value, and
 // maps onto Q5_1 the same way (5.5 bits a weight, 6 as Q5_1).
+//
+// Q5_0 is Q5_1 with the minimum fixed at −16·d, which a half holds
+// exactly (unless it overflows): the same values bit for bit, in 6 bits
+// a weight instead of 5.5.
+//
+// IQ4_XS is eight IQ4_NL blocks under the scales d·(ls−32), which are
+// rounded to halves as Q4_K's are (4.5 bits a weight as IQ4_NL, 4.25 as
+// IQ4_XS).
 
-// reblockTo is the block format each K-quant that maps onto one is
+// reblockTo is the block format each format that maps onto one is
 // rewritten as.
-var reblockTo = map[TensorType]compute.DType{Q4_K: compute.Q4_1, Q5_K: compute.Q5_1}
+var reblockTo = map[TensorType]compute.DType{
+	Q4_K: compute.Q4_1, Q5_K: compute.Q5_1, Q5_0: compute.Q5_1,
+	IQ4_XS: compute.IQ4_NL,
+}
+
+// Reblock rewrites src, whole blocks of type t, as blocks of the format
+// ReblockTarget(t) names, in the same element order, without
+// requantizing (the package doc above says how each maps). A scale that
+// is not a finite half is an error: the caller keeps another way to load
+// the tensor.
+func Reblock(src []byte, t TensorType) ([]byte, error) {
+	switch t {
+	case Q4_K, Q5_K:
+		return kToAffine(src, t)
+	case Q5_0:
+		return q5_0ToQ5_1(src)
+	case IQ4_XS:
+		return iq4XSToNL(src)
+	}
+	return nil, fmt.Errorf("%s blocks have no format to be rewritten as", t)
+}
+
+// ReblockTarget is the format Reblock rewrites t as, or 0 for a type it
+// does not rewrite.
+func ReblockTarget(t TensorType) compute.DType { return reblockTo[t] }
 
 // Q4KToQ4_1 rewrites src, Q4_K blocks, as Q4_1 blocks (20 bytes per 32
 // elements, in the same element order). A scale or minimum that is not a
@@ -82,6 +114,52 @@ func kToAffine(src []byte, t TensorType) ([]byte, error) {
 				}
 				binary.LittleEndian.PutUint32(y[4:], bits)
 			}
+		}
+	}
+	return dst, nil
+}
+
+// q5_0ToQ5_1 rewrites Q5_0 blocks (22 bytes) as Q5_1 blocks (24 bytes):
+// the same d, a minimum of −16·d, the same high bits and nibbles.
+func q5_0ToQ5_1(src []byte) ([]byte, error) {
+	if len(src)%22 != 0 {
+		return nil, fmt.Errorf("%d bytes are not whole Q5_0 blocks of 22", len(src))
+	}
+	nb := len(src) / 22
+	dst := make([]byte, 24*nb)
+	for b := range nb {
+		x, y := src[22*b:22*b+22], dst[24*b:24*b+24]
+		m := compute.F32ToF16(-16 * f16(x))
+		if m&0x7c00 == 0x7c00 {
+			return nil, fmt.Errorf("Q5_0 block %d: minimum %g is not a finite half", b, -16*f16(x))
+		}
+		copy(y, x[:2])
+		binary.LittleEndian.PutUint16(y[2:], m)
+		copy(y[4:], x[2:])
+	}
+	return dst, nil
+}
+
+// iq4XSToNL rewrites IQ4_XS blocks (136 bytes) as IQ4_NL blocks (18
+// bytes, eight a block): each sub-block's scale d·(ls−32) rounded to a
+// half, the same nibbles.
+func iq4XSToNL(src []byte) ([]byte, error) {
+	if len(src)%136 != 0 {
+		return nil, fmt.Errorf("%d bytes are not whole IQ4_XS blocks of 136", len(src))
+	}
+	nb := len(src) / 136
+	dst := make([]byte, 8*18*nb)
+	for b := range nb {
+		x := src[136*b : 136*b+136]
+		for i := range 8 {
+			y := dst[18*(8*b+i):][:18]
+			dl := f16(x) * float32(scaleIQ4XS(x, i)-32)
+			dh := compute.F32ToF16(dl)
+			if dh&0x7c00 == 0x7c00 {
+				return nil, fmt.Errorf("IQ4_XS block %d sub-block %d: scale %g is not a finite half", b, i, dl)
+			}
+			binary.LittleEndian.PutUint16(y, dh)
+			copy(y[2:], x[8+16*i:8+16*i+16])
 		}
 	}
 	return dst, nil

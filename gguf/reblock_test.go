@@ -90,7 +90,7 @@ func TestQ4KToQ4_1(t *testing.T) {
 
 // TestTensorRows: a block-quantized matrix's Rows gives, for any range of
 // rows, exactly what Float32 gives for them (llama's permuted q and k
-// projections included), and a Q4_K one's Reblock gives Q4_1 blocks only.
+// projections included), and a Q4_K one's Reblock gives Q4_1 blocks.
 func TestTensorRows(t *testing.T) {
 	tok := trainedTokenizer(t)
 	for _, typ := range []TensorType{Q6_K, Q4_K, Q8_0} {
@@ -132,11 +132,8 @@ func TestTensorRows(t *testing.T) {
 			case typ == Q4_K && st.Reblock == nil:
 				t.Errorf("%s: Q4_K without a Reblock", name)
 			case typ == Q4_K:
-				if _, err := st.Reblock(compute.Q8_0); err == nil {
-					t.Errorf("%s: Q4_K rewritten as Q8_0", name)
-				}
-				if q, err := st.Reblock(compute.Q4_1); err != nil || len(q) != rows*cols/32*20 {
-					t.Errorf("%s: Q4_K as Q4_1: %d bytes, %v", name, len(q), err)
+				if dt, q, err := st.Reblock(); err != nil || dt != compute.Q4_1 || len(q) != rows*cols/32*20 {
+					t.Errorf("%s: Q4_K as %v: %d bytes, %v", name, dt, len(q), err)
 				}
 			}
 			checked++
@@ -177,6 +174,107 @@ func FuzzQ4KToQ4_1(f *testing.F) {
 			if got != want {
 				t.Fatalf("element %d: nibble %d, want %d", e, got, want)
 			}
+		}
+	})
+}
+
+// TestReblock: Q5_0 rewritten as Q5_1 and IQ4_NL as Q8_0 decode to the
+// same float32 values (Dequantize of either; bit for bit but for the
+// sign of a zero), and match the
+// format description (refElement); IQ4_XS as Q8_0 differs only by each
+// sub-block's scale rounded to a half (2⁻¹¹ of |D|·127). Blocks from the
+// quantizer and random ones; a scale beyond a half, a partial block and a
+// type with no target are refused.
+func TestReblock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for _, c := range []struct {
+		from  TensorType
+		to    compute.DType
+		exact bool
+	}{{Q5_0, compute.Q5_1, true}, {IQ4_XS, compute.IQ4_NL, false}, {Q4_K, compute.Q4_1, false}, {Q5_K, compute.Q5_1, false}} {
+		if got := ReblockTarget(c.from); got != c.to {
+			t.Errorf("%v: target %v, want %v", c.from, got, c.to)
+		}
+		to, _ := ParseTensorType(c.to.String())
+		x := make([]float32, 8*256)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * math.Ldexp(1, i/256%5-3))
+		}
+		quantized := make([]byte, len(x)/c.from.BlockSize()*c.from.TypeSize())
+		if err := Quantize(quantized, x, c.from); err != nil {
+			t.Fatal(err)
+		}
+		for name, src := range map[string][]byte{"quantized": quantized, "random": randomBlocks(rng, c.from, 64)} {
+			q, err := Reblock(src, c.from)
+			if err != nil {
+				t.Fatalf("%v %s: %v", c.from, name, err)
+			}
+			n := len(src) / c.from.TypeSize() * c.from.BlockSize()
+			if len(q) != c.to.Bytes(n) {
+				t.Fatalf("%v %s: %d bytes of %v for %d elements", c.from, name, len(q), c.to, n)
+			}
+			want, got := make([]float32, n), make([]float32, n)
+			if err := Dequantize(want, src, c.from); err != nil {
+				t.Fatal(err)
+			}
+			if err := Dequantize(got, q, to); err != nil {
+				t.Fatal(err)
+			}
+			for e := range n {
+				blk := q[e/32*to.TypeSize():]
+				ref := refElement(to, blk, e%32)
+				if math.Abs(ref-float64(got[e])) > 1e-6*math.Abs(ref) {
+					t.Fatalf("%v %s: element %d decodes to %v, the format says %v", c.from, name, e, got[e], ref)
+				}
+				if c.exact {
+					if got[e] != want[e] { // −0 as +0 (Q5_0's 0·d with d < 0)
+						t.Fatalf("%v %s: element %d is %v as %v, %v as %v", c.from, name, e, got[e], c.to, want[e], c.from)
+					}
+					continue
+				}
+				if c.from == IQ4_XS {
+					if diff := math.Abs(float64(got[e] - want[e])); diff > math.Ldexp(math.Abs(half(blk, 0))*127, -11)+1e-30 {
+						t.Fatalf("%v %s: element %d is %v as %v, %v as %v", c.from, name, e, got[e], c.to, want[e], c.from)
+					}
+				}
+			}
+			if _, err := Reblock(src[:len(src)-1], c.from); err == nil {
+				t.Errorf("%v: a partial block was rewritten", c.from)
+			}
+		}
+	}
+	big := make([]byte, 22)
+	binary.LittleEndian.PutUint16(big, 0x7bff) // d = 65504: −16·d is not a half
+	if _, err := Reblock(big, Q5_0); err == nil || !strings.Contains(err.Error(), "finite half") {
+		t.Errorf("a Q5_0 minimum beyond the halves: %v", err)
+	}
+	big = make([]byte, 136)
+	binary.LittleEndian.PutUint16(big, 0x7bff) // d = 65504, ls = 0: −32·d
+	if _, err := Reblock(big, IQ4_XS); err == nil || !strings.Contains(err.Error(), "finite half") {
+		t.Errorf("an IQ4_XS scale beyond the halves: %v", err)
+	}
+	for _, typ := range []TensorType{Q6_K, IQ4_NL} {
+		if _, err := Reblock(make([]byte, typ.TypeSize()), typ); err == nil || ReblockTarget(typ) != 0 {
+			t.Errorf("%v rewritten (target %v): %v", typ, ReblockTarget(typ), err)
+		}
+	}
+}
+
+// FuzzReblock: any bytes of any rewritable type are refused or rewritten
+// whole, never a panic.
+func FuzzReblock(f *testing.F) {
+	for i, typ := range []TensorType{Q4_K, Q5_K, Q5_0, IQ4_XS} {
+		f.Add(uint8(i), randomBlocks(rand.New(rand.NewPCG(1, uint64(i))), typ, 2))
+	}
+	f.Fuzz(func(t *testing.T, which uint8, src []byte) {
+		typ := []TensorType{Q4_K, Q5_K, Q5_0, IQ4_XS}[int(which)%4]
+		q, err := Reblock(src, typ)
+		if err != nil {
+			return
+		}
+		n := len(src) / typ.TypeSize() * typ.BlockSize()
+		if len(src)%typ.TypeSize() != 0 || len(q) != ReblockTarget(typ).Bytes(n) {
+			t.Fatalf("%v: %d bytes rewritten as %d", typ, len(src), len(q))
 		}
 	})
 }

@@ -130,7 +130,7 @@ func (t TensorType) Readable() bool {
 
 // readableNames lists the types Dequantize reads, for messages.
 func readableNames() string {
-	return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"
+	return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS"
 }
 
 // ParseTensorType returns the type of a name as String writes it

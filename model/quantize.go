@@ -25,10 +25,11 @@ import (
 // the output projection too. An untied input embedding takes the type, as
 // llama.cpp's token_embd does. A matrix whose rows are not a multiple of
 // 32 values stays as it is (llama.cpp falls back likewise), and so does a
-// tensor a GGUF file already stores as Q8_0, Q4_0, Q4_1 or Q5_1; one it
-// stores in another block format (Q4_K, Q6_K, ...), which the backend
-// would widen to float32, is quantized again from its values (Requantize,
-// for auto, rewrites Q4_K and Q5_K as Q4_1 and Q5_1 instead).
+// tensor a GGUF file already stores as Q8_0, Q4_0, Q4_1, Q5_1 or IQ4_NL;
+// one it stores in another block format (Q4_K, Q6_K, ...), which the
+// backend would widen to float32, is quantized again from its values
+// (Requantize, for auto, rewrites Q4_K, Q5_K, Q5_0 and IQ4_XS as Q4_1,
+// Q5_1, Q5_1 and IQ4_NL instead).
 
 // Quantize returns src with its matrices quantized to dt (compute.Q8_0 or
 // compute.Q4_0) as they are read, per the mix above: Tensor returns them
@@ -43,12 +44,12 @@ func Quantize(src Source, dt compute.DType) (Source, error) {
 }
 
 // Requantize returns src with only its matrices stored in a block format
-// that a compute.QuantBackend cannot multiply as it is (Q5_0, the
-// K-quants) converted as they are read: those whose blocks map onto
-// Q4_1's or Q5_1's without requantizing (Q4_K and Q5_K, through
-// SourceTensor.Reblock) as such blocks, the others quantized to dt from
-// their values; every other tensor, F32, F16, BF16, Q8_0, Q4_0, Q4_1 and
-// Q5_1, as it is. A GGUF file's
+// that a compute.QuantBackend cannot multiply as it is (the K-quants,
+// Q5_0, IQ4_XS) converted as they are read: those whose blocks map onto
+// another format's without requantizing (SourceTensor.Reblock: Q4_K,
+// Q5_K, Q5_0 and IQ4_XS as Q4_1, Q5_1, Q5_1 and IQ4_NL) as such blocks,
+// the others quantized to dt from their values; every other tensor, F32,
+// F16, BF16, Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL, as it is. A GGUF file's
 // Q4_K_M mix then runs on the int8 kernels in about a fifth of the
 // memory of its values widened to float32 (model.quantize: auto).
 // Closing the result closes src.
@@ -120,8 +121,8 @@ func (s *quantSource) Tensor(name string) (SourceTensor, error) {
 	if dt == 0 {
 		return st, nil
 	}
-	if to := reblockTo[st.Format]; s.blocksOnly && st.Reblock != nil && to != 0 {
-		if blocks, err := st.Reblock(to); err == nil {
+	if s.blocksOnly && st.Reblock != nil {
+		if to, blocks, err := st.Reblock(); err == nil {
 			s.count(st.Format, to)
 			return blockTensor(st, to, blocks), nil
 		}
@@ -197,11 +198,6 @@ func blockTensor(st SourceTensor, dt compute.DType, blocks []byte) SourceTensor 
 	return q
 }
 
-// reblockTo is the block format Requantize rewrites a stored format as
-// without requantizing (SourceTensor.Reblock): the K-quants whose
-// sub-blocks of 32 each have a scale and a minimum.
-var reblockTo = map[string]compute.DType{"Q4_K": compute.Q4_1, "Q5_K": compute.Q5_1}
-
 // bf16ToF32 widens BF16 bits exactly.
 func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
@@ -232,6 +228,8 @@ func quantFormat(f string) compute.DType {
 		return compute.Q4_1
 	case "Q5_1":
 		return compute.Q5_1
+	case "IQ4_NL":
+		return compute.IQ4_NL
 	}
 	return 0
 }

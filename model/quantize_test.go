@@ -171,12 +171,12 @@ func (s *blockSource) Tensor(name string) (SourceTensor, error) {
 	st.BF16, st.Format, st.Blocks = nil, "Q4_K", []byte{1}
 	st.Float32 = func() ([]float32, bool, error) { panic("a block tensor with Rows was widened whole") }
 	st.Rows = func(dst []float32, lo, hi int) error { copy(dst, vals[lo*cols:hi*cols]); return nil }
-	st.Reblock = func(dt compute.DType) ([]byte, error) {
+	st.Reblock = func() (compute.DType, []byte, error) {
 		if rerr != nil {
-			return nil, rerr
+			return 0, nil, rerr
 		}
-		b := make([]byte, dt.Bytes(len(vals)))
-		return b, compute.Quantize(dt, b, vals)
+		b := make([]byte, compute.Q4_1.Bytes(len(vals)))
+		return compute.Q4_1, b, compute.Quantize(compute.Q4_1, b, vals)
 	}
 	return st, nil
 }

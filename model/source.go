@@ -48,12 +48,13 @@ type SourceTensor struct {
 	// Float32's values.
 	Format string
 	Blocks []byte
-	// Reblock, when set, returns the tensor's blocks rewritten in the
-	// block format dt without going through float values, where the
-	// stored format maps onto it (a GGUF file's Q4_K as compute.Q4_1):
-	// an error when it does not. Requantize prefers it to quantizing the
+	// Reblock, when set, returns the tensor's blocks rewritten, without
+	// going through float values, in a block format a
+	// compute.QuantBackend multiplies, and that format (a GGUF file's
+	// Q4_K as compute.Q4_1, IQ4_NL as compute.Q8_0), or an error where a
+	// block does not fit it. Requantize prefers it to quantizing the
 	// values again.
-	Reblock func(dt compute.DType) ([]byte, error)
+	Reblock func() (compute.DType, []byte, error)
 	// Rows, when set, writes rows [lo, hi) of a matrix (Shape[0] rows) as
 	// Float32 gives them into dst (len (hi−lo)·Shape[1]): a tensor stored
 	// in a block format decoded a few rows at a time instead of whole.

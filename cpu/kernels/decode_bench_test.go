@@ -7,15 +7,16 @@ import (
 )
 
 // BenchmarkDecodeProducts runs the matrix-vector products of one decode
-// step of the Qwen3-0.6B shape in Q4_0, Q4_1 and Q5_1 (Q4_1 and Q5_1: a
-// GGUF file's Q4_K and Q5_K as the CPU runs them) as the model issues them (28 layers of q·k·v in one
+// step of the Qwen3-0.6B shape in Q4_0, Q4_1, Q5_1 and IQ4_NL (Q4_1, Q5_1
+// and IQ4_NL: a GGUF file's Q4_K, Q5_K and IQ4_XS as the CPU runs them) as
+// the model issues them (28 layers of q·k·v in one
 // pass, o, gate·up in one pass, down; then the output matrix), one after
 // another, and reports the GB/s they stream. Against the output matrix
 // alone (BenchmarkLinearQuant/n151936_k1024/m1/q4_0) it shows what
 // splitting a step into small products costs; against a whole decode step
 // (clawrl bench --what model) what the rest of the step costs.
 func BenchmarkDecodeProducts(b *testing.B) {
-	for _, typ := range []QuantType{QuantQ4_0, QuantQ4_1, QuantQ5_1} {
+	for _, typ := range []QuantType{QuantQ4_0, QuantQ4_1, QuantQ5_1, QuantIQ4NL} {
 		b.Run(typ.String(), func(b *testing.B) { benchDecodeProducts(b, typ) })
 	}
 }

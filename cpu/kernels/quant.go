@@ -3,13 +3,14 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"unsafe"
 )
 
-// Block-quantized weights: ggml's Q8_0, Q4_0 and Q4_1 (see package
-// compute for the block layout they arrive in), multiplied as llama.cpp
-// multiplies them: the activations are quantized to int8 per block of 32
+// Block-quantized weights: ggml's Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL (see
+// package compute for the block layout they arrive in), multiplied as
+// llama.cpp multiplies them: the activations are quantized to int8 per block of 32
 // (a scale d = max|x|/127 and q = round(x/d)), and a block's product is
 // an integer dot product scaled by the weight's and the activation's
 // scales; Q4_1's minimum m adds m·dx·Σq of the activation block, as
@@ -30,6 +31,8 @@ import (
 //	      low nibble row r's q and the high nibble row r+16's (0..15,
 //	      offset 8 as in ggml)
 //	Q4_1: as Q4_0 (0..15, no offset)
+//	IQ4_NL: as Q4_0, each nibble an index into iq4Levels (the kernels
+//	      look the nibbles up as level + 128, unsigned, Q8_0's offset)
 //
 // 1088, 576 or 640 bytes, 64-byte aligned; the bytes per weight are
 // ggml's (34, 18 or 20 per 32). It is the layout of an outer-product kernel: one
@@ -45,23 +48,25 @@ import (
 // runs three instructions, far below what memory delivers.
 //
 // VPDPBUSD multiplies unsigned bytes by signed ones; the weights are
-// the unsigned side (Q8_0 stored with +128, Q4_0's nibbles as they are)
-// and the quantized activations the signed one, so the sum is off by
-// 128·Σq (or 8·Σq) of the activation block, which the integer
-// accumulators start from (negated) instead of zero.
+// the unsigned side (Q8_0 stored with +128, Q4_0's nibbles as they are,
+// IQ4_NL's nibbles looked up as their level + 128) and the quantized
+// activations the signed one, so the sum is off by 128·Σq (or 8·Σq) of
+// the activation block, which the integer accumulators start from
+// (negated) instead of zero.
 
 // QuantType is a block-quantized weight format.
 type QuantType uint8
 
 const (
-	QuantQ8_0 QuantType = iota + 1 // ggml Q8_0: 34 bytes per 32 weights
-	QuantQ4_0                      // ggml Q4_0: 18 bytes per 32 weights
-	QuantQ4_1                      // ggml Q4_1: 20 bytes per 32 weights
-	QuantQ5_1                      // ggml Q5_1: 24 bytes per 32 weights
+	QuantQ8_0  QuantType = iota + 1 // ggml Q8_0: 34 bytes per 32 weights
+	QuantQ4_0                       // ggml Q4_0: 18 bytes per 32 weights
+	QuantQ4_1                       // ggml Q4_1: 20 bytes per 32 weights
+	QuantQ5_1                       // ggml Q5_1: 24 bytes per 32 weights
+	QuantIQ4NL                      // ggml IQ4_NL: 18 bytes per 32 weights
 )
 
 // quantTypes is how many QuantTypes there are (the kernel tables' size).
-const quantTypes = 4
+const quantTypes = 5
 
 func (t QuantType) String() string {
 	switch t {
@@ -73,9 +78,15 @@ func (t QuantType) String() string {
 		return "Q4_1"
 	case QuantQ5_1:
 		return "Q5_1"
+	case QuantIQ4NL:
+		return "IQ4_NL"
 	}
 	return fmt.Sprintf("QuantType(%d)", uint8(t))
 }
+
+// iq4Levels are the int8 values IQ4_NL's nibbles select (ggml's
+// kvalues_iq4nl; compute.IQ4NLLevels, which this package cannot import).
+var iq4Levels = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
 // qk is the block size of the formats.
 const qk = 32
@@ -128,10 +139,11 @@ func (t QuantType) stepBytes() int {
 	return 64
 }
 
-// offset is what the stored weights of t exceed the signed values by.
+// offset is what the stored weights of t exceed the signed values by
+// (IQ4_NL's as the kernels see them: each nibble's level + 128).
 func (t QuantType) offset() int32 {
 	switch t {
-	case QuantQ8_0:
+	case QuantQ8_0, QuantIQ4NL:
 		return 128
 	case QuantQ4_0:
 		return 8
@@ -190,7 +202,7 @@ func (m *QMatrix) panel(p int) []byte {
 // from ggml blocks of type t (n·k/32 blocks, row after row), on pl's
 // threads.
 func (pl *Pool) PackQuant(t QuantType, blocks []byte, n, k int) (*QMatrix, error) {
-	if t < QuantQ8_0 || t > QuantQ5_1 {
+	if t < QuantQ8_0 || t > QuantIQ4NL {
 		return nil, fmt.Errorf("kernels: PackQuant of %v", t)
 	}
 	if n < 0 || k <= 0 || k%qk != 0 {
@@ -348,9 +360,12 @@ func (m *QMatrix) q(pan []byte, b, c, j int) int32 {
 		v >>= 4
 	}
 	q := int32(v & 0x0F)
-	if m.typ == QuantQ5_1 {
+	switch m.typ {
+	case QuantQ5_1:
 		hb, bit := bit5(c, j)
 		q |= int32(pan[o+hb]>>bit&1) << 4
+	case QuantIQ4NL:
+		return int32(iq4Levels[q])
 	}
 	return q - m.typ.offset()
 }
@@ -728,6 +743,9 @@ func (m *QMatrix) setQ(pan []byte, b, c, j int, v int32) {
 	}
 	i := o + m.typ.qOff() + 64*s + (c%16)*4 + e
 	u := byte(v + m.typ.offset())
+	if m.typ == QuantIQ4NL {
+		u = byte(slices.Index(iq4Levels[:], int8(v)))
+	}
 	if m.typ == QuantQ5_1 {
 		hb, bit := bit5(c, j)
 		pan[o+hb] = pan[o+hb]&^(1<<bit) | (u>>4&1)<<bit

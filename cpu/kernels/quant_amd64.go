@@ -34,10 +34,18 @@ const (
 	qQ51x5
 	qQ51x6
 	qQ51x7
+	qQNx1
+	qQNx2
+	qQNx3
+	qQNx4
+	qQNx5
+	qQNx6
+	qQNx7
 	qQ8AVX2
 	qQ4AVX2
 	qQ41AVX2
 	qQ51AVX2
+	qQNAVX2
 )
 
 // quantAVX512 is the AVX-512 VNNI kernel table (quant_amd64.s).
@@ -46,10 +54,11 @@ var quantAVX512 = quantArch{kern: [quantTypes][qRows + 1]qKernel{
 	{0, qQ4x1, qQ4x2, qQ4x3, qQ4x4, qQ4x5, qQ4x6, qQ4x7},
 	{0, qQ41x1, qQ41x2, qQ41x3, qQ41x4, qQ41x5, qQ41x6, qQ41x7},
 	{0, qQ51x1, qQ51x2, qQ51x3, qQ51x4, qQ51x5, qQ51x6, qQ51x7},
+	{0, qQNx1, qQNx2, qQNx3, qQNx4, qQNx5, qQNx6, qQNx7},
 }, rows: qRows}
 
 // quantAVX2 is the AVX2 kernel table: one row of A per call.
-var quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}, {0, qQ41AVX2}, {0, qQ51AVX2}}, rows: 1}
+var quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}, {0, qQ41AVX2}, {0, qQ51AVX2}, {0, qQNAVX2}}, rows: 1}
 
 // call runs kernel k on p. Each kernel is called directly, not through
 // a func value, so that p does not escape: the caller's arguments stay on
@@ -112,6 +121,20 @@ func (k qKernel) call(p *qArgs) {
 		qkernQ51x6(p)
 	case qQ51x7:
 		qkernQ51x7(p)
+	case qQNx1:
+		qkernQNx1(p)
+	case qQNx2:
+		qkernQNx2(p)
+	case qQNx3:
+		qkernQNx3(p)
+	case qQNx4:
+		qkernQNx4(p)
+	case qQNx5:
+		qkernQNx5(p)
+	case qQNx6:
+		qkernQNx6(p)
+	case qQNx7:
+		qkernQNx7(p)
 	case qQ8AVX2:
 		qkernQ8AVX2(p)
 	case qQ4AVX2:
@@ -120,6 +143,8 @@ func (k qKernel) call(p *qArgs) {
 		qkernQ41AVX2(p)
 	case qQ51AVX2:
 		qkernQ51AVX2(p)
+	case qQNAVX2:
+		qkernQNAVX2(p)
 	default:
 		panic("kernels: no quantized kernel " + k.String())
 	}
@@ -210,6 +235,27 @@ func qkernQ51x6(p *qArgs)
 func qkernQ51x7(p *qArgs)
 
 //go:noescape
+func qkernQNx1(p *qArgs)
+
+//go:noescape
+func qkernQNx2(p *qArgs)
+
+//go:noescape
+func qkernQNx3(p *qArgs)
+
+//go:noescape
+func qkernQNx4(p *qArgs)
+
+//go:noescape
+func qkernQNx5(p *qArgs)
+
+//go:noescape
+func qkernQNx6(p *qArgs)
+
+//go:noescape
+func qkernQNx7(p *qArgs)
+
+//go:noescape
 func qkernQ8AVX2(p *qArgs)
 
 //go:noescape
@@ -220,6 +266,9 @@ func qkernQ41AVX2(p *qArgs)
 
 //go:noescape
 func qkernQ51AVX2(p *qArgs)
+
+//go:noescape
+func qkernQNAVX2(p *qArgs)
 
 //go:noescape
 func quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)

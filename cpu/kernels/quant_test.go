@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/clawrl/clawrl/compute"
 )
 
 // randBlocks returns n·k/32 random ggml blocks of t: scales of either
@@ -68,6 +70,10 @@ func ggmlValue(t QuantType, blocks []byte, k, r, j int) (d float64, q int, m flo
 	if t == QuantQ4_1 {
 		off = 0
 	}
+	if t == QuantIQ4NL { // the nibble indexes ggml's kvalues_iq4nl
+		levels := [16]int{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+		return d, levels[blk[2+e%16]>>(4*(e/16))&15], 0
+	}
 	if e < 16 {
 		return d, int(blk[2+e]&0x0F) - off, m
 	}
@@ -81,7 +87,7 @@ func ggmlFloat(t QuantType, blocks []byte, k, r, j int) float32 {
 }
 
 // allQuant are the weight types.
-var allQuant = []QuantType{QuantQ8_0, QuantQ4_0, QuantQ4_1, QuantQ5_1}
+var allQuant = []QuantType{QuantQ8_0, QuantQ4_0, QuantQ4_1, QuantQ5_1, QuantIQ4NL}
 
 func TestPackQuantRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
@@ -320,5 +326,13 @@ func TestQMatrixCopy(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestIQ4Levels: the package's copy of IQ4_NL's levels is compute's (the
+// one the quantizer, the dequantizer and the GGUF reader use).
+func TestIQ4Levels(t *testing.T) {
+	if iq4Levels != compute.IQ4NLLevels {
+		t.Errorf("iq4Levels %v, compute.IQ4NLLevels %v", iq4Levels, compute.IQ4NLLevels)
 	}
 }
