@@ -30,8 +30,9 @@ import (
 // Q4_K_M file of the F32 export has.
 // The other way round, files that llama.cpp's own llama-quantize makes
 // from the F32 export (Q4_K_M, a mix of Q4_K and Q6_K; Q6_K; Q5_0;
-// IQ4_NL and IQ4_XS), which clawrl loads as model.quantize: auto does
-// (Q4_K as Q4_1, Q5_0 as Q5_1, IQ4_NL and IQ4_XS as Q8_0 blocks, Q6_K
+// IQ4_NL and IQ4_XS; the mixes Q3_K_M, Q2_K, Q4_K_S and Q5_K_S), which
+// clawrl loads as model.quantize: auto does (Q4_K as Q4_1, Q5_K and Q5_0
+// as Q5_1, IQ4_XS as IQ4_NL blocks, IQ4_NL as it is, Q6_K, Q3_K and Q2_K
 // requantized to Q8_0) while llama.cpp multiplies them as they are,
 // agree to 1e-2.
 //
@@ -76,7 +77,8 @@ func TestLlamaCppReadsExport(t *testing.T) {
 		quantize string // made by llama-quantize from the F32 export (of this type), not by clawrl
 		tol      float64
 	}{{"f32", "", 1e-3}, {"q8_0", "", 5e-3}, {"q4_0", "", 5e-3}, {"q4_k_m", "Q4_K_M", 1e-2}, {"q6_k", "Q6_K", 1e-2},
-		{"q5_0", "Q5_0", 1e-2}, {"iq4_nl", "IQ4_NL", 1e-2}, {"iq4_xs", "IQ4_XS", 1e-2}} {
+		{"q5_0", "Q5_0", 1e-2}, {"iq4_nl", "IQ4_NL", 1e-2}, {"iq4_xs", "IQ4_XS", 1e-2},
+		{"q3_k_m", "Q3_K_M", 1e-2}, {"q2_k", "Q2_K", 1e-2}, {"q4_k_s", "Q4_K_S", 1e-2}, {"q5_k_s", "Q5_K_S", 1e-2}} {
 		file := filepath.Join(dir, "bundled-"+c.typ+".gguf")
 		if c.quantize != "" {
 			cmd := exec.Command(filepath.Join(llama, "llama-quantize"), filepath.Join(dir, "bundled-f32.gguf"), file, c.quantize)
