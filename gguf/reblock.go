@@ -9,7 +9,7 @@ import (
 
 // Reblocking: matrices in block formats that the CPU backend's int8
 // kernels have no products for, rewritten without requantizing as blocks
-// of one they have (Q8_0, Q4_1, Q5_1).
+// of one they have (Q4_1, Q5_1, IQ4_NL).
 //
 // A Q4_K block of 256 elements is eight sub-blocks of 32, sub-block i
 // holding x = (d·sc_i)·q − dmin·m_i with q a nibble: a Q4_1 block per
