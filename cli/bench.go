@@ -417,8 +417,8 @@ func (a *app) benchModel(row func(...string), f benchFlags) error {
 	quant := quantTypes(m)
 	if quant != "" && !onGPU {
 		from := "from the file"
-		switch q := a.cfg.Model.Quantize; {
-		case q == "q8_0" || q == "q4_0":
+		switch {
+		case a.cfg.Model.QuantizesOnLoad():
 			from = "model.quantize"
 		case requantized != "":
 			from = "model.quantize: auto, " + requantized

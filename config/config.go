@@ -251,6 +251,13 @@ type Log struct {
 }
 
 // Model says which checkpoint to serve and how to run it.
+// QuantizesOnLoad reports whether model.quantize names a block type the
+// matrices are quantized to as they load (q8_0, q4_0, iq4_nl), rather
+// than none or auto.
+func (m Model) QuantizesOnLoad() bool {
+	return m.Quantize == "q8_0" || m.Quantize == "q4_0" || m.Quantize == "iq4_nl"
+}
+
 type Model struct {
 	Path      string `mapstructure:"path"`
 	Threads   int    `mapstructure:"threads"`
@@ -262,7 +269,7 @@ type Model struct {
 	// q8_0 (see config.yaml).
 	KVCacheDType string `mapstructure:"kv_cache_dtype"`
 	// Quantize quantizes the checkpoint's matrices as they are loaded:
-	// auto, none, q8_0 or q4_0 (see config.yaml).
+	// auto, none, q8_0, q4_0 or iq4_nl (see config.yaml).
 	Quantize string `mapstructure:"quantize"`
 }
 
@@ -530,8 +537,8 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	oneOf("model.quantize", c.Model.Quantize, "auto", "none", "q8_0", "q4_0")
-	if (c.Model.Quantize == "q8_0" || c.Model.Quantize == "q4_0") && len(c.Devices.Rollout.GPUs) > 0 {
+	oneOf("model.quantize", c.Model.Quantize, "auto", "none", "q8_0", "q4_0", "iq4_nl")
+	if c.Model.QuantizesOnLoad() && len(c.Devices.Rollout.GPUs) > 0 {
 		errs = append(errs, fmt.Errorf("model.quantize: %s: quantized weights run on the CPU only; serving on GPUs (devices.rollout.gpus) takes the checkpoint's weights (set model.quantize: none)", c.Model.Quantize))
 	}
 	if c.Server.Port < 1 || c.Server.Port > 65535 {
@@ -621,7 +628,7 @@ func (c *Config) Validate() error {
 	if c.Trainer.LoRARank < 0 {
 		errs = append(errs, fmt.Errorf("trainer.lora_rank: %d must be >= 0 (0 = full fine-tuning)", c.Trainer.LoRARank))
 	}
-	if c.Trainer.Enabled && c.Trainer.LoRARank == 0 && (c.Model.Quantize == "q8_0" || c.Model.Quantize == "q4_0") {
+	if c.Trainer.Enabled && c.Trainer.LoRARank == 0 && c.Model.QuantizesOnLoad() {
 		errs = append(errs, fmt.Errorf("trainer.lora_rank: 0 (full fine-tuning) over model.quantize: %s is not supported: set trainer.lora_rank > 0 to train LoRA adapters over the quantized base, or model.quantize: none", c.Model.Quantize))
 	}
 	if c.Reward.HintVotes < 0 {

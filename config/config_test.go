@@ -121,6 +121,8 @@ func TestLoad(t *testing.T) {
 		{name: "quantize from env", env: []string{"CLAWRL_MODEL_QUANTIZE=q4_0"},
 			check: func(c *Config) bool { return c.Model.Quantize == "q4_0" }},
 		{name: "bad quantize", file: "model:\n  quantize: q5_k\n", wantErr: "model.quantize"},
+		{name: "quantize iq4_nl", file: "model:\n  quantize: iq4_nl\n", check: func(c *Config) bool { return c.Model.Quantize == "iq4_nl" && c.Model.QuantizesOnLoad() }},
+		{name: "full fine-tuning over iq4_nl", file: "model:\n  quantize: iq4_nl\ntrainer:\n  lora_rank: 0\n", wantErr: "over model.quantize: iq4_nl is not supported"},
 		{name: "quantize on GPUs", file: "model:\n  quantize: q8_0\ndevices:\n  rollout:\n    gpus: [0]\n", wantErr: "CPU only"},
 		{name: "full fine-tuning over a quantized base", file: "model:\n  quantize: q4_0\ntrainer:\n  lora_rank: 0\n", wantErr: "trainer.lora_rank: 0 (full fine-tuning) over model.quantize: q4_0"},
 		{name: "full fine-tuning off over a quantized base", file: "model:\n  quantize: q4_0\ntrainer:\n  enabled: false\n  lora_rank: 0\n",

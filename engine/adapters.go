@@ -67,7 +67,7 @@ func OpenAdapted(c *weights.Checkpoint) (model.Source, error) {
 	cfg := Defaults()
 	switch a.Quantize {
 	case "", "none":
-	case "auto", "q8_0", "q4_0":
+	case "auto", "q8_0", "q4_0", "iq4_nl":
 		cfg.Model.Quantize = a.Quantize
 		cfg.Trainer.LoRARank = 1 // auto requantizes under LoRA only; these adapters are LoRA
 	default:

@@ -148,14 +148,16 @@ func AutoRequantize(cfg *config.Config, path string) bool {
 }
 
 // QuantizeType is the type model.quantize quantizes the checkpoint's
-// matrices to on load (model.Quantize): compute.Q8_0, compute.Q4_0, or 0
-// for none.
+// matrices to on load (model.Quantize): compute.Q8_0, compute.Q4_0,
+// compute.IQ4_NL, or 0 for none.
 func QuantizeType(cfg *config.Config) compute.DType {
 	switch cfg.Model.Quantize {
 	case "q8_0":
 		return compute.Q8_0
 	case "q4_0":
 		return compute.Q4_0
+	case "iq4_nl":
+		return compute.IQ4_NL
 	}
 	return 0
 }

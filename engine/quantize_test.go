@@ -21,7 +21,7 @@ func TestQuantizeOnLoad(t *testing.T) {
 	for _, c := range []struct {
 		key string
 		dt  compute.DType
-	}{{"q8_0", compute.Q8_0}, {"q4_0", compute.Q4_0}} {
+	}{{"q8_0", compute.Q8_0}, {"q4_0", compute.Q4_0}, {"iq4_nl", compute.IQ4_NL}} {
 		cfg := Defaults()
 		cfg.Model.Quantize = c.key
 		if QuantizeType(cfg) != c.dt {

@@ -15,7 +15,7 @@ import (
 // a file whose matrices are all of one type.
 var fileTypes = map[TensorType]uint32{
 	F32: 0, F16: 1, Q4_0: 2, Q4_1: 3, Q8_0: 7, Q5_0: 8, Q5_1: 9,
-	Q2_K: 10, Q3_K: 12, Q4_K: 15, Q5_K: 17, Q6_K: 18, BF16: 32,
+	Q2_K: 10, Q3_K: 12, Q4_K: 15, Q5_K: 17, Q6_K: 18, IQ4_NL: 25, IQ4_XS: 30, BF16: 32,
 }
 
 // matrixType is the type a matrix with rows of cols elements is written

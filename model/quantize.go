@@ -14,13 +14,13 @@ import (
 
 // Quantize-on-load: a checkpoint of float weights served with
 // block-quantized matrices (config model.quantize), the way llama-quantize
-// makes a Q8_0 or Q4_0 GGUF file from a BF16 one, but as the weights are
-// read, so that nothing is written to disk.
+// makes a Q8_0, Q4_0 or IQ4_NL GGUF file from a BF16 one, but as the
+// weights are read, so that nothing is written to disk.
 //
 // Which tensors, following llama.cpp's mixes (llama_tensor_get_type):
 // every matrix of the layers (q, k, v, o, gate, up, down) takes the type;
 // norms and biases stay F32. The output projection keeps more precision:
-// Q8_0 in both mixes (llama.cpp gives it Q6_K in its Q4_0 mix; Q8_0 is the
+// Q8_0 in every mix (llama.cpp gives it Q6_K in its Q4_0 mix; Q8_0 is the
 // nearest type the backend has), and so does a tied embedding, which is
 // the output projection too. An untied input embedding takes the type, as
 // llama.cpp's token_embd does. A matrix whose rows are not a multiple of
@@ -31,14 +31,14 @@ import (
 // (Requantize, for auto, rewrites Q4_K, Q5_K, Q5_0 and IQ4_XS as Q4_1,
 // Q5_1, Q5_1 and IQ4_NL instead).
 
-// Quantize returns src with its matrices quantized to dt (compute.Q8_0 or
-// compute.Q4_0) as they are read, per the mix above: Tensor returns them
+// Quantize returns src with its matrices quantized to dt (compute.Q8_0,
+// compute.Q4_0 or compute.IQ4_NL) as they are read, per the mix above: Tensor returns them
 // as blocks (SourceTensor.Format and Blocks), which a
 // compute.QuantBackend takes as they are and any other backend as the
 // dequantized values. Closing the result closes src.
 func Quantize(src Source, dt compute.DType) (Source, error) {
 	if !dt.Quantized() {
-		return nil, fmt.Errorf("model: cannot quantize weights to %v (Q8_0 or Q4_0)", dt)
+		return nil, fmt.Errorf("model: cannot quantize weights to %v (Q8_0, Q4_0 or IQ4_NL)", dt)
 	}
 	return &quantSource{Source: src, dt: dt}, nil
 }
@@ -55,7 +55,7 @@ func Quantize(src Source, dt compute.DType) (Source, error) {
 // Closing the result closes src.
 func Requantize(src Source, dt compute.DType) (*Requantized, error) {
 	if !dt.Quantized() {
-		return nil, fmt.Errorf("model: cannot quantize weights to %v (Q8_0 or Q4_0)", dt)
+		return nil, fmt.Errorf("model: cannot quantize weights to %v (Q8_0, Q4_0 or IQ4_NL)", dt)
 	}
 	return &Requantized{quantSource{Source: src, dt: dt, blocksOnly: true, counts: map[string]int{}}}, nil
 }

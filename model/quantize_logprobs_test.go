@@ -95,6 +95,7 @@ func TestQuantizedLogProbs(t *testing.T) {
 		{"bf16-products", cpu.NewWithOptions(cpu.Options{Precision: kernels.PrecisionBF16}), 0, 0, 0.002, 0.1},
 		{"q8_0", cpu.New(), compute.Q8_0, 0, 0.005, 0.2},
 		{"q4_0", cpu.New(), compute.Q4_0, 0, 0.02, 1},
+		{"iq4_nl", cpu.New(), compute.IQ4_NL, 0, 0.02, 1},
 		{"bf16-kv", cpu.New(), 0, compute.BF16, 0.002, 0.1},
 		{"q8_0-kv", cpu.New(), 0, compute.Q8_0, 0.002, 0.1},
 	} {
