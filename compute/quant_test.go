@@ -213,3 +213,32 @@ func TestQuantizeError(t *testing.T) {
 		}
 	}
 }
+
+// TestIQ4NLNearest: the table gives the nearest level's index, as the
+// binary search over the midpoints does, for values on, just beside and
+// between the midpoints, beyond the levels' range, and NaN.
+func TestIQ4NLNearest(t *testing.T) {
+	vals := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0, -0.0, 1e30, -1e30, 150, -150, 299.9, -299.9}
+	for _, b := range iq4Bounds {
+		vals = append(vals, b, math.Nextafter32(b, -1e9), math.Nextafter32(b, 1e9))
+	}
+	r := rand.New(rand.NewPCG(12, 12))
+	for range 100000 {
+		vals = append(vals, float32(r.NormFloat64()*80))
+	}
+	for _, v := range vals {
+		got, want := IQ4NLNearest(v), iq4NearestSearch(v)
+		if got != want {
+			t.Fatalf("IQ4NLNearest(%v) = %d, the search says %d", v, got, want)
+		}
+		if !math.IsNaN(float64(v)) {
+			// Nearest indeed: no level is closer.
+			d := math.Abs(float64(v) - float64(IQ4NLLevels[got]))
+			for _, l := range IQ4NLLevels {
+				if math.Abs(float64(v)-float64(l)) < d {
+					t.Fatalf("IQ4NLNearest(%v) = level %d, but %d is closer", v, IQ4NLLevels[got], l)
+				}
+			}
+		}
+	}
+}
