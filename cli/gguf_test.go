@@ -213,9 +213,16 @@ func qloraServes(t *testing.T, bin, gg, dir string) (firstLog string) {
 	}
 	// The checkpoint itself loads as a model: its base with the adapters
 	// applied, the weights the export holds.
+	// It says that the adapters are merged into float32 there, and what
+	// keeps the base quantized.
 	cmd = exec.Command(bin, "generate", "--config", cfg, "--model", c.Dir(), "-t", "0", "-n", "8", "--chat", "--prompt", "Name a fruit.")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	if out, err := cmd.Output(); err != nil || string(out) != string(fromExport) {
 		t.Errorf("generate --model %s (the checkpoint): %v %q, from the merged export %q", c.Dir(), err, out, fromExport)
+	}
+	if !strings.Contains(stderr.String(), "served merged into float32") || !strings.Contains(stderr.String(), "--format gguf") {
+		t.Errorf("generate --model %s (adapters over a quantized base) did not say they are merged into float32:\n%s", c.Dir(), stderr.String())
 	}
 
 	// A restart on the same file resumes the newest checkpoint and trains on.

@@ -58,7 +58,7 @@ type AdapterBase struct {
 	// Path is the base checkpoint (a directory or a GGUF file), absolute.
 	Path string `json:"path"`
 	// Quantize is model.quantize as it applied to the base while training
-	// (auto, none, q8_0, q4_0): the adapters were trained over the base
+	// (auto, none, q8_0, q4_0, iq4_nl): the adapters were trained over the base
 	// so quantized, and apply to it so loaded.
 	Quantize string `json:"quantize,omitempty"`
 }
