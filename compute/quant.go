@@ -12,7 +12,7 @@ import (
 // it has no importance matrix: the same float32 input gives the same
 // blocks, bit for bit. IQ4_NL, whose levels are not evenly spaced, has no
 // such reference; its quantizer tries a few scales per block and keeps
-// the one of least squared error (IQ4NLScale), a plainer search than
+// the best least-squares fit (IQ4NLScale), a plainer search than
 // llama-quantize's, which also weighs each element by its importance.
 // They run on the host, for any backend: a
 // checkpoint quantized on load (model.quantize) goes to the backend

@@ -56,7 +56,7 @@ func EncodedSize(t TensorType, n int) (int, error) {
 // that llama.cpp's quantizer does for K-quants, so its K-quant files are
 // somewhat more accurate than these. IQ4_NL and IQ4_XS, whose levels are
 // not evenly spaced, try a few scales per 32-element block and keep the
-// one with the least squared error (a plainer search than llama.cpp's,
+// best least-squares fit (a plainer search than llama.cpp's,
 // which also weighs each element by its importance).
 func Quantize(dst []byte, src []float32, t TensorType) error {
 	fn, ok := quantizers[t]
