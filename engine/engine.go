@@ -202,21 +202,14 @@ func (e *Engine) open() error {
 // daemon that trained them serves them over) and what keeps the base
 // quantized.
 func (e *Engine) warnMergedAdapters(m *model.Model) {
-	if !weights.IsAdaptersOnly(e.dir) {
-		return
-	}
-	c, err := weights.Open(e.dir)
-	if err != nil || c.Manifest.Adapters == nil {
-		return
-	}
-	a := c.Manifest.Adapters
-	if a.Quantize == "" || a.Quantize == "none" {
+	a, version := weights.AdaptersOf(e.dir) // loading verified the checkpoint
+	if a == nil || a.Quantize == "" || a.Quantize == "none" {
 		return
 	}
 	e.log.Warn().Str("checkpoint", e.dir).Str("base", a.Path).Str("base_quantize", a.Quantize).
 		Int64("weights_mib", m.Weights().Bytes()>>20).
 		Msgf("this checkpoint holds LoRA adapters over a quantized base, and they are served merged into float32 matrices, exactly but at several times the base's memory and decode time; to keep the base quantized, serve the base itself (--model %s) with the data directory that trained the adapters, which resumes them unmerged over it, or export the version as GGUF (clawrl export %d --format gguf --type q8_0)",
-			a.Path, c.Info().Version)
+			a.Path, version)
 }
 
 // registerAll registers every collector or returns the first error.

@@ -492,14 +492,27 @@ func verifyModel(dir string) error {
 // adapters only (its manifest names a base model), without verifying it:
 // for loaders that must choose how to open a path. Open verifies.
 func IsAdaptersOnly(dir string) bool {
+	a, _ := AdaptersOf(dir)
+	return a != nil
+}
+
+// AdaptersOf reads the base model a checkpoint of LoRA adapters only
+// names, and its version, from dir's manifest alone, without verifying
+// the checkpoint (Open does, hashing every file): nil for a checkpoint
+// that holds its weights, or a directory that is not one.
+func AdaptersOf(dir string) (*AdapterBase, uint64) {
 	raw, err := os.ReadFile(filepath.Join(dir, ManifestFile))
 	if err != nil {
-		return false
+		return nil, 0
 	}
 	var m struct {
+		Version  uint64       `json:"version"`
 		Adapters *AdapterBase `json:"adapters_over"`
 	}
-	return json.Unmarshal(raw, &m) == nil && m.Adapters != nil
+	if json.Unmarshal(raw, &m) != nil {
+		return nil, 0
+	}
+	return m.Adapters, m.Version
 }
 
 // OpenLatest returns the newest checkpoint under root that Open accepts,
