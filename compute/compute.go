@@ -49,9 +49,19 @@
 //	IQ4_NL, 18 bytes a block: d, then qs[16] placed as Q4_0's; element
 //	      i = d·IQ4NLLevels[nibble], a non-uniform grid of 16 int8
 //	      levels, denser near zero.
+//	Q6_16, 28 bytes a block: d0, d1 (IEEE halves), ql[16], qh[8]; q
+//	      (0..63) of element i has its low four bits placed as Q4_0's
+//	      nibbles in ql and its high two at bits 2(i/8), 2(i/8)+1 of
+//	      qh[i%8]; element i = d0·(q − 32) for i < 16, d1·(q − 32) after.
 //
-// These are ggml's block_q8_0, block_q4_0, block_q4_1, block_q5_1 and
-// block_iq4_nl (ggml-common.h). A backend
+// The first five are ggml's block_q8_0, block_q4_0, block_q4_1,
+// block_q5_1 and block_iq4_nl (ggml-common.h). Q6_16 is not a ggml
+// block: it holds the values of ggml's Q6_K (a super-block of 256 in 16
+// sub-blocks of 16, each scale an int8 times the super-block's half d)
+// with each sub-block's scale d·sc rounded to a half, 32 values a block
+// as the others, so that a GGUF file's Q6_K matrices (the output matrix
+// of the common Q4_K_M and Q5_K_M mixes) and Q3_K ones run as 6-bit
+// values rather than requantized to Q8_0. A backend
 // is free to keep the blocks in another layout inside (the CPU backend
 // interleaves them for its kernels); what goes in is this one.
 //
@@ -63,8 +73,9 @@
 // (for Q4_1, plus m·dx·Σqx, as llama.cpp's Q4_1 product with Q8_1
 // activations; for IQ4_NL qw is the nibble's level); the blocks' results
 // are summed in float32. Dequantizing (Embedding, a Trainer's Convert and
-// LinearBackwardInput) is exact for Q8_0, Q4_0 and IQ4_NL (dw·q fits a
-// float32) and ggml's float32 d·q + m for Q4_1 and Q5_1.
+// LinearBackwardInput) is exact for Q8_0, Q4_0, IQ4_NL and Q6_16 (dw·q
+// fits a float32) and ggml's float32 d·q + m for Q4_1 and Q5_1. Q6_16's
+// product is two: each half block's integer sum scaled by its own d.
 //
 // Training: the backward kernels form a second interface, Trainer, which
 // embeds Backend. Code that only runs the forward pass depends on Backend
@@ -95,6 +106,7 @@ const (
 	Q4_1                    // ggml's Q4_1 blocks: 32 4-bit values, a half scale and a half minimum (see the package doc)
 	Q5_1                    // ggml's Q5_1 blocks: 32 5-bit values, a half scale and a half minimum (see the package doc)
 	IQ4_NL                  // ggml's IQ4_NL blocks: 32 4-bit indices into 16 int8 levels and a half scale (see the package doc)
+	Q6_16                   // Q6_K's values, 32 6-bit values and a half scale for each 16 (see the package doc)
 )
 
 // QK is the number of elements in a block of Q8_0, Q4_0 and Q4_1.
@@ -113,9 +125,9 @@ func (d DType) Size() int {
 }
 
 // Quantized reports whether d is a block-quantized type (Q8_0, Q4_0,
-// Q4_1, Q5_1, IQ4_NL).
+// Q4_1, Q5_1, IQ4_NL, Q6_16).
 func (d DType) Quantized() bool {
-	return d == Q8_0 || d == Q4_0 || d == Q4_1 || d == Q5_1 || d == IQ4_NL
+	return d == Q8_0 || d == Q4_0 || d == Q4_1 || d == Q5_1 || d == IQ4_NL || d == Q6_16
 }
 
 // BlockSize is the number of elements of a block of d: QK for the
@@ -139,6 +151,8 @@ func (d DType) BlockBytes() int {
 		return 4 + QK/2
 	case Q5_1:
 		return 8 + QK/2
+	case Q6_16:
+		return 4 + QK/2 + QK/4
 	}
 	return d.Size()
 }
@@ -167,6 +181,8 @@ func (d DType) String() string {
 		return "Q5_1"
 	case IQ4_NL:
 		return "IQ4_NL"
+	case Q6_16:
+		return "Q6_16"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }

@@ -14,12 +14,15 @@ import (
 // such reference; its quantizer tries a few scales per block and keeps
 // the best least-squares fit (IQ4NLScale), a plainer search than
 // llama-quantize's, which also weighs each element by its importance.
+// Q6_16 is clawrl's (see the package doc): each half block's scale maps
+// its value of largest magnitude to −32, as Q4_0's maps to −8 (ggml's
+// Q6_K quantizer searches its sub-block scales further).
 // They run on the host, for any backend: a
 // checkpoint quantized on load (model.quantize) goes to the backend
 // through QuantBackend.WeightQuant as the blocks these write.
 
 // Quantize writes src, whose length is a multiple of QK, as blocks of the
-// quantized type dt (Q8_0, Q4_0, Q4_1, Q5_1 or IQ4_NL) into dst, which holds dt.Bytes(len(src))
+// quantized type dt (Q8_0, Q4_0, Q4_1, Q5_1, IQ4_NL or Q6_16) into dst, which holds dt.Bytes(len(src))
 // bytes.
 func Quantize(dt DType, dst []byte, src []float32) error {
 	if !dt.Quantized() {
@@ -42,6 +45,8 @@ func Quantize(dt DType, dst []byte, src []float32) error {
 			d := F16ToF32(F32ToF16(IQ4NLScale(x)))
 			putHalf(y, F32ToF16(d))
 			IQ4NLNibbles(y[2:], x, d)
+		case Q6_16:
+			quantizeQ6_16(y, x)
 		default:
 			quantizeQ5_1(y, x)
 		}
@@ -125,8 +130,45 @@ func quantizeQ5_1(y []byte, x []float32) {
 	binary.LittleEndian.PutUint32(y[4:], qh)
 }
 
+func quantizeQ6_16(y []byte, x []float32) {
+	clear(y[4:])
+	for h := range 2 {
+		half := x[h*QK/2 : (h+1)*QK/2]
+		var amax, mx float32
+		for _, v := range half {
+			if a := float32(math.Abs(float64(v))); amax < a {
+				amax, mx = a, v
+			}
+		}
+		hd := F32ToF16(mx / -32)
+		putHalf(y[2*h:], hd)
+		d := F16ToF32(hd)
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		for j, v := range half {
+			q := byte(min(63, max(0, int(math.Round(float64(v*id)))+32)))
+			i := h*QK/2 + j
+			SetQ6_16(y, i, q)
+		}
+	}
+}
+
+// SetQ6_16 stores q (0..63) as element i of the Q6_16 block y (see the
+// package doc), whose ql and qh bits of that element are zero.
+func SetQ6_16(y []byte, i int, q byte) {
+	y[4+i%16] |= (q & 0x0F) << (4 * (i / 16))
+	y[20+i%8] |= (q >> 4) << (2 * (i / 8))
+}
+
+// Q6_16Value is q (0..63) of element i of the Q6_16 block y.
+func Q6_16Value(y []byte, i int) int {
+	return int(y[4+i%16]>>(4*(i/16))&0x0F) | int(y[20+i%8]>>(2*(i/8))&3)<<4
+}
+
 // Dequantize writes the values of the blocks of dt in src into dst
-// (exactly for Q8_0, Q4_0 and IQ4_NL, whose every value is a float32; for Q4_1
+// (exactly for Q8_0, Q4_0, IQ4_NL and Q6_16, whose every value is a float32; for Q4_1
 // and Q5_1 d·q + m rounded to float32, as ggml's dequantize_row_q4_1 and
 // _q5_1).
 func Dequantize(dt DType, dst []float32, src []byte) error {
@@ -159,6 +201,16 @@ func Dequantize(dt DType, dst []float32, src []byte) error {
 		if dt == Q8_0 {
 			for j := range x {
 				x[j] = d * float32(int8(y[2+j]))
+			}
+			continue
+		}
+		if dt == Q6_16 {
+			d1 := F16ToF32(uint16(y[2]) | uint16(y[3])<<8)
+			for j := range x {
+				if j == QK/2 {
+					d = d1
+				}
+				x[j] = d * float32(Q6_16Value(y, j)-32)
 			}
 			continue
 		}

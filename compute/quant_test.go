@@ -179,7 +179,7 @@ func TestQuantizeError(t *testing.T) {
 	for i := range x {
 		x[i] = float32(r.NormFloat64())
 	}
-	for _, dt := range []DType{Q8_0, Q4_0, Q4_1, Q5_1} {
+	for _, dt := range []DType{Q8_0, Q4_0, Q4_1, Q5_1, Q6_16} {
 		q := make([]byte, dt.Bytes(len(x)))
 		if err := Quantize(dt, q, x); err != nil {
 			t.Fatal(err)
@@ -203,6 +203,14 @@ func TestQuantizeError(t *testing.T) {
 				step = float64(hi-lo) / map[DType]float64{Q4_1: 15, Q5_1: 31}[dt] * 1.001
 			}
 			for i := b * QK; i < (b+1)*QK; i++ {
+				if dt == Q6_16 { // each half's own scale, −32..31 of it
+					h := i - i%(QK/2)
+					var hmax float64
+					for _, v := range x[h : h+QK/2] {
+						hmax = math.Max(hmax, math.Abs(float64(v)))
+					}
+					step = hmax / 32 * 1.001
+				}
 				if e := math.Abs(float64(y[i] - x[i])); e > step {
 					t.Fatalf("%v: element %d = %g dequantized to %g (step %g)", dt, i, x[i], y[i], step)
 				}

@@ -29,7 +29,7 @@
 // times slower than from anonymous memory (decoding a 0.6B model: 0.4–6.6
 // against 7.5–17 tokens/s), and the gap grew the longer the mapping lived.
 //
-// Quantized weights (Q8_0, Q4_0, Q4_1, Q5_1, IQ4_NL: compute.QuantBackend) are repacked when
+// Quantized weights (Q8_0, Q4_0, Q4_1, Q5_1, IQ4_NL, Q6_16: compute.QuantBackend) are repacked when
 // made into the panels of the kernels' quantized products (see
 // cpu/kernels, quant.go): Linear and LinearMulti quantize their
 // activations to int8 blocks and multiply with VPDPBUSD where the CPU has
@@ -136,7 +136,7 @@ type tensor struct {
 	f32   []float32
 	u16   []uint16
 	i32   []int32
-	q     *kernels.QMatrix // Q8_0, Q4_0, Q4_1, Q5_1, IQ4_NL: rows shape[0], columns the rest
+	q     *kernels.QMatrix // quantized: rows shape[0], columns the rest
 	kv8   []byte           // a Q8_0 KV cache (NewKVCacheTensor): ggml blocks in element order
 }
 
@@ -156,6 +156,8 @@ func quantType(dt compute.DType) kernels.QuantType {
 		return kernels.QuantQ5_1
 	case compute.IQ4_NL:
 		return kernels.QuantIQ4NL
+	case compute.Q6_16:
+		return kernels.QuantQ6_16
 	}
 	return kernels.QuantQ8_0
 }
@@ -207,7 +209,7 @@ func (b *Backend) NewTensor(dt compute.DType, shape ...int) (compute.Tensor, err
 		t.u16 = kernels.AllocBF16(n)
 	case compute.I32:
 		t.i32 = make([]int32, n)
-	case compute.Q8_0, compute.Q4_0, compute.Q4_1, compute.Q5_1, compute.IQ4_NL:
+	case compute.Q8_0, compute.Q4_0, compute.Q4_1, compute.Q5_1, compute.IQ4_NL, compute.Q6_16:
 		cols := 1
 		for _, d := range shape[1:] {
 			cols *= d
@@ -417,7 +419,7 @@ func weight(t compute.Tensor, op string) *tensor {
 		panic(fmt.Sprintf("cpu: %s: tensor %T was not made by the cpu backend", op, t))
 	}
 	if x.dt != compute.F32 && x.dt != compute.BF16 && !x.dt.Quantized() {
-		panic(fmt.Sprintf("cpu: %s: weight dtype %v, want F32, BF16, Q8_0, Q4_0, Q4_1, Q5_1 or IQ4_NL", op, x.dt))
+		panic(fmt.Sprintf("cpu: %s: weight dtype %v, want F32, BF16, Q8_0, Q4_0, Q4_1, Q5_1, IQ4_NL or Q6_16", op, x.dt))
 	}
 	if !x.live() && compute.Len(x) > 0 {
 		panic(fmt.Sprintf("cpu: %s: tensor used after Free", op))

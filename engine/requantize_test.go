@@ -24,9 +24,10 @@ import (
 // (model.quantize: none): Q4_K and Q5_K blocks rewritten as Q4_1 and Q5_1
 // (the same values, each sub-block's scale and minimum rounded to
 // halves), Q5_0 as Q5_1 (the same values), IQ4_XS as IQ4_NL (each
-// sub-block's scale rounded to a half), Q6_K requantized to Q8_0. The
-// weights take under a quarter (Q4_K, Q5_K, Q5_0), 16% (IQ4_XS), 40%
-// (Q6_K) and 30% (the mixes) of the memory widened takes. An IQ4_NL file
+// sub-block's scale rounded to a half), Q6_K and Q3_K as Q6_16 (each
+// sub-block of 16's scale rounded to a half), Q2_K requantized to Q8_0.
+// The weights take under a quarter (Q4_K, Q5_K, Q5_0, Q6_K, Q3_K), 16%
+// (IQ4_XS) and 30% (the mixes) of the memory widened takes. An IQ4_NL file
 // runs as it is stored (auto and none alike), in under 16% of the
 // memory, as close to the checkpoint as twice Q4_K's own error. On the replies of 32 held-out
 // conversations, auto adds to the mean |Δ log p| that the file itself has
@@ -51,7 +52,7 @@ func TestAutoRequantize(t *testing.T) {
 	}
 	paths := map[string]string{}
 	for _, mix := range []gguf.Mix{gguf.Uniform(gguf.Q4_K), gguf.Uniform(gguf.Q6_K), gguf.MixQ4KM, gguf.Uniform(gguf.Q5_K), gguf.MixQ5KM,
-		gguf.Uniform(gguf.Q5_0), gguf.Uniform(gguf.IQ4_NL), gguf.Uniform(gguf.IQ4_XS)} {
+		gguf.Uniform(gguf.Q5_0), gguf.Uniform(gguf.IQ4_NL), gguf.Uniform(gguf.IQ4_XS), gguf.Uniform(gguf.Q3_K), gguf.Uniform(gguf.Q2_K)} {
 		paths[mix.String()] = filepath.Join(t.TempDir(), "bundled-"+strings.ToLower(mix.String())+".gguf")
 		if err := gguf.WriteModelMix(paths[mix.String()], src, tok, mix); err != nil {
 			t.Fatal(err)
@@ -111,10 +112,12 @@ func TestAutoRequantize(t *testing.T) {
 		maxBytes float64
 	}{
 		{"Q4_K", `Q4_K×\d+ → Q4_1`, 0.25},
-		{"Q6_K", `Q6_K×\d+ → Q8_0`, 0.4},
-		{"Q4_K_M", `Q4_K×\d+ → Q4_1, Q6_K×\d+ → Q8_0`, 0.3}, // llama-quantize's mix
+		{"Q6_K", `Q6_K×\d+ → Q6_16`, 0.25},
+		{"Q4_K_M", `Q4_K×\d+ → Q4_1, Q6_K×\d+ → Q6_16`, 0.3}, // llama-quantize's mix
 		{"Q5_K", `Q5_K×\d+ → Q5_1`, 0.25},
-		{"Q5_K_M", `Q5_K×\d+ → Q5_1, Q6_K×\d+ → Q8_0`, 0.3},
+		{"Q5_K_M", `Q5_K×\d+ → Q5_1, Q6_K×\d+ → Q6_16`, 0.3},
+		{"Q3_K", `Q3_K×\d+ → Q6_16`, 0.25},
+		{"Q2_K", `Q2_K×\d+ → Q8_0`, 0.4},
 		{"Q5_0", `Q5_0×\d+ → Q5_1`, 0.25}, // the same values
 		{"IQ4_XS", `IQ4_XS×\d+ → IQ4_NL`, 0.16},
 	} {

@@ -9,7 +9,7 @@ import (
 
 // Reblocking: matrices in block formats that the CPU backend's int8
 // kernels have no products for, rewritten without requantizing as blocks
-// of one they have (Q4_1, Q5_1, IQ4_NL).
+// of one they have (Q4_1, Q5_1, IQ4_NL, Q6_16).
 //
 // A Q4_K block of 256 elements is eight sub-blocks of 32, sub-block i
 // holding x = (d·sc_i)·q − dmin·m_i with q a nibble: a Q4_1 block per
@@ -29,12 +29,20 @@ import (
 // IQ4_XS is eight IQ4_NL blocks under the scales d·(ls−32), which are
 // rounded to halves as Q4_K's are (4.5 bits a weight as IQ4_NL, 4.25 as
 // IQ4_XS).
+//
+// A Q6_K block of 256 elements is sixteen sub-blocks of 16, sub-block i
+// holding x = (d·sc_i)·(q−32) with q of 6 bits and sc_i an int8: two of
+// them are a Q6_16 block (compute's, made for this), each with its scale
+// d·sc_i rounded to a half, the same q (7 bits a weight in the CPU
+// backend's panels, 6.56 as Q6_K, 8.5 as the Q8_0 they were requantized
+// to before). Q3_K's sub-blocks of 16 hold x = (d·(sc_i−32))·q with q
+// from −4 to 3: Q6_16 blocks too, with q + 32.
 
 // reblockTo is the block format each format that maps onto one is
 // rewritten as.
 var reblockTo = map[TensorType]compute.DType{
 	Q4_K: compute.Q4_1, Q5_K: compute.Q5_1, Q5_0: compute.Q5_1,
-	IQ4_XS: compute.IQ4_NL,
+	IQ4_XS: compute.IQ4_NL, Q6_K: compute.Q6_16, Q3_K: compute.Q6_16,
 }
 
 // Reblock rewrites src, whole blocks of type t, as blocks of the format
@@ -50,6 +58,8 @@ func Reblock(src []byte, t TensorType) ([]byte, error) {
 		return q5_0ToQ5_1(src)
 	case IQ4_XS:
 		return iq4XSToNL(src)
+	case Q6_K, Q3_K:
+		return kToQ6_16(src, t)
 	}
 	return nil, fmt.Errorf("%s blocks have no format to be rewritten as", t)
 }
@@ -163,4 +173,70 @@ func iq4XSToNL(src []byte) ([]byte, error) {
 		}
 	}
 	return dst, nil
+}
+
+// kToQ6_16 rewrites Q6_K or Q3_K (t) blocks as Q6_16 blocks (28 bytes, 8
+// a block): each pair of sub-blocks of 16 a block, their scales rounded
+// to halves, the same values (Q3_K's + 32).
+func kToQ6_16(src []byte, t TensorType) ([]byte, error) {
+	size := 210
+	if t == Q3_K {
+		size = 110
+	}
+	if len(src)%size != 0 {
+		return nil, fmt.Errorf("%d bytes are not whole %s blocks of %d", len(src), t, size)
+	}
+	nb := len(src) / size
+	bb := compute.Q6_16.BlockBytes()
+	dst := make([]byte, 8*bb*nb)
+	for b := range nb {
+		blk := src[size*b : size*b+size]
+		for i := range 16 { // sub-blocks of 16
+			var dl float32
+			if t == Q6_K {
+				dl = f16(blk[208:]) * float32(int8(blk[192+i]))
+			} else {
+				dl = f16(blk[108:]) * float32(scaleQ3K(blk[96:108], i))
+			}
+			dh := compute.F32ToF16(dl)
+			if dh&0x7c00 == 0x7c00 {
+				return nil, fmt.Errorf("%s block %d sub-block %d: scale %g is not a finite half", t, b, i, dl)
+			}
+			y := dst[bb*(8*b+i/2):][:bb]
+			binary.LittleEndian.PutUint16(y[2*(i%2):], dh)
+			for l := range 16 {
+				e := 16*i + l
+				var q int
+				if t == Q6_K {
+					q = q6KValue(blk, e)
+				} else {
+					q = q3KValue(blk, e) + 32
+				}
+				compute.SetQ6_16(y, 16*(i%2)+l, byte(q))
+			}
+		}
+	}
+	return dst, nil
+}
+
+// q6KValue is q (0..63) of element e (0..255) of a Q6_K block: element
+// 128n+32k+l has its low four bits in ql[64n+l+32(k%2)] (the low nibble
+// for k < 2) and its high two at bits 2k of qh[32n+l] (dequantQ6_K).
+func q6KValue(blk []byte, e int) int {
+	n, k, l := e/128, e%128/32, e%32
+	lo := blk[64*n+l+32*(k%2)] >> (4 * (k / 2)) & 0xF
+	hi := blk[128+32*n+l] >> (2 * k) & 3
+	return int(lo | hi<<4)
+}
+
+// q3KValue is the signed q (−4..3) of element e (0..255) of a Q3_K
+// block: element 128n+32j+16h+l is bits 2j of quant byte 32n+16h+l,
+// less 4 unless bit 4n+j of high-bit byte 16h+l is set (dequantQ3_K).
+func q3KValue(blk []byte, e int) int {
+	n, j, h, l := e/128, e%128/32, e%32/16, e%16
+	v := int(blk[32+32*n+16*h+l] >> (2 * j) & 3)
+	if blk[16*h+l]&(1<<(4*n+j)) == 0 {
+		v -= 4
+	}
+	return v
 }

@@ -126,14 +126,15 @@ func TestTensorRows(t *testing.T) {
 					t.Fatalf("%v %s: rows [%d,%d) differ from Float32's", typ, name, r[0], r[1])
 				}
 			}
+			to := ReblockTarget(typ)
 			switch {
-			case typ != Q4_K && st.Reblock != nil:
+			case to == 0 && st.Reblock != nil:
 				t.Errorf("%v %s: a Reblock", typ, name)
-			case typ == Q4_K && st.Reblock == nil:
-				t.Errorf("%s: Q4_K without a Reblock", name)
-			case typ == Q4_K:
-				if dt, q, err := st.Reblock(); err != nil || dt != compute.Q4_1 || len(q) != rows*cols/32*20 {
-					t.Errorf("%s: Q4_K as %v: %d bytes, %v", name, dt, len(q), err)
+			case to != 0 && st.Reblock == nil:
+				t.Errorf("%s: %v without a Reblock", name, typ)
+			case to != 0:
+				if dt, q, err := st.Reblock(); err != nil || dt != to || len(q) != to.Bytes(rows*cols) {
+					t.Errorf("%s: %v as %v: %d bytes, %v", name, typ, dt, len(q), err)
 				}
 			}
 			checked++
@@ -253,7 +254,7 @@ func TestReblock(t *testing.T) {
 	if _, err := Reblock(big, IQ4_XS); err == nil || !strings.Contains(err.Error(), "finite half") {
 		t.Errorf("an IQ4_XS scale beyond the halves: %v", err)
 	}
-	for _, typ := range []TensorType{Q6_K, IQ4_NL} {
+	for _, typ := range []TensorType{Q2_K, IQ4_NL} {
 		if _, err := Reblock(make([]byte, typ.TypeSize()), typ); err == nil || ReblockTarget(typ) != 0 {
 			t.Errorf("%v rewritten (target %v): %v", typ, ReblockTarget(typ), err)
 		}
@@ -263,11 +264,11 @@ func TestReblock(t *testing.T) {
 // FuzzReblock: any bytes of any rewritable type are refused or rewritten
 // whole, never a panic.
 func FuzzReblock(f *testing.F) {
-	for i, typ := range []TensorType{Q4_K, Q5_K, Q5_0, IQ4_XS} {
+	for i, typ := range []TensorType{Q4_K, Q5_K, Q5_0, IQ4_XS, Q6_K, Q3_K} {
 		f.Add(uint8(i), randomBlocks(rand.New(rand.NewPCG(1, uint64(i))), typ, 2))
 	}
 	f.Fuzz(func(t *testing.T, which uint8, src []byte) {
-		typ := []TensorType{Q4_K, Q5_K, Q5_0, IQ4_XS}[int(which)%4]
+		typ := []TensorType{Q4_K, Q5_K, Q5_0, IQ4_XS, Q6_K, Q3_K}[int(which)%6]
 		q, err := Reblock(src, typ)
 		if err != nil {
 			return
@@ -277,4 +278,73 @@ func FuzzReblock(f *testing.F) {
 			t.Fatalf("%v: %d bytes rewritten as %d", typ, len(src), len(q))
 		}
 	})
+}
+
+// TestReblockQ6_16: Q6_K and Q3_K blocks rewritten as Q6_16 decode
+// (compute.Dequantize, and the layout read from compute's package doc) to
+// their values up to each sub-block's scale rounded to a half (2⁻¹¹ of
+// |D|·32 or |D|·4); a Q3_K value's q is kept exactly. Blocks from the
+// quantizer and random ones; a scale beyond a half and a partial block
+// are refused.
+func TestReblockQ6_16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	for _, c := range []struct {
+		from TensorType
+		qmax float64
+	}{{Q6_K, 32}, {Q3_K, 4}} {
+		if got := ReblockTarget(c.from); got != compute.Q6_16 {
+			t.Errorf("%v: target %v, want Q6_16", c.from, got)
+		}
+		x := make([]float32, 8*256)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64() * math.Ldexp(1, i/256%5-3))
+		}
+		quantized := make([]byte, len(x)/256*c.from.TypeSize())
+		if err := Quantize(quantized, x, c.from); err != nil {
+			t.Fatal(err)
+		}
+		for name, src := range map[string][]byte{"quantized": quantized, "random": randomBlocks(rng, c.from, 64)} {
+			q, err := Reblock(src, c.from)
+			if err != nil {
+				t.Fatalf("%v %s: %v", c.from, name, err)
+			}
+			n := len(src) / c.from.TypeSize() * 256
+			if len(q) != compute.Q6_16.Bytes(n) {
+				t.Fatalf("%v %s: %d bytes for %d elements", c.from, name, len(q), n)
+			}
+			want, got := make([]float32, n), make([]float32, n)
+			if err := Dequantize(want, src, c.from); err != nil {
+				t.Fatal(err)
+			}
+			if err := compute.Dequantize(compute.Q6_16, got, q); err != nil {
+				t.Fatal(err)
+			}
+			for e := range n {
+				blk := q[e/32*28:]
+				i := e % 32
+				d := half(blk, 2*(i/16))
+				qv := int(blk[4+i%16]>>(4*(i/16))&15) | int(blk[20+i%8]>>(2*(i/8))&3)<<4
+				if ref := d * float64(qv-32); ref != float64(got[e]) {
+					t.Fatalf("%v %s: element %d decodes to %v, the layout says %v", c.from, name, e, got[e], ref)
+				}
+				if diff := math.Abs(float64(got[e] - want[e])); diff > math.Ldexp(math.Abs(d)*c.qmax, -11)+1e-30 {
+					t.Fatalf("%v %s: element %d is %v as Q6_16, %v as %v", c.from, name, e, got[e], want[e], c.from)
+				}
+				if c.from == Q3_K && d != 0 {
+					if w := float64(want[e]) / d; math.Abs(w-float64(qv-32)) > 0.01 {
+						t.Fatalf("Q3_K %s: element %d has q %d, the value says %.3f", name, e, qv-32, w)
+					}
+				}
+			}
+			if _, err := Reblock(src[:len(src)-1], c.from); err == nil {
+				t.Errorf("%v: a partial block was rewritten", c.from)
+			}
+		}
+	}
+	big := make([]byte, 210)
+	binary.LittleEndian.PutUint16(big[208:], 0x7bff) // d = 65504
+	big[192] = 100                                   // sub-block 0's scale: 100·65504 is not a half
+	if _, err := Reblock(big, Q6_K); err == nil || !strings.Contains(err.Error(), "finite half") {
+		t.Errorf("a Q6_K scale beyond the halves: %v", err)
+	}
 }

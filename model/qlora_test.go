@@ -108,6 +108,7 @@ func TestQLoRAGradientsMatchReference(t *testing.T) {
 		{"llama untied q4_1 (a GGUF file's Q4_K)", ArchLlama, false, compute.Q4_1, false},
 		{"qwen3 tied q5_1 (a GGUF file's Q5_K)", ArchQwen3, true, compute.Q5_1, false},
 		{"qwen3 tied iq4_nl (a GGUF file's IQ4_NL or IQ4_XS)", ArchQwen3, true, compute.IQ4_NL, false},
+		{"llama untied q6_16 (a GGUF file's Q6_K or Q3_K)", ArchLlama, false, compute.Q6_16, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.tiled {
@@ -189,7 +190,7 @@ func TestQLoRAGradientsMatchReference(t *testing.T) {
 // log-probs up to the rounding of the quantized products' inputs; Import
 // into another model merges the adapters.
 func TestQLoRASnapshot(t *testing.T) {
-	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_1, compute.Q5_1, compute.IQ4_NL} {
+	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_1, compute.Q5_1, compute.IQ4_NL, compute.Q6_16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			spec := qloraSpec(ArchQwen3, true)
 			m, dir := writeQuantized(t, spec, dt)

@@ -230,6 +230,8 @@ func quantFormat(f string) compute.DType {
 		return compute.Q5_1
 	case "IQ4_NL":
 		return compute.IQ4_NL
+	case "Q6_16":
+		return compute.Q6_16
 	}
 	return 0
 }

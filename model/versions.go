@@ -291,7 +291,7 @@ func ReadTensor(b compute.Backend, t compute.Tensor) ([]float32, error) {
 			return nil, fmt.Errorf("model: reading a tensor: %w", err)
 		}
 		return out, nil
-	case compute.BF16, compute.Q8_0, compute.Q4_0, compute.Q4_1, compute.Q5_1, compute.IQ4_NL: // widened or dequantized (exactly, but for Q4_1's and Q5_1's float32 d·q + m)
+	case compute.BF16, compute.Q8_0, compute.Q4_0, compute.Q4_1, compute.Q5_1, compute.IQ4_NL, compute.Q6_16: // widened or dequantized (exactly, but for Q4_1's and Q5_1's float32 d·q + m)
 		tb, ok := b.(compute.Trainer)
 		if !ok {
 			return nil, fmt.Errorf("model: backend %s cannot convert %v tensors", b.Name(), t.DType())

@@ -43,7 +43,7 @@
 //     error and the tolerance.
 //
 // A backend that implements compute.QuantBackend also runs the checks of
-// quantized weights (quant.go): Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL weights made from blocks of
+// quantized weights (quant.go): Q8_0, Q4_0, Q4_1, Q5_1, IQ4_NL and Q6_16 weights made from blocks of
 // ggml's reference quantizer (compute.Quantize), read back exactly through
 // Embedding and a Trainer's Convert, and Linear, LinearMulti (mixed with
 // F32 and BF16 products) and LinearBackwardInput against the reference on

@@ -23,7 +23,7 @@ var quantTrainerChecks = []check{
 	{"QuantLinearBackwardInput", checkQuantLinearBackwardInput},
 }
 
-var quantTypes = []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_1, compute.Q5_1, compute.IQ4_NL}
+var quantTypes = []compute.DType{compute.Q8_0, compute.Q4_0, compute.Q4_1, compute.Q5_1, compute.IQ4_NL, compute.Q6_16}
 
 // quantWeight makes a weight of the quantized dtype dt holding v
 // quantized (compute.Quantize, ggml's reference quantizer) and returns
@@ -197,6 +197,7 @@ func checkQuantLinearMulti(h *harness) {
 		{"q4_1-mixed", 96, []out{{70, compute.Q4_1, false}, {33, compute.Q4_0, true}, {40, compute.Q4_1, true}}},
 		{"q5_1-mixed", 64, []out{{50, compute.Q5_1, true}, {33, compute.Q4_1, false}, {8, compute.F32, false}}},
 		{"iq4_nl-mixed", 64, []out{{40, compute.IQ4_NL, true}, {33, compute.Q8_0, false}, {8, compute.F32, false}}},
+		{"q6_16-mixed", 96, []out{{45, compute.Q6_16, true}, {33, compute.Q4_0, false}, {8, compute.BF16, false}}},
 	} {
 		for _, m := range []int{1, 9} {
 			h.run(fmt.Sprintf("%s/m%d", c.name, m), func(h *harness) {

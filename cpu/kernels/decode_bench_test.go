@@ -16,7 +16,7 @@ import (
 // splitting a step into small products costs; against a whole decode step
 // (clawrl bench --what model) what the rest of the step costs.
 func BenchmarkDecodeProducts(b *testing.B) {
-	for _, typ := range []QuantType{QuantQ4_0, QuantQ4_1, QuantQ5_1, QuantIQ4NL} {
+	for _, typ := range []QuantType{QuantQ8_0, QuantQ4_0, QuantQ4_1, QuantQ5_1, QuantIQ4NL, QuantQ6_16} {
 		b.Run(typ.String(), func(b *testing.B) { benchDecodeProducts(b, typ) })
 	}
 }

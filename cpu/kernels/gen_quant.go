@@ -34,7 +34,7 @@ var pfBlocks = 1
 // 16 ahead, 1.09-1.11× every line 1 ahead), Q4_0 1.01-1.04× with every
 // line (0.97-1.03× with none, 0.93-0.96× 16 ahead one line in 2,
 // 0.95-0.99× one line in 8).
-var decodePrefetch = map[string]struct{ every int }{"Q8": {8}, "Q4": {1}, "Q41": {1}, "Q51": {1}, "QN": {1}}
+var decodePrefetch = map[string]struct{ every int }{"Q8": {8}, "Q4": {1}, "Q41": {1}, "Q51": {1}, "QN": {1}, "Q6": {1}}
 
 const decodePrefetchAhead = 8
 
@@ -73,14 +73,19 @@ func rowAddr(disp, i int, base0, base4, s1, s3 string) string {
 // step's fifth bits, two 64-bit masks, expanded to bytes by VPMOVM2B into
 // Z30 and ORed in as 16) or "QN" (IQ4_NL: the nibbles as Q4_0's, looked
 // up by VPSHUFB in iq4u, each level + 128, which the step loads into Z30
-// first; the integer sums start from corr, −128·Σq, as Q8_0's).
+// first; the integer sums start from corr, −128·Σq, as Q8_0's) or "Q6"
+// (Q6_16: the nibbles as Q4_1's, and their high two bits, four steps'
+// in a byte, shifted into place and ORed in by VPTERNLOGD; each half block is a product of its own, its
+// sums started from its corr, −32·Σq over the half, and scaled by its
+// scales after steps 3 and 7; the second halves' corr lie 88(R15) bytes
+// after the first halves').
 //
 // General registers: R15 the arguments, AX the weights, DX C, SI/DI rows
 // 0 and 4 of A (R8 lda, R9 3·lda), BX/R12 rows 0 and 4 of da (R10 lds,
 // R11 3·lds), CX/R13 rows 0 and 4 of corr, R14 the blocks left.
 func kernel(typ string, rows int) {
-	q5, nl := typ == "Q51", typ == "QN"
-	q4, q41 := typ == "Q4" || typ == "Q41" || q5 || nl, typ == "Q41" || q5
+	q5, nl, q6 := typ == "Q51", typ == "QN", typ == "Q6"
+	q4, q41 := typ == "Q4" || typ == "Q41" || q5 || nl || q6, typ == "Q41" || q5
 	qoff, bsz := blockLayout(typ)
 	hb := qoff + 8*64
 	fmt.Fprintf(&out, "// func qkern%sx%d(p *qArgs)\n", typ, rows)
@@ -153,6 +158,22 @@ func kernel(typ string, rows int) {
 					p("VPORD Z30, Z%d, Z%d", 28+v, 28+v)
 				}
 			}
+			if q6 {
+				for v := range 2 {
+					off := hb + 128*(s/4) + 64*v
+					switch s % 4 {
+					case 0:
+						p("VPSLLW $4, %d(AX), Z30", off)
+					case 1:
+						p("VPSLLW $2, %d(AX), Z30", off)
+					case 2:
+						p("VMOVDQU8 %d(AX), Z30", off)
+					case 3:
+						p("VPSRLW $2, %d(AX), Z30", off)
+					}
+					p("VPTERNLOGD.BCST $0xf8, q6m<>(SB), Z30, Z%d", 28+v) // |= Z30 & 0x30
+				}
+			}
 		} else {
 			p("VMOVDQU8 %d(AX), Z28", 64+128*s)
 			p("VMOVDQU8 %d(AX), Z29", 64+128*s+64)
@@ -162,17 +183,26 @@ func kernel(typ string, rows int) {
 			p("VPDPBUSD Z30, Z28, Z%d", 2*i)
 			p("VPDPBUSD Z30, Z29, Z%d", 2*i+1)
 		}
-	}
-	p("VCVTPH2PS (AX), Z28")
-	p("VCVTPH2PS 32(AX), Z29")
-	for i := range rows {
-		da := rowAddr(0, i, "BX", "R12", "R10", "R11")
-		for v := range 2 {
-			z := 2*i + v
-			p("VCVTDQ2PS Z%d, Z%d", z, z)
-			p("VMULPS.BCST %s, Z%d, Z%d", da, z, z)
-			p("VFMADD231PS Z%d, Z%d, Z%d", z, 28+v, 14+z)
+		if q6 && s == 3 { // the first half's sums, then the second's start
+			scaleSums(rows, 0)
+			p("ADDQ 88(R15), CX")
+			if rows > 4 {
+				p("ADDQ 88(R15), R13")
+			}
+			for i := range rows {
+				p("VPBROADCASTD %s, Z%d", rowAddr(0, i, "CX", "R13", "R10", "R11"), 2*i)
+				p("VMOVDQA32 Z%d, Z%d", 2*i, 2*i+1)
+			}
+			p("SUBQ 88(R15), CX")
+			if rows > 4 {
+				p("SUBQ 88(R15), R13")
+			}
 		}
+	}
+	if q6 {
+		scaleSums(rows, 64)
+	} else {
+		scaleSums(rows, 0)
 	}
 	if q41 {
 		p("VCVTPH2PS 64(AX), Z28")
@@ -222,6 +252,23 @@ func kernel(typ string, rows int) {
 	out.WriteString("\n")
 }
 
+// scaleSums adds the integer sums of a tile's rows, converted and scaled
+// by da of the row and the columns' scales at off bytes into the
+// block-panel, into the float sums.
+func scaleSums(rows, off int) {
+	p("VCVTPH2PS %d(AX), Z28", off)
+	p("VCVTPH2PS %d(AX), Z29", off+32)
+	for i := range rows {
+		da := rowAddr(0, i, "BX", "R12", "R10", "R11")
+		for v := range 2 {
+			z := 2*i + v
+			p("VCVTDQ2PS Z%d, Z%d", z, z)
+			p("VMULPS.BCST %s, Z%d, Z%d", da, z, z)
+			p("VFMADD231PS Z%d, Z%d, Z%d", z, 28+v, 14+z)
+		}
+	}
+}
+
 // blockLayout returns where the quantized values of a block-panel of typ
 // start and its size in bytes (quant.go's layout).
 func blockLayout(typ string) (qoff, bsz int) {
@@ -232,6 +279,8 @@ func blockLayout(typ string) (qoff, bsz int) {
 		return 64, 64 + 8*64
 	case "Q51":
 		return 128, 128 + 8*64 + 8*16
+	case "Q6":
+		return 128, 128 + 8*64 + 8*32
 	}
 	return 128, 128 + 8*64
 }
@@ -329,9 +378,15 @@ qrow:
 // IQ4_NL (typ "QN") looks its nibbles up in iq4s (VPSHUFB; the table in
 // Y15), the signed levels, which then go through Q8_0's sign trick: the
 // sums are Σw·a from 0, and corr is not read.
+//
+// Q6_16 (typ "Q6") adds its high two bits (shifted into place, masked and
+// ORed in), its
+// pairs reach 2·63·127 and widen step by step too; each half block's sums
+// take its corr (the second halves' 88(R15) bytes on, in R9) and its
+// scales after steps 3 and 7.
 func kernelAVX2(typ string) {
-	q5, nl := typ == "Q51", typ == "QN"
-	q4, q41 := typ == "Q4" || typ == "Q41" || q5 || nl, typ == "Q41" || q5
+	q5, nl, q6 := typ == "Q51", typ == "QN", typ == "Q6"
+	q4, q41 := typ == "Q4" || typ == "Q41" || q5 || nl || q6, typ == "Q41" || q5
 	qoff, bsz := blockLayout(typ)
 	hb := qoff + 8*64
 	l := fmt.Sprintf("q%sy", typ)
@@ -352,6 +407,9 @@ func kernelAVX2(typ string) {
 	p("VPBROADCASTD X12, Y12")
 	if nl {
 		p("VMOVDQU iq4s<>(SB), Y15")
+	}
+	if q6 {
+		p("MOVQ 88(R15), R9")
 	}
 	fmt.Fprintf(&out, "%spanel:\n", l)
 	p("MOVQ 24(R15), SI")
@@ -386,19 +444,42 @@ func kernelAVX2(typ string) {
 					p("VPADDD Y9, Y%d, Y%d", 2+h, 2+h)
 					continue
 				}
+				type plane struct {
+					off int
+					bit string
+				}
+				var planes []plane
 				if q5 {
+					planes = []plane{{hb + 16*s, "q5bit"}}
+				}
+				if q6 {
 					for v := range 2 {
-						p("VPBROADCASTD %d(AX), Y13", hb+16*s+8*v+4*h)
+						p("VMOVDQU %d(AX), Y13", hb+128*(s/4)+64*v+32*h)
+						switch s % 4 {
+						case 0:
+							p("VPSLLW $4, Y13, Y13")
+						case 1:
+							p("VPSLLW $2, Y13, Y13")
+						case 3:
+							p("VPSRLW $2, Y13, Y13")
+						}
+						p("VPAND q6m<>(SB), Y13, Y13")
+						p("VPOR Y13, Y%d, Y%d", 8+v, 8+v)
+					}
+				}
+				for _, pln := range planes {
+					for v := range 2 {
+						p("VPBROADCASTD %d(AX), Y13", pln.off+8*v+4*h)
 						p("VPSHUFB q5shuf<>(SB), Y13, Y13")
 						p("VPAND q5sel<>(SB), Y13, Y13")
 						p("VPCMPEQB q5sel<>(SB), Y13, Y13")
-						p("VPAND q5bit<>(SB), Y13, Y13")
+						p("VPAND %s<>(SB), Y13, Y13", pln.bit)
 						p("VPOR Y13, Y%d, Y%d", 8+v, 8+v)
 					}
 				}
 				p("VPMADDUBSW Y10, Y8, Y8")
 				p("VPMADDUBSW Y10, Y9, Y9")
-				if q5 {
+				if q5 || q6 {
 					p("VPMADDWD Y11, Y8, Y8")
 					p("VPMADDWD Y11, Y9, Y9")
 					p("VPADDD Y8, Y%d, Y%d", h, h)
@@ -407,6 +488,12 @@ func kernelAVX2(typ string) {
 				}
 				p("VPADDW Y8, Y%d, Y%d", h, h)     // rows 8h..8h+7
 				p("VPADDW Y9, Y%d, Y%d", 2+h, 2+h) // rows 16+8h..
+			}
+			if q6 && s == 3 {
+				scaleSumsAVX2("(CX)", 0)
+				for v := range 4 {
+					p("VPXOR Y%d, Y%d, Y%d", v, v, v)
+				}
 			}
 			continue
 		}
@@ -420,7 +507,10 @@ func kernelAVX2(typ string) {
 			p("VPADDD Y9, Y%d, Y%d", v, v)
 		}
 	}
-	if q4 && !q5 && !nl {
+	if q6 {
+		scaleSumsAVX2("(CX)(R9*1)", 64)
+	}
+	if q4 && !q5 && !nl && !q6 {
 		p("VPBROADCASTD (CX), Y13")
 		for v := range 4 {
 			p("VPMADDWD Y11, Y%d, Y%d", v, v)
@@ -429,12 +519,14 @@ func kernelAVX2(typ string) {
 			}
 		}
 	}
-	p("VBROADCASTSS (BX), Y14")
-	for v := range 4 {
-		p("VCVTDQ2PS Y%d, Y%d", v, v)
-		p("VMULPS Y14, Y%d, Y%d", v, v)
-		p("VCVTPH2PS %d(AX), Y13", 16*v)
-		p("VFMADD231PS Y13, Y%d, Y%d", v, 4+v)
+	if !q6 {
+		p("VBROADCASTSS (BX), Y14")
+		for v := range 4 {
+			p("VCVTDQ2PS Y%d, Y%d", v, v)
+			p("VMULPS Y14, Y%d, Y%d", v, v)
+			p("VCVTPH2PS %d(AX), Y13", 16*v)
+			p("VFMADD231PS Y13, Y%d, Y%d", v, 4+v)
+		}
 	}
 	if q41 { // the minimums times da·Σq
 		p("VBROADCASTSS (CX), Y14")
@@ -465,6 +557,23 @@ func kernelAVX2(typ string) {
 	p("VZEROUPPER")
 	p("RET")
 	out.WriteString("\n")
+}
+
+// scaleSumsAVX2 adds the integer sums Y0-Y3, started from the correction
+// at corr and converted and scaled by da and the columns' scales at off
+// bytes into the block-panel, into the float sums Y4-Y7 (Q6_16's halves).
+func scaleSumsAVX2(corr string, off int) {
+	p("VPBROADCASTD %s, Y13", corr)
+	p("VBROADCASTSS (BX), Y14")
+	for v := range 4 {
+		p("VPADDD Y13, Y%d, Y%d", v, v)
+		p("VCVTDQ2PS Y%d, Y%d", v, v)
+		p("VMULPS Y14, Y%d, Y%d", v, v)
+	}
+	for v := range 4 {
+		p("VCVTPH2PS %d(AX), Y13", off+16*v)
+		p("VFMADD231PS Y13, Y%d, Y%d", v, 4+v)
+	}
 }
 
 // quantRowAVX2 is quantRow with ymm registers: the int8 packing goes
@@ -557,8 +666,8 @@ yrow:
 }
 
 // types are the weight types, in QuantType order: Q8_0, Q4_0, Q4_1, Q5_1,
-// IQ4_NL.
-var types = []string{"Q8", "Q4", "Q41", "Q51", "QN"}
+// IQ4_NL, Q6_16.
+var types = []string{"Q8", "Q4", "Q41", "Q51", "QN", "Q6"}
 
 func main() {
 	out.WriteString("// Code generated by gen_quant.go; DO NOT EDIT.\n\n//go:build amd64 && !purego\n\n#include \"textflag.h\"\n\n")
@@ -568,6 +677,11 @@ func main() {
 		fmt.Fprintf(&out, "DATA q5bit<>+%d(SB)/4, $0x10101010\n", 4*i)
 	}
 	out.WriteString("GLOBL q5bit<>(SB), RODATA|NOPTR, $32\n")
+	// Q6_16's high bits' mask: 0x30 in every byte.
+	for i := range 8 {
+		fmt.Fprintf(&out, "DATA q6m<>+%d(SB)/4, $0x30303030\n", 4*i)
+	}
+	out.WriteString("GLOBL q6m<>(SB), RODATA|NOPTR, $32\n")
 	for k := range 32 {
 		fmt.Fprintf(&out, "DATA q5shuf<>+%d(SB)/1, $%d\n", k, k/8)
 	}

@@ -33,9 +33,19 @@ import (
 //	Q4_1: as Q4_0 (0..15, no offset)
 //	IQ4_NL: as Q4_0, each nibble an index into iq4Levels (the kernels
 //	      look the nibbles up as level + 128, unsigned, Q8_0's offset)
+//	Q5_1: as Q4_1, then 8 steps × 16 bytes of fifth bits (bit5)
+//	Q6_16: 64 more bytes after the scales, the 32 rows' scales of the
+//	      block's second 16 values (the first 64 scale values 0-15); the
+//	      low nibbles as Q4_1's (q 0..63, offset 32); then the high two
+//	      bits, 2 groups of 4 steps × 2 vectors × 64 bytes: byte i of
+//	      vector v of group g holds, at bits 2t and 2t+1, those of the
+//	      value at byte i of step 4g+t's nibble vector v (v 0: the low
+//	      nibbles, rows 0-15; 1: the high ones, rows 16-31), so that a
+//	      shift by 4−2t and a mask put them above the nibble (q6High)
 //
-// 1088, 576 or 640 bytes, 64-byte aligned; the bytes per weight are
-// ggml's (34, 18 or 20 per 32). It is the layout of an outer-product kernel: one
+// 1088, 576, 640, 768 or 896 bytes, 64-byte aligned; the bytes per weight
+// are ggml's (34, 18, 20 or 24 per 32) but for Q6_16's (28 per 32 in its
+// blocks, 7 bits a weight in the panels, against Q6_K's 6.56). It is the layout of an outer-product kernel: one
 // 64-byte load is 16 rows × 4 values of k, which VPDPBUSD (AVX-512 VNNI)
 // multiplies by 4 bytes of an activation row broadcast to every lane, 64
 // products into 16 sums. The kernel keeps a tile of up to 7 activation
@@ -63,10 +73,11 @@ const (
 	QuantQ4_1                       // ggml Q4_1: 20 bytes per 32 weights
 	QuantQ5_1                       // ggml Q5_1: 24 bytes per 32 weights
 	QuantIQ4NL                      // ggml IQ4_NL: 18 bytes per 32 weights
+	QuantQ6_16                      // Q6_K's values, a half scale per 16: 28 bytes per 32 weights
 )
 
 // quantTypes is how many QuantTypes there are (the kernel tables' size).
-const quantTypes = 5
+const quantTypes = 6
 
 func (t QuantType) String() string {
 	switch t {
@@ -80,6 +91,8 @@ func (t QuantType) String() string {
 		return "Q5_1"
 	case QuantIQ4NL:
 		return "IQ4_NL"
+	case QuantQ6_16:
+		return "Q6_16"
 	}
 	return fmt.Sprintf("QuantType(%d)", uint8(t))
 }
@@ -103,29 +116,34 @@ func (t QuantType) blockBytes() int {
 		return 4 + qk/2
 	case QuantQ5_1:
 		return 8 + qk/2
+	case QuantQ6_16:
+		return 4 + qk/2 + qk/4
 	}
 	return 2 + qk/2
 }
 
 // panelBlockBytes is the bytes of one block-panel of t.
 func (t QuantType) panelBlockBytes() int {
-	if t == QuantQ5_1 {
+	switch t {
+	case QuantQ5_1:
 		return t.hbOff() + 8*16
+	case QuantQ6_16:
+		return t.hbOff() + 8*32
 	}
 	return t.qOff() + 8*t.stepBytes()
 }
 
 // qOff is where the quantized values of a block-panel of t start: after
-// the scales (and Q4_1's and Q5_1's minimums).
+// the scales (and Q4_1's and Q5_1's minimums, Q6_16's second scales).
 func (t QuantType) qOff() int {
-	if t == QuantQ4_1 || t == QuantQ5_1 {
+	if t.affine() || t == QuantQ6_16 {
 		return 128
 	}
 	return 64
 }
 
-// hbOff is where a Q5_1 block-panel's fifth bits start: after the
-// nibbles, 16 bytes a step (see the layout above).
+// hbOff is where the high bits of a Q5_1 or Q6_16 block-panel start:
+// after the nibbles, 16 or 32 bytes a step (see the layout above).
 func (t QuantType) hbOff() int { return t.qOff() + 8*64 }
 
 // affine reports whether t's blocks have a minimum (x = d·q + m).
@@ -147,6 +165,8 @@ func (t QuantType) offset() int32 {
 		return 128
 	case QuantQ4_0:
 		return 8
+	case QuantQ6_16:
+		return 32
 	}
 	return 0
 }
@@ -202,7 +222,7 @@ func (m *QMatrix) panel(p int) []byte {
 // from ggml blocks of type t (n·k/32 blocks, row after row), on pl's
 // threads.
 func (pl *Pool) PackQuant(t QuantType, blocks []byte, n, k int) (*QMatrix, error) {
-	if t < QuantQ8_0 || t > QuantIQ4NL {
+	if t < QuantQ8_0 || t > QuantQ6_16 {
 		return nil, fmt.Errorf("kernels: PackQuant of %v", t)
 	}
 	if n < 0 || k <= 0 || k%qk != 0 {
@@ -246,12 +266,24 @@ func (m *QMatrix) packPanel(p int, blocks []byte) {
 				d[64+2*c], d[64+2*c+1] = src[2], src[3]
 				qs = src[4:]
 			}
-			if m.typ == QuantQ5_1 {
+			switch m.typ {
+			case QuantQ5_1:
 				qh := uint32(src[4]) | uint32(src[5])<<8 | uint32(src[6])<<16 | uint32(src[7])<<24
 				qs = src[8:]
 				for j := range qk {
 					if qh>>j&1 != 0 {
-						m.setBit5(d, c, j)
+						m.setHighBit(d, c, j, 0)
+					}
+				}
+			case QuantQ6_16:
+				d[64+2*c], d[64+2*c+1] = src[2], src[3]
+				qs = src[4:]
+				for j := range qk {
+					hi := q6High(src[4+qk/2:], j)
+					for pl := range 2 {
+						if hi>>pl&1 != 0 {
+							m.setHighBit(d, c, j, pl)
+						}
 					}
 				}
 			}
@@ -314,28 +346,49 @@ func f16to32(h uint16) float32 {
 	return v
 }
 
-// scale returns the scale of row c (0..31) of block b of panel pan.
+// scale returns the scale of row c (0..31) of block b of panel pan (for
+// Q6_16, of its values 0-15).
 func (m *QMatrix) scale(pan []byte, b, c int) float32 {
 	o := b*m.typ.panelBlockBytes() + 2*c
 	return f16to32(uint16(pan[o]) | uint16(pan[o+1])<<8)
 }
 
-// bit5 returns where row c, element j's fifth bit lies in a Q5_1
-// block-panel: the byte (from the block-panel's start) and the bit. Step
-// s's 16 bytes are two 64-bit masks, for the nibble vectors of rows 0-15
-// and of rows 16-31: bit i of a mask is byte i of its vector (row i/4,
-// element 4s + i%4), as the kernel's VPMOVM2B expands it.
-func bit5(c, j int) (byte, bit int) {
-	s, e := j/4, j%4
-	i := (c%16)*4 + e
-	return QuantQ5_1.hbOff() + 16*s + 8*(c/16) + i/8, i % 8
+// scaleOf returns the scale of element j of row c of block b of panel
+// pan: scale's, or for Q6_16's values 16-31 their own.
+func (m *QMatrix) scaleOf(pan []byte, b, c, j int) float32 {
+	if m.typ != QuantQ6_16 || j < qk/2 {
+		return m.scale(pan, b, c)
+	}
+	o := b*m.typ.panelBlockBytes() + 64 + 2*c
+	return f16to32(uint16(pan[o]) | uint16(pan[o+1])<<8)
 }
 
-// setBit5 sets row c, element j's fifth bit in the Q5_1 block-panel d.
-func (m *QMatrix) setBit5(d []byte, c, j int) {
-	o, bit := bit5(c, j)
+// highBit returns where bit 4+pl of row c, element j lies in a Q5_1
+// block-panel (pl 0: the fifth bit) or a Q6_16 one (pl 0 or 1): the byte
+// (from the block-panel's start) and the bit. A Q5_1 step's 16 bytes are
+// two 64-bit masks, for the nibble vectors of rows 0-15 and of rows
+// 16-31: bit i of a mask is byte i of its vector (row i/4, element 4s +
+// i%4), as the kernel's VPMOVM2B expands it. Q6_16's are in the layout
+// above.
+func highBit(t QuantType, c, j, pl int) (byte, bit int) {
+	s, e := j/4, j%4
+	i := (c%16)*4 + e
+	if t == QuantQ6_16 {
+		return t.hbOff() + 128*(s/4) + 64*(c/16) + i, 2*(s%4) + pl
+	}
+	return t.hbOff() + 16*s + 8*(c/16) + i/8, i % 8
+}
+
+// setHighBit sets bit 4+pl of row c, element j in block-panel d.
+func (m *QMatrix) setHighBit(d []byte, c, j, pl int) {
+	o, bit := highBit(m.typ, c, j, pl)
 	d[o] |= 1 << bit
 }
+
+// q6High is the two high bits of element j (0..31) of a Q6_16 block from
+// its qh, 8 bytes: byte j%8 holds elements j%8, +8, +16, +24 at bits 0-1,
+// 2-3, 4-5, 6-7 (Q6_K's qh, for 32 values).
+func q6High(qh []byte, j int) byte { return qh[j%8] >> (2 * (j / 8)) & 3 }
 
 // minimum returns the minimum of row c of block b of a Q4_1 or Q5_1
 // panel pan (0 for the other types).
@@ -362,8 +415,13 @@ func (m *QMatrix) q(pan []byte, b, c, j int) int32 {
 	q := int32(v & 0x0F)
 	switch m.typ {
 	case QuantQ5_1:
-		hb, bit := bit5(c, j)
+		hb, bit := highBit(m.typ, c, j, 0)
 		q |= int32(pan[o+hb]>>bit&1) << 4
+	case QuantQ6_16:
+		for pl := range 2 {
+			hb, bit := highBit(m.typ, c, j, pl)
+			q |= int32(pan[o+hb]>>bit&1) << (4 + pl)
+		}
 	case QuantIQ4NL:
 		return int32(iq4Levels[q])
 	}
@@ -382,6 +440,9 @@ func (m *QMatrix) Row(dst []float32, r int) {
 		d, mn := m.scale(pan, b, c), m.minimum(pan, b, c)
 		out := dst[b*qk : (b+1)*qk]
 		for j := range out {
+			if j == qk/2 {
+				d = m.scaleOf(pan, b, c, j)
+			}
 			out[j] = float32(d*float32(m.q(pan, b, c, j))) + mn // no fused multiply-add: ggml's rounding
 		}
 	}
@@ -453,8 +514,11 @@ const qRows = 7
 // dw·(da[i,b]·(corr[i,b] + Σ_k w_u·a)), with w_u the stored unsigned
 // weights: corr = −offset·Σq of the activation block. For Q4_1 the
 // integer sums start from 0 and corr is a float32, da·Σq, which the
-// block's minimums multiply: C += dw·(da·Σ w_u·a) + m·corr. It
-// decrements np to zero.
+// block's minimums multiply: C += dw·(da·Σ w_u·a) + m·corr. For Q6_16
+// each half of a block is such a product, with its own scales and corr
+// (−32·Σq over the half): corr holds the first halves', and the second
+// halves' lie chi bytes after them, in the same layout. It decrements np
+// to zero.
 type qArgs struct {
 	w    unsafe.Pointer // first panel
 	np   int            // panels
@@ -467,6 +531,7 @@ type qArgs struct {
 	c    unsafe.Pointer // float32 C, row 0, the panel's first column
 	ldc  int            // bytes between rows of C
 	beta int            // nonzero: add into C
+	chi  int            // Q6_16: bytes from corr to the second halves' corrections
 }
 
 // qScratch holds the quantized activations of a product.
@@ -544,6 +609,24 @@ func (pl *Pool) linearQuantParts(a []float32, m, k int, outs []LinearOut) {
 			panic(fmt.Sprintf("kernels: a quantized weight view starting at row %d (not a multiple of %d) cannot be multiplied", w.row0, qPanel))
 		}
 		t := int(w.typ - 1)
+		if ps.corr[t] == nil && w.typ == QuantQ6_16 {
+			// A correction for each half block, the first halves' then
+			// the second halves'.
+			sc.corr[t] = grow(sc.corr[t], 2*m*nb)
+			off := w.typ.offset()
+			for i := range m * nb {
+				var lo, hi int32
+				for j, q := range sc.qa[i*qk : (i+1)*qk] {
+					if j < qk/2 {
+						lo += int32(q)
+					} else {
+						hi += int32(q)
+					}
+				}
+				sc.corr[t][i], sc.corr[t][m*nb+i] = -off*lo, -off*hi
+			}
+			ps.corr[t] = sc.corr[t]
+		}
 		if ps.corr[t] == nil {
 			sc.corr[t] = grow(sc.corr[t], m*nb)
 			off := w.typ.offset()
@@ -635,7 +718,7 @@ func (ps *quantPass) tile(w *QMatrix, t, pan0, np, i0, r int, c []float32, ldc i
 			w: unsafe.Pointer(&w.panels[pan0*nb*w.typ.panelBlockBytes()]), np: np, nb: nb,
 			a: unsafe.Pointer(&ps.qa[i0*ps.k]), lda: ps.k,
 			da: unsafe.Pointer(&ps.da[i0*nb]), corr: unsafe.Pointer(&ps.corr[t][i0*nb]), lds: 4 * nb,
-			c: unsafe.Pointer(&c[0]), ldc: 4 * ldc,
+			c: unsafe.Pointer(&c[0]), ldc: 4 * ldc, chi: 4 * ps.m * nb,
 		}
 		if beta {
 			args.beta = 1
@@ -643,15 +726,23 @@ func (ps *quantPass) tile(w *QMatrix, t, pan0, np, i0, r int, c []float32, ldc i
 		// Bounds the assembly trusts.
 		_ = w.panels[(pan0+np)*nb*w.typ.panelBlockBytes()-1]
 		_ = c[(r-1)*ldc+np*qPanel-1]
+		if w.typ == QuantQ6_16 {
+			_ = ps.corr[t][(ps.m+i0+r)*nb-1]
+		}
 		ps.kern.kern[t][r].call(&args)
 		return
 	}
-	qTileGeneric(w, pan0, np, ps.qa[i0*ps.k:], ps.k, ps.da[i0*nb:], ps.corr[t][i0*nb:], r, c, ldc, beta)
+	var corrHi []int32
+	if w.typ == QuantQ6_16 {
+		corrHi = ps.corr[t][(ps.m+i0)*nb:]
+	}
+	qTileGeneric(w, pan0, np, ps.qa[i0*ps.k:], ps.k, ps.da[i0*nb:], ps.corr[t][i0*nb:], corrHi, r, c, ldc, beta)
 }
 
 // qTileGeneric is the kernel in Go: the definition the assembly must
-// agree with (up to the order of float32 sums).
-func qTileGeneric(w *QMatrix, pan0, np int, qa []int8, lda int, da []float32, corr []int32, r int, c []float32, ldc int, beta bool) {
+// agree with (up to the order of float32 sums). corrHi are Q6_16's
+// corrections of the second halves of the blocks.
+func qTileGeneric(w *QMatrix, pan0, np int, qa []int8, lda int, da []float32, corr, corrHi []int32, r int, c []float32, ldc int, beta bool) {
 	nb := w.k / qk
 	off := w.typ.offset()
 	q41 := w.typ.affine()
@@ -661,6 +752,16 @@ func qTileGeneric(w *QMatrix, pan0, np int, qa []int8, lda int, da []float32, co
 			for col := range qPanel {
 				var acc float32
 				for b := range nb {
+					if w.typ == QuantQ6_16 {
+						for h, start := range [2]int32{corr[i*nb+b], corrHi[i*nb+b]} {
+							s := start
+							for j := h * qk / 2; j < (h+1)*qk/2; j++ {
+								s += (w.q(pan, b, col, j) + off) * int32(qa[i*lda+b*qk+j])
+							}
+							acc += w.scaleOf(pan, b, col, h*qk/2) * (float32(s) * da[i*nb+b])
+						}
+						continue
+					}
 					s := corr[i*nb+b]
 					if q41 {
 						s = 0
@@ -722,7 +823,7 @@ func (m *QMatrix) CopyFrom(src *QMatrix) {
 		for b := range m.nb {
 			o := b * m.typ.panelBlockBytes()
 			dp[o+2*dc], dp[o+2*dc+1] = sp[o+2*scol], sp[o+2*scol+1]
-			if m.typ.affine() {
+			if m.typ.affine() || m.typ == QuantQ6_16 {
 				dp[o+64+2*dc], dp[o+64+2*dc+1] = sp[o+64+2*scol], sp[o+64+2*scol+1]
 			}
 			for j := range qk {
@@ -746,9 +847,14 @@ func (m *QMatrix) setQ(pan []byte, b, c, j int, v int32) {
 	if m.typ == QuantIQ4NL {
 		u = byte(slices.Index(iq4Levels[:], int8(v)))
 	}
-	if m.typ == QuantQ5_1 {
-		hb, bit := bit5(c, j)
-		pan[o+hb] = pan[o+hb]&^(1<<bit) | (u>>4&1)<<bit
+	if m.typ == QuantQ5_1 || m.typ == QuantQ6_16 {
+		for pl := range 2 {
+			if pl == 1 && m.typ != QuantQ6_16 {
+				break
+			}
+			hb, bit := highBit(m.typ, c, j, pl)
+			pan[o+hb] = pan[o+hb]&^(1<<bit) | (u>>(4+pl)&1)<<bit
+		}
 		u &= 0x0F
 	}
 	if c < 16 {

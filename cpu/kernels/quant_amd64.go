@@ -41,11 +41,19 @@ const (
 	qQNx5
 	qQNx6
 	qQNx7
+	qQ6x1
+	qQ6x2
+	qQ6x3
+	qQ6x4
+	qQ6x5
+	qQ6x6
+	qQ6x7
 	qQ8AVX2
 	qQ4AVX2
 	qQ41AVX2
 	qQ51AVX2
 	qQNAVX2
+	qQ6AVX2
 )
 
 // quantAVX512 is the AVX-512 VNNI kernel table (quant_amd64.s).
@@ -55,10 +63,11 @@ var quantAVX512 = quantArch{kern: [quantTypes][qRows + 1]qKernel{
 	{0, qQ41x1, qQ41x2, qQ41x3, qQ41x4, qQ41x5, qQ41x6, qQ41x7},
 	{0, qQ51x1, qQ51x2, qQ51x3, qQ51x4, qQ51x5, qQ51x6, qQ51x7},
 	{0, qQNx1, qQNx2, qQNx3, qQNx4, qQNx5, qQNx6, qQNx7},
+	{0, qQ6x1, qQ6x2, qQ6x3, qQ6x4, qQ6x5, qQ6x6, qQ6x7},
 }, rows: qRows}
 
 // quantAVX2 is the AVX2 kernel table: one row of A per call.
-var quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}, {0, qQ41AVX2}, {0, qQ51AVX2}, {0, qQNAVX2}}, rows: 1}
+var quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}, {0, qQ41AVX2}, {0, qQ51AVX2}, {0, qQNAVX2}, {0, qQ6AVX2}}, rows: 1}
 
 // call runs kernel k on p. Each kernel is called directly, not through
 // a func value, so that p does not escape: the caller's arguments stay on
@@ -135,6 +144,20 @@ func (k qKernel) call(p *qArgs) {
 		qkernQNx6(p)
 	case qQNx7:
 		qkernQNx7(p)
+	case qQ6x1:
+		qkernQ6x1(p)
+	case qQ6x2:
+		qkernQ6x2(p)
+	case qQ6x3:
+		qkernQ6x3(p)
+	case qQ6x4:
+		qkernQ6x4(p)
+	case qQ6x5:
+		qkernQ6x5(p)
+	case qQ6x6:
+		qkernQ6x6(p)
+	case qQ6x7:
+		qkernQ6x7(p)
 	case qQ8AVX2:
 		qkernQ8AVX2(p)
 	case qQ4AVX2:
@@ -145,6 +168,8 @@ func (k qKernel) call(p *qArgs) {
 		qkernQ51AVX2(p)
 	case qQNAVX2:
 		qkernQNAVX2(p)
+	case qQ6AVX2:
+		qkernQ6AVX2(p)
 	default:
 		panic("kernels: no quantized kernel " + k.String())
 	}
@@ -256,6 +281,27 @@ func qkernQNx6(p *qArgs)
 func qkernQNx7(p *qArgs)
 
 //go:noescape
+func qkernQ6x1(p *qArgs)
+
+//go:noescape
+func qkernQ6x2(p *qArgs)
+
+//go:noescape
+func qkernQ6x3(p *qArgs)
+
+//go:noescape
+func qkernQ6x4(p *qArgs)
+
+//go:noescape
+func qkernQ6x5(p *qArgs)
+
+//go:noescape
+func qkernQ6x6(p *qArgs)
+
+//go:noescape
+func qkernQ6x7(p *qArgs)
+
+//go:noescape
 func qkernQ8AVX2(p *qArgs)
 
 //go:noescape
@@ -269,6 +315,9 @@ func qkernQ51AVX2(p *qArgs)
 
 //go:noescape
 func qkernQNAVX2(p *qArgs)
+
+//go:noescape
+func qkernQ6AVX2(p *qArgs)
 
 //go:noescape
 func quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)

@@ -28,6 +28,14 @@ func randBlocks(r *rand.Rand, t QuantType, n, k int) []byte {
 			blk[2], blk[3] = byte(mn), byte(mn>>8)
 			j0 = 4
 		}
+		if t == QuantQ6_16 { // the second half's scale
+			var d2 uint16
+			if r.IntN(50) != 0 {
+				d2 = f32to16Test(float32(r.NormFloat64() * math.Pow(2, float64(r.IntN(12)-9))))
+			}
+			blk[2], blk[3] = byte(d2), byte(d2>>8)
+			j0 = 4
+		}
 		for j := j0; j < bb; j++ {
 			blk[j] = byte(r.Uint32())
 		}
@@ -65,6 +73,13 @@ func ggmlValue(t QuantType, blocks []byte, k, r, j int) (d float64, q int, m flo
 		qh := uint32(blk[4]) | uint32(blk[5])<<8 | uint32(blk[6])<<16 | uint32(blk[7])<<24
 		nib := blk[8+e%16] >> (4 * (e / 16)) & 15
 		return d, int(nib) | int(qh>>e&1)<<4, m
+	case QuantQ6_16: // scales d0 (values 0-15), d1; ql[16]; qh[8]
+		if e >= 16 {
+			d = float64(f16to32(uint16(blk[2]) | uint16(blk[3])<<8))
+		}
+		nib := int(blk[4+e%16] >> (4 * (e / 16)) & 15)
+		hi := int(blk[20+e%8] >> (2 * (e / 8)) & 3)
+		return d, nib | hi<<4 - 32, 0
 	}
 	off := 8
 	if t == QuantQ4_1 {
@@ -87,7 +102,7 @@ func ggmlFloat(t QuantType, blocks []byte, k, r, j int) float32 {
 }
 
 // allQuant are the weight types.
-var allQuant = []QuantType{QuantQ8_0, QuantQ4_0, QuantQ4_1, QuantQ5_1, QuantIQ4NL}
+var allQuant = []QuantType{QuantQ8_0, QuantQ4_0, QuantQ4_1, QuantQ5_1, QuantIQ4NL, QuantQ6_16}
 
 func TestPackQuantRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
@@ -198,16 +213,21 @@ func refLinearQuant(t QuantType, blocks []byte, a []float32, m, n, k int) (want,
 		for j := range n {
 			var s, sa float64
 			for b := 0; b < k/qk; b++ {
-				var dot int
-				var dw, mw float64
-				for e := range qk {
-					var qw int
-					dw, qw, mw = ggmlValue(t, blocks, k, j, b*qk+e)
-					dot += qw * int(q[b*qk+e])
+				var mw float64
+				for h := range 2 { // Q6_16's halves have scales of their own
+					var dot int
+					var dw float64
+					for e := h * qk / 2; e < (h+1)*qk/2; e++ {
+						var qw int
+						dw, qw, mw = ggmlValue(t, blocks, k, j, b*qk+e)
+						dot += qw * int(q[b*qk+e])
+					}
+					s += dw * float64(d[b]) * float64(dot)
+					sa += math.Abs(dw * float64(d[b]) * float64(dot))
 				}
 				mt := mw * float64(float32(d[b]*float32(sq[b])))
-				s += dw*float64(d[b])*float64(dot) + mt
-				sa += math.Abs(dw*float64(d[b])*float64(dot)) + math.Abs(mt)
+				s += mt
+				sa += math.Abs(mt)
 			}
 			want[i*n+j], mag[i*n+j] = s, sa
 		}
@@ -266,20 +286,24 @@ func TestLinearMultiQuant(t *testing.T) {
 			b8 := randBlocks(r, QuantQ8_0, 96, k)
 			b4 := randBlocks(r, QuantQ4_0, 40, k)
 			b41 := randBlocks(r, QuantQ4_1, 70, k)
+			b6 := randBlocks(r, QuantQ6_16, 75, k)
 			w8, _ := PackQuant(QuantQ8_0, b8, 96, k)
 			w4, _ := PackQuant(QuantQ4_0, b4, 40, k)
 			w41, _ := PackQuant(QuantQ4_1, b41, 70, k)
+			w6, _ := PackQuant(QuantQ6_16, b6, 75, k)
 			wf := randF32(r, 24*k)
 			a := randF32(r, m*k)
 			c8, c4, c41, cf := make([]float32, m*64), make([]float32, m*40), make([]float32, m*38), make([]float32, m*24)
-			LinearMulti(a, m, k, []LinearOut{{C: c8, Q: w8.Rows(32, 96), N: 64}, {C: cf, W32: wf, N: 24}, {C: c4, Q: w4, N: 40}, {C: c41, Q: w41.Rows(32, 70), N: 38}})
+			c6 := make([]float32, m*43)
+			LinearMulti(a, m, k, []LinearOut{{C: c8, Q: w8.Rows(32, 96), N: 64}, {C: cf, W32: wf, N: 24}, {C: c4, Q: w4, N: 40}, {C: c6, Q: w6.Rows(32, 75), N: 43}, {C: c41, Q: w41.Rows(32, 70), N: 38}})
 			want8, mag8 := refLinearQuant(QuantQ8_0, b8[32*(k/qk)*34:], a, m, 64, k)
 			want4, mag4 := refLinearQuant(QuantQ4_0, b4, a, m, 40, k)
 			want41, mag41 := refLinearQuant(QuantQ4_1, b41[32*(k/qk)*20:], a, m, 38, k)
+			want6, mag6 := refLinearQuant(QuantQ6_16, b6[32*(k/qk)*28:], a, m, 43, k)
 			for _, c := range []struct {
 				got       []float32
 				want, mag []float64
-			}{{c8, want8, mag8}, {c4, want4, mag4}, {c41, want41, mag41}} {
+			}{{c8, want8, mag8}, {c4, want4, mag4}, {c41, want41, mag41}, {c6, want6, mag6}} {
 				for i := range c.got {
 					if e := math.Abs(float64(c.got[i]) - c.want[i]); !(e <= dotBound(k, c.mag[i])) {
 						t.Fatalf("m=%d: element %d = %g, want %g", m, i, c.got[i], c.want[i])
