@@ -19,10 +19,11 @@ import (
 //
 // Which tensors, following llama.cpp's mixes (llama_tensor_get_type):
 // every matrix of the layers (q, k, v, o, gate, up, down) takes the type;
-// norms and biases stay F32. The output projection keeps more precision:
-// Q8_0 in every mix (llama.cpp gives it Q6_K in its Q4_0 mix; Q8_0 is the
-// nearest type the backend has), and so does a tied embedding, which is
-// the output projection too. An untied input embedding takes the type, as
+// norms and biases stay F32. The output projection keeps more precision,
+// as llama.cpp gives it Q6_K in every mix but Q8_0's: Q6_16 (Q6_K's
+// 6-bit values, a scale for each 16) in the Q4_0 and IQ4_NL mixes, Q8_0
+// in the Q8_0 mix; and so does a tied embedding, which is the output
+// projection too. An untied input embedding takes the type, as
 // llama.cpp's token_embd does. A matrix whose rows are not a multiple of
 // 32 values stays as it is (llama.cpp falls back likewise), and so does a
 // tensor a GGUF file already stores as Q8_0, Q4_0, Q4_1, Q5_1 or IQ4_NL;
@@ -99,15 +100,19 @@ type quantSource struct {
 }
 
 // QuantizedType is the type Quantize gives the tensor name of shape shape
-// in a model of config c quantized to dt: dt, Q8_0 for the output
-// projection, or 0 for a tensor that stays as it is.
+// in a model of config c quantized to dt: dt, Q6_16 for the output
+// projection (Q8_0 when dt is Q8_0), or 0 for a tensor that stays as it
+// is.
 func QuantizedType(c *Config, name string, shape []int, dt compute.DType) compute.DType {
 	if len(shape) != 2 || shape[1]%compute.QK != 0 || shape[1] == 0 {
 		return 0
 	}
 	switch {
 	case name == "lm_head.weight", name == "model.embed_tokens.weight" && c.TieWordEmbeddings:
-		return compute.Q8_0
+		if dt == compute.Q8_0 {
+			return compute.Q8_0
+		}
+		return compute.Q6_16
 	}
 	return dt
 }

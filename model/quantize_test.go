@@ -57,7 +57,7 @@ func TestQuantizeOnLoad(t *testing.T) {
 				case want != 0 && got != want:
 					t.Errorf("tied %v, %v: %s is %v, want %v", tied, dt, nt.Name, got, want)
 				}
-				// Output projection at Q8_0; layers at dt; norms as stored.
+				// Output projection at Q6_16 (Q8_0 in the Q8_0 mix); layers at dt; norms as stored.
 				if strings.HasSuffix(nt.Name, "norm.weight") && got.Quantized() {
 					t.Errorf("%s quantized", nt.Name)
 				}

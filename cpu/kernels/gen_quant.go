@@ -97,6 +97,9 @@ func kernel(typ string, rows int) {
 		p("MOVL $0x0f0f0f0f, R8")
 		p("VPBROADCASTD R8, Z31")
 	}
+	if q6 && rows < 7 {
+		p("VPBROADCASTD q6m<>(SB), Z13")
+	}
 	l := fmt.Sprintf("q%sx%d", typ, rows)
 	fmt.Fprintf(&out, "%spanel:\n", l)
 	p("MOVQ 24(R15), SI")
@@ -141,7 +144,7 @@ func kernel(typ string, rows int) {
 			p("%s %d(AX)", pfi, off)
 		}
 		if q4 {
-			p("VMOVDQU8 %d(AX), Z29", qoff+64*s)
+			p("VMOVDQU8 %d(AX), Z29", qoff+nibOff(typ, s))
 			p("VPANDD Z31, Z29, Z28")
 			p("VPSRLW $4, Z29, Z29")
 			p("VPANDD Z31, Z29, Z29")
@@ -160,7 +163,7 @@ func kernel(typ string, rows int) {
 			}
 			if q6 {
 				for v := range 2 {
-					off := hb + 128*(s/4) + 64*v
+					off := qoff + 384*(s/4) + 256 + 64*v
 					switch s % 4 {
 					case 0:
 						p("VPSLLW $4, %d(AX), Z30", off)
@@ -171,7 +174,11 @@ func kernel(typ string, rows int) {
 					case 3:
 						p("VPSRLW $2, %d(AX), Z30", off)
 					}
-					p("VPTERNLOGD.BCST $0xf8, q6m<>(SB), Z30, Z%d", 28+v) // |= Z30 & 0x30
+					if rows < 7 { // the mask in a free integer sum register
+						p("VPTERNLOGD $0xf8, Z13, Z30, Z%d", 28+v) // |= Z30 & 0x30
+					} else {
+						p("VPTERNLOGD.BCST $0xf8, q6m<>(SB), Z30, Z%d", 28+v)
+					}
 				}
 			}
 		} else {
@@ -267,6 +274,16 @@ func scaleSums(rows, off int) {
 			p("VFMADD231PS Z%d, Z%d, Z%d", z, 28+v, 14+z)
 		}
 	}
+}
+
+// nibOff is where step s's nibbles lie from the quantized values' start
+// (quant.go's nibOff): Q6_16 puts each group of four steps' high bits
+// after the group.
+func nibOff(typ string, s int) int {
+	if typ == "Q6" {
+		return 64*s + 128*(s/4)
+	}
+	return 64 * s
 }
 
 // blockLayout returns where the quantized values of a block-panel of typ
@@ -428,7 +445,7 @@ func kernelAVX2(typ string) {
 		p("VPBROADCASTD %d(SI), Y10", 4*s)
 		if q4 {
 			for h := range 2 {
-				p("VMOVDQU %d(AX), Y8", qoff+64*s+32*h)
+				p("VMOVDQU %d(AX), Y8", qoff+nibOff(typ, s)+32*h)
 				p("VPSRLW $4, Y8, Y9")
 				p("VPAND Y12, Y8, Y8")
 				p("VPAND Y12, Y9, Y9")
@@ -454,7 +471,7 @@ func kernelAVX2(typ string) {
 				}
 				if q6 {
 					for v := range 2 {
-						p("VMOVDQU %d(AX), Y13", hb+128*(s/4)+64*v+32*h)
+						p("VMOVDQU %d(AX), Y13", qoff+384*(s/4)+256+64*v+32*h)
 						switch s % 4 {
 						case 0:
 							p("VPSLLW $4, Y13, Y13")
