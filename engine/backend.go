@@ -93,7 +93,7 @@ func LoadModel(cfg *config.Config, dir string) (*model.Model, error) {
 
 // LoadModelNoting is LoadModel, also saying what model.quantize: auto
 // converted as it loaded ("" for nothing), e.g. "Q4_K×112 → Q4_1, Q6_K×29
-// → Q8_0".
+// → Q6_16".
 func LoadModelNoting(cfg *config.Config, dir string) (*model.Model, string, error) {
 	if cfg == nil {
 		cfg = Defaults()
@@ -110,7 +110,7 @@ func loadHost(cfg *config.Config, path string) (*model.Model, error) {
 }
 
 // loadHostNoting is loadHost, also saying what model.quantize: auto
-// converted ("" for nothing), e.g. "Q4_K×112 → Q4_1, Q6_K×29 → Q8_0".
+// converted ("" for nothing), e.g. "Q4_K×112 → Q4_1, Q6_K×29 → Q6_16".
 func loadHostNoting(cfg *config.Config, path string) (*model.Model, string, error) {
 	b := hostBackend(cfg)
 	if !AutoRequantize(cfg, path) {
@@ -134,9 +134,9 @@ func loadHostNoting(cfg *config.Config, path string) (*model.Model, string, erro
 }
 
 // AutoRequantize reports whether model.quantize: auto converts the model
-// at path as it loads (model.Requantize: Q4_K, Q5_K, Q5_0 and IQ4_XS
-// blocks rewritten as Q4_1, Q5_1, Q5_1 and IQ4_NL, the other K-quants
-// requantized to Q8_0): a GGUF file served
+// at path as it loads (model.Requantize: Q4_K, Q5_K, Q5_0, IQ4_XS, Q6_K
+// and Q3_K blocks rewritten as Q4_1, Q5_1, Q5_1, IQ4_NL, Q6_16 and Q6_16,
+// Q2_K requantized to Q8_0): a GGUF file served
 // on the CPU, whose matrices in block formats the CPU backend has no
 // kernels for (as in the common Q4_K_M files) would otherwise be widened
 // to float; not with GPUs (which take float weights) nor for

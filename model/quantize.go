@@ -29,8 +29,8 @@ import (
 // tensor a GGUF file already stores as Q8_0, Q4_0, Q4_1, Q5_1 or IQ4_NL;
 // one it stores in another block format (Q4_K, Q6_K, ...), which the
 // backend would widen to float32, is quantized again from its values
-// (Requantize, for auto, rewrites Q4_K, Q5_K, Q5_0 and IQ4_XS as Q4_1,
-// Q5_1, Q5_1 and IQ4_NL instead).
+// (Requantize, for auto, rewrites Q4_K, Q5_K, Q5_0, IQ4_XS, Q6_K and Q3_K
+// as Q4_1, Q5_1, Q5_1, IQ4_NL, Q6_16 and Q6_16 instead).
 
 // Quantize returns src with its matrices quantized to dt (compute.Q8_0,
 // compute.Q4_0 or compute.IQ4_NL) as they are read, per the mix above: Tensor returns them
@@ -48,7 +48,8 @@ func Quantize(src Source, dt compute.DType) (Source, error) {
 // that a compute.QuantBackend cannot multiply as it is (the K-quants,
 // Q5_0, IQ4_XS) converted as they are read: those whose blocks map onto
 // another format's without requantizing (SourceTensor.Reblock: Q4_K,
-// Q5_K, Q5_0 and IQ4_XS as Q4_1, Q5_1, Q5_1 and IQ4_NL) as such blocks,
+// Q5_K, Q5_0, IQ4_XS, Q6_K and Q3_K as Q4_1, Q5_1, Q5_1, IQ4_NL, Q6_16
+// and Q6_16) as such blocks,
 // the others quantized to dt from their values; every other tensor, F32,
 // F16, BF16, Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL, as it is. A GGUF file's
 // Q4_K_M mix then runs on the int8 kernels in about a fifth of the
@@ -65,7 +66,7 @@ func Requantize(src Source, dt compute.DType) (*Requantized, error) {
 type Requantized struct{ quantSource }
 
 // Counts reports how many tensors were converted so far, by stored
-// format and the format they became ("Q4_K → Q4_1", "Q6_K → Q8_0").
+// format and the format they became ("Q4_K → Q4_1", "Q2_K → Q8_0").
 func (r *Requantized) Counts() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -73,7 +74,7 @@ func (r *Requantized) Counts() map[string]int {
 }
 
 // Note says what was converted so far, one group per target format, e.g.
-// "Q4_K×197 → Q4_1, Q6_K×29 → Q8_0" ("" for nothing).
+// "Q4_K×168 → Q4_1, Q6_K×29 → Q6_16" ("" for nothing).
 func (r *Requantized) Note() string {
 	counts := r.Counts()
 	byTarget := map[string][]string{}

@@ -51,7 +51,7 @@ type SourceTensor struct {
 	// Reblock, when set, returns the tensor's blocks rewritten, without
 	// going through float values, in a block format a
 	// compute.QuantBackend multiplies, and that format (a GGUF file's
-	// Q4_K as compute.Q4_1, IQ4_NL as compute.Q8_0), or an error where a
+	// Q4_K as compute.Q4_1, Q6_K as compute.Q6_16), or an error where a
 	// block does not fit it. Requantize prefers it to quantizing the
 	// values again.
 	Reblock func() (compute.DType, []byte, error)
