@@ -26,6 +26,7 @@ func presets() map[string]model.RandomSpec {
 			Vocab: 1024, MaxPositions: 4096, DType: "bfloat16", Seed: 1, InitStd: 0.05},
 		"20m":        model.SpecLlama20M(),
 		"qwen3-0.6b": model.SpecQwen3_0_6B(),
+		"qwen3-1.7b": model.SpecQwen3_1_7B(),
 	}
 }
 

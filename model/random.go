@@ -53,6 +53,15 @@ func SpecQwen3_0_6B() RandomSpec {
 	}
 }
 
+// SpecQwen3_1_7B has the shapes of Qwen3-1.7B (about 1.7 billion
+// parameters, tied embeddings), with BF16 weights.
+func SpecQwen3_1_7B() RandomSpec {
+	return RandomSpec{
+		Arch: ArchQwen3, Hidden: 2048, Intermediate: 6144, Layers: 28, Heads: 16, KVHeads: 8, HeadDim: 128,
+		Vocab: 151936, MaxPositions: 40960, RopeTheta: 1e6, Tied: true, DType: "bfloat16", Seed: 1,
+	}
+}
+
 // SpecLlama20M is a Llama of about 20 million parameters (hidden 384,
 // 8 layers, 6 query and 2 key/value heads, vocabulary 8192), with BF16
 // weights.
