@@ -197,15 +197,7 @@ func TestReblock(t *testing.T) {
 			t.Errorf("%v: target %v, want %v", c.from, got, c.to)
 		}
 		to, _ := ParseTensorType(c.to.String())
-		x := make([]float32, 8*256)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64() * math.Ldexp(1, i/256%5-3))
-		}
-		quantized := make([]byte, len(x)/c.from.BlockSize()*c.from.TypeSize())
-		if err := Quantize(quantized, x, c.from); err != nil {
-			t.Fatal(err)
-		}
-		for name, src := range map[string][]byte{"quantized": quantized, "random": randomBlocks(rng, c.from, 64)} {
+		for name, src := range reblockInputs(t, rng, c.from) {
 			q, err := Reblock(src, c.from)
 			if err != nil {
 				t.Fatalf("%v %s: %v", c.from, name, err)
@@ -295,15 +287,7 @@ func TestReblockQ6_16(t *testing.T) {
 		if got := ReblockTarget(c.from); got != compute.Q6_16 {
 			t.Errorf("%v: target %v, want Q6_16", c.from, got)
 		}
-		x := make([]float32, 8*256)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64() * math.Ldexp(1, i/256%5-3))
-		}
-		quantized := make([]byte, len(x)/256*c.from.TypeSize())
-		if err := Quantize(quantized, x, c.from); err != nil {
-			t.Fatal(err)
-		}
-		for name, src := range map[string][]byte{"quantized": quantized, "random": randomBlocks(rng, c.from, 64)} {
+		for name, src := range reblockInputs(t, rng, c.from) {
 			q, err := Reblock(src, c.from)
 			if err != nil {
 				t.Fatalf("%v %s: %v", c.from, name, err)
@@ -347,4 +331,19 @@ func TestReblockQ6_16(t *testing.T) {
 	if _, err := Reblock(big, Q6_K); err == nil || !strings.Contains(err.Error(), "finite half") {
 		t.Errorf("a Q6_K scale beyond the halves: %v", err)
 	}
+}
+
+// reblockInputs are blocks of typ to rewrite: from the quantizer (2,048
+// values over five magnitudes) and random (64 blocks), by name.
+func reblockInputs(t *testing.T, rng *rand.Rand, typ TensorType) map[string][]byte {
+	t.Helper()
+	x := make([]float32, 8*256)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64() * math.Ldexp(1, i/256%5-3))
+	}
+	quantized := make([]byte, len(x)/typ.BlockSize()*typ.TypeSize())
+	if err := Quantize(quantized, x, typ); err != nil {
+		t.Fatal(err)
+	}
+	return map[string][]byte{"quantized": quantized, "random": randomBlocks(rng, typ, 64)}
 }

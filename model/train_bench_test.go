@@ -129,34 +129,12 @@ func BenchmarkTrain(b *testing.B) {
 			var tr *Trainable
 			var state []compute.Tensor
 			trainer := m.Backend().(compute.Trainer)
-			step := func(n int) {
-				p, err := tr.Forward(samples)
-				if err != nil {
-					b.Fatal(err)
-				}
-				tr.ZeroGrad()
-				if err := p.Backward(d); err != nil {
-					b.Fatal(err)
-				}
-				p.Free()
-				hp := compute.AdamW{LR: 1e-5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: n}
-				for i, pr := range tr.Params() {
-					trainer.AdamW(pr.Value, pr.Grad, state[2*i], state[2*i+1], hp)
-				}
-			}
+			step := func(n int) { benchStep(b, trainer, tr, samples, d, state, n) }
 			heap := peakHeap(func() {
 				if tr, err = m.NewTrainable(nil, tb.opts); err != nil {
 					b.Fatal(err)
 				}
-				for _, pr := range tr.Params() {
-					for range 2 {
-						s, err := trainer.NewTensor(compute.F32, pr.Value.Shape()...)
-						if err != nil {
-							b.Fatal(err)
-						}
-						state = append(state, s)
-					}
-				}
+				state = adamState(b, trainer, tr)
 				step(1) // warm-up: activation memory allocated
 			})
 			defer tr.Free()
@@ -352,28 +330,8 @@ func measureTrainStep(b *testing.B, ckpt string, spec RandomSpec, quant compute.
 		if tr, err = m.NewTrainable(nil, opts); err != nil {
 			b.Fatal(err)
 		}
-		for _, pr := range tr.Params() {
-			for range 2 {
-				s, err := tb.NewTensor(compute.F32, pr.Value.Shape()...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				state = append(state, s)
-			}
-		}
-		p, err := tr.Forward(samples)
-		if err != nil {
-			b.Fatal(err)
-		}
-		tr.ZeroGrad()
-		if err := p.Backward(d); err != nil {
-			b.Fatal(err)
-		}
-		p.Free()
-		hp := compute.AdamW{LR: 1e-5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 1}
-		for i, pr := range tr.Params() {
-			tb.AdamW(pr.Value, pr.Grad, state[2*i], state[2*i+1], hp)
-		}
+		state = adamState(b, tb, tr)
+		benchStep(b, tb, tr, samples, d, state, 1)
 	}, func() { rssPeak = max(rssPeak, rssAnon()) })
 	weights := float64(m.Weights().Bytes()) / (1 << 20)
 	step := float64(heap) / (1 << 20)
@@ -414,4 +372,39 @@ func BenchmarkTrainMemoryScale(b *testing.B) {
 		}
 		b.ReportMetric(0, "ns/op")
 	})
+}
+
+// adamState makes the two AdamW moments of each of tr's parameters
+// (F32, on tb), in the order m, v of parameter 0, then of 1, ...
+func adamState(b *testing.B, tb compute.Trainer, tr *Trainable) []compute.Tensor {
+	var state []compute.Tensor
+	for _, pr := range tr.Params() {
+		for range 2 {
+			s, err := tb.NewTensor(compute.F32, pr.Value.Shape()...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			state = append(state, s)
+		}
+	}
+	return state
+}
+
+// benchStep runs training step n of tr on samples with the log-prob
+// gradients d: forward, backward, and AdamW with the moments in state
+// (adamState's order).
+func benchStep(b *testing.B, tb compute.Trainer, tr *Trainable, samples []TrainSample, d [][]float32, state []compute.Tensor, n int) {
+	p, err := tr.Forward(samples)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr.ZeroGrad()
+	if err := p.Backward(d); err != nil {
+		b.Fatal(err)
+	}
+	p.Free()
+	hp := compute.AdamW{LR: 1e-5, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: n}
+	for i, pr := range tr.Params() {
+		tb.AdamW(pr.Value, pr.Grad, state[2*i], state[2*i+1], hp)
+	}
 }
