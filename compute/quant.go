@@ -14,9 +14,8 @@ import (
 // such reference; its quantizer tries a few scales per block and keeps
 // the best least-squares fit (IQ4NLScale), a plainer search than
 // llama-quantize's, which also weighs each element by its importance.
-// Q6_16 is clawrl's (see the package doc): each half block's scale maps
-// its value of largest magnitude to −32, as Q4_0's maps to −8 (ggml's
-// Q6_K quantizer searches its sub-block scales further).
+// Q6_16 is clawrl's (see the package doc): each half block's scale is
+// chosen as ggml's Q6_K quantizer chooses a sub-block's (q6Scale).
 // They run on the host, for any backend: a
 // checkpoint quantized on load (model.quantize) goes to the backend
 // through QuantBackend.WeightQuant as the blocks these write.
@@ -134,13 +133,7 @@ func quantizeQ6_16(y []byte, x []float32) {
 	clear(y[4:])
 	for h := range 2 {
 		half := x[h*QK/2 : (h+1)*QK/2]
-		var amax, mx float32
-		for _, v := range half {
-			if a := float32(math.Abs(float64(v))); amax < a {
-				amax, mx = a, v
-			}
-		}
-		hd := F32ToF16(mx / -32)
+		hd := F32ToF16(q6Scale(half))
 		putHalf(y[2*h:], hd)
 		d := F16ToF32(hd)
 		var id float32
@@ -149,10 +142,51 @@ func quantizeQ6_16(y []byte, x []float32) {
 		}
 		for j, v := range half {
 			q := byte(min(63, max(0, int(math.Round(float64(v*id)))+32)))
-			i := h*QK/2 + j
-			SetQ6_16(y, i, q)
+			SetQ6_16(y, h*QK/2+j, q)
 		}
 	}
+}
+
+// q6Scale picks the scale of 16 values as 6-bit integers −32..31, as
+// ggml's make_qx_quants does for Q6_K's sub-blocks: for inverse scales
+// around the one that maps the value of largest magnitude to −32, the
+// rounded q and the least-squares scale for them, weighted by x², keeping
+// the scale of least weighted squared error (0 for zeros).
+func q6Scale(x []float32) float32 {
+	var amax, mx float32
+	for _, v := range x {
+		if a := float32(math.Abs(float64(v))); amax < a {
+			amax, mx = a, v
+		}
+	}
+	if amax == 0 {
+		return 0
+	}
+	best, bestErr := mx/-32, float32(math.Inf(1))
+	for t := -9; t <= 9; t++ {
+		id := -(32 + 0.1*float32(t)) / mx
+		var sxq, sqq float32
+		for _, v := range x {
+			q := float32(min(31, max(-32, int(math.Round(float64(v*id))))))
+			w := v * v
+			sxq += w * v * q
+			sqq += w * q * q
+		}
+		if sqq == 0 {
+			continue
+		}
+		d := sxq / sqq
+		var e float32
+		for _, v := range x {
+			q := float32(min(31, max(-32, int(math.Round(float64(v*id))))))
+			r := v - d*q
+			e += v * v * r * r
+		}
+		if e < bestErr {
+			best, bestErr = d, e
+		}
+	}
+	return best
 }
 
 // SetQ6_16 stores q (0..63) as element i of the Q6_16 block y (see the
