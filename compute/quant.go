@@ -14,8 +14,9 @@ import (
 // such reference; its quantizer tries a few scales per block and keeps
 // the best least-squares fit (IQ4NLScale), a plainer search than
 // llama-quantize's, which also weighs each element by its importance.
-// Q6_16 is clawrl's (see the package doc): each half block's scale is
-// chosen as ggml's Q6_K quantizer chooses a sub-block's (q6Scale).
+// Q6_16 is clawrl's (see the package doc): each half block's scale maps
+// its value of largest magnitude to −32, as Q4_0's maps it to −8
+// (q6Scale).
 // They run on the host, for any backend: a
 // checkpoint quantized on load (model.quantize) goes to the backend
 // through QuantBackend.WeightQuant as the blocks these write.
@@ -141,52 +142,34 @@ func quantizeQ6_16(y []byte, x []float32) {
 			id = 1 / d
 		}
 		for j, v := range half {
-			q := byte(min(63, max(0, int(math.Round(float64(v*id)))+32)))
+			q := byte(min(31, max(-32, nearestInt(v*id))) + 32)
 			SetQ6_16(y, h*QK/2+j, q)
 		}
 	}
 }
 
-// q6Scale picks the scale of 16 values as 6-bit integers −32..31, as
-// ggml's make_qx_quants does for Q6_K's sub-blocks: for inverse scales
-// around the one that maps the value of largest magnitude to −32, the
-// rounded q and the least-squares scale for them, weighted by x², keeping
-// the scale of least weighted squared error (0 for zeros).
+// q6Scale is the scale of 16 values as 6-bit integers −32..31: the one
+// that maps the value of largest magnitude to −32, as Q4_0's maps it to
+// −8. ggml's Q6_K quantizer (make_qx_quants) searches nineteen scales
+// around it for the least squared error weighted by x²; on normal values
+// five such tries gave 3% less RMS error (10% weighted), at three times
+// the time of quantizing the Qwen3-0.6B shape's output matrix on load
+// (+2.6 s of a 4.3 s load at q4_0), so the plain scale it is.
 func q6Scale(x []float32) float32 {
 	var amax, mx float32
 	for _, v := range x {
-		if a := float32(math.Abs(float64(v))); amax < a {
+		if a := math.Float32frombits(math.Float32bits(v) &^ (1 << 31)); amax < a {
 			amax, mx = a, v
 		}
 	}
-	if amax == 0 {
-		return 0
-	}
-	best, bestErr := mx/-32, float32(math.Inf(1))
-	for t := -9; t <= 9; t++ {
-		id := -(32 + 0.1*float32(t)) / mx
-		var sxq, sqq float32
-		for _, v := range x {
-			q := float32(min(31, max(-32, int(math.Round(float64(v*id))))))
-			w := v * v
-			sxq += w * v * q
-			sqq += w * q * q
-		}
-		if sqq == 0 {
-			continue
-		}
-		d := sxq / sqq
-		var e float32
-		for _, v := range x {
-			q := float32(min(31, max(-32, int(math.Round(float64(v*id))))))
-			r := v - d*q
-			e += v * v * r * r
-		}
-		if e < bestErr {
-			best, bestErr = d, e
-		}
-	}
-	return best
+	return mx / -32
+}
+
+// nearestInt rounds f (|f| < 2²²) to the nearest integer, ties to even,
+// as ggml's nearest_int does, by adding 1.5·2²³.
+func nearestInt(f float32) int {
+	v := f + 12582912
+	return int(math.Float32bits(v)&0x007fffff) - 0x00400000
 }
 
 // SetQ6_16 stores q (0..63) as element i of the Q6_16 block y (see the

@@ -289,13 +289,14 @@ func (m *QMatrix) packPanel(p int, blocks []byte) {
 			case QuantQ6_16:
 				d[64+2*c], d[64+2*c+1] = src[2], src[3]
 				qs = src[4:]
+				// The high bits, as highBit places them: byte
+				// (c%16)·4 + j%4 of vector c/16 of group j/16, at bits
+				// 2·(j/4 % 4).
+				qh := src[4+qk/2:]
+				hb := QuantQ6_16.qOff() + 256 + 64*(c/16) + (c%16)*4
 				for j := range qk {
-					hi := q6High(src[4+qk/2:], j)
-					for pl := range 2 {
-						if hi>>pl&1 != 0 {
-							m.setHighBit(d, c, j, pl)
-						}
-					}
+					s := j / 4
+					d[hb+384*(s/4)+j%4] |= q6High(qh, j) << (2 * (s % 4))
 				}
 			}
 			if m.typ == QuantQ8_0 {
