@@ -281,10 +281,12 @@ func (m *QMatrix) packPanel(p int, blocks []byte) {
 			case QuantQ5_1:
 				qh := uint32(src[4]) | uint32(src[5])<<8 | uint32(src[6])<<16 | uint32(src[7])<<24
 				qs = src[8:]
+				// As highBit places them: bit (c%16)·4 + j%4 of mask
+				// c/16 of step j/4.
+				hb := QuantQ5_1.hbOff() + 8*(c/16)
 				for j := range qk {
-					if qh>>j&1 != 0 {
-						m.setHighBit(d, c, j, 0)
-					}
+					i := (c%16)*4 + j%4
+					d[hb+16*(j/4)+i/8] |= byte(qh>>j&1) << (i % 8)
 				}
 			case QuantQ6_16:
 				d[64+2*c], d[64+2*c+1] = src[2], src[3]
@@ -389,12 +391,6 @@ func highBit(t QuantType, c, j, pl int) (byte, bit int) {
 		return t.qOff() + 384*(s/4) + 256 + 64*(c/16) + i, 2*(s%4) + pl
 	}
 	return t.hbOff() + 16*s + 8*(c/16) + i/8, i % 8
-}
-
-// setHighBit sets bit 4+pl of row c, element j in block-panel d.
-func (m *QMatrix) setHighBit(d []byte, c, j, pl int) {
-	o, bit := highBit(m.typ, c, j, pl)
-	d[o] |= 1 << bit
 }
 
 // q6High is the two high bits of element j (0..31) of a Q6_16 block from
