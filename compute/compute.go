@@ -30,7 +30,8 @@
 //
 // Quantized weights: Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL are the block formats of ggml
 // (GGUF files, llama.cpp), bit for bit, so that a GGUF tensor can be
-// handed to a backend as the raw bytes of its blocks. A tensor of these types has
+// handed to a backend as the raw bytes of its blocks; Q6_16 is the one
+// block format of this package's own (below). A tensor of these types has
 // rows whose length is a multiple of 32, cut into blocks of 32 elements;
 // block j of row r holds elements 32j..32j+31 and the blocks of a row
 // follow each other, rows after rows, with no padding:

@@ -39,7 +39,7 @@
 // # Quantized weights
 //
 // LinearQuant (and LinearMulti with a Q out) multiplies by weights in
-// ggml's Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL formats, repacked by PackQuant
+// ggml's Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL formats and compute's Q6_16, repacked by PackQuant
 // into panels of 32 rows (quant.go). A is quantized to int8 blocks of 32 with a float32
 // scale each (QuantizeRows), as llama.cpp quantizes its activations, and
 // the products are integer: VPDPBUSD (AVX-512 VNNI) multiplies 64 bytes of

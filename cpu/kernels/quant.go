@@ -8,13 +8,15 @@ import (
 	"unsafe"
 )
 
-// Block-quantized weights: ggml's Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL (see
-// package compute for the block layout they arrive in), multiplied as
-// llama.cpp multiplies them: the activations are quantized to int8 per block of 32
+// Block-quantized weights: ggml's Q8_0, Q4_0, Q4_1, Q5_1 and IQ4_NL, and
+// compute's Q6_16 (Q6_K's values, a scale for each 16; see package
+// compute for the block layout they arrive in), multiplied as llama.cpp
+// multiplies them: the activations are quantized to int8 per block of 32
 // (a scale d = max|x|/127 and q = round(x/d)), and a block's product is
 // an integer dot product scaled by the weight's and the activation's
-// scales; Q4_1's minimum m adds m·dx·Σq of the activation block, as
-// llama.cpp's Q8_1 activations carry it.
+// scales (Q6_16: each half block's by its own); Q4_1's minimum m adds
+// m·dx·Σq of the activation block, as llama.cpp's Q8_1 activations carry
+// it.
 //
 // # Layout
 //
