@@ -96,6 +96,7 @@ func TestQuantizedLogProbs(t *testing.T) {
 		{"q8_0", cpu.New(), compute.Q8_0, 0, 0.005, 0.2},
 		{"q4_0", cpu.New(), compute.Q4_0, 0, 0.02, 1},
 		{"iq4_nl", cpu.New(), compute.IQ4_NL, 0, 0.02, 1},
+		{"q6_16", cpu.New(), compute.Q6_16, 0, 0.005, 0.2}, // every matrix, as a GGUF file's Q6_K runs
 		{"bf16-kv", cpu.New(), 0, compute.BF16, 0.002, 0.1},
 		{"q8_0-kv", cpu.New(), 0, compute.Q8_0, 0.002, 0.1},
 	} {
