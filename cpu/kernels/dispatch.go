@@ -11,6 +11,7 @@ import (
 const (
 	KernelsGeneric = "generic" // pure Go, every GOARCH
 	KernelsAVX2    = "avx2"    // amd64 with AVX2 and FMA
+	KernelsAVXVNNI = "avxvnni" // the avx2 set, its quantized products by AVX-VNNI's VPDPBUSD
 	KernelsAVX512  = "avx512"  // amd64 with AVX-512 F, BW, DQ and VL
 )
 
@@ -56,8 +57,8 @@ func init() {
 	active.Store(sets[name])
 }
 
-// SetKernels selects the kernel set by name (KernelsGeneric, KernelsAVX2 or
-// KernelsAVX512). It fails, changing nothing, when this CPU or build cannot
+// SetKernels selects the kernel set by name (KernelsGeneric, KernelsAVX2,
+// KernelsAVXVNNI or KernelsAVX512). It fails, changing nothing, when this CPU or build cannot
 // run that set. It is meant for tests and benchmarks that compare the paths;
 // at start the package picks the best set, or the one named by the
 // environment variable CLAWRL_KERNELS.
@@ -77,7 +78,7 @@ func Kernels() string { return active.Load().name }
 // the best last.
 func AvailableKernels() []string {
 	out := []string{KernelsGeneric}
-	for _, n := range []string{KernelsAVX2, KernelsAVX512} {
+	for _, n := range []string{KernelsAVX2, KernelsAVXVNNI, KernelsAVX512} {
 		if _, ok := sets[n]; ok {
 			out = append(out, n)
 		}

@@ -16,6 +16,12 @@ func registerArch() {
 	best = KernelsAVX2
 	avx2Impls.quant, avx2Impls.quantRow = &quantAVX2, quantRowAVX2
 	x := cpu.X86
+	if x.HasAVXVNNI {
+		vnni := avx2Impls
+		vnni.name, vnni.quant = KernelsAVXVNNI, &quantVNNI
+		sets[KernelsAVXVNNI] = &vnni
+		best = KernelsAVXVNNI
+	}
 	if x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL {
 		if x.HasAVX512BF16 {
 			avx512Impls.gemv.dot = gemvDotBF16AVX512

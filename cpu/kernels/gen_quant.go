@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strings"
 )
 
 var out bytes.Buffer
@@ -401,14 +402,27 @@ qrow:
 // pairs reach 2·63·127 and widen step by step too; each half block's sums
 // take its corr (the second halves' 88(R15) bytes on, in R9) and its
 // scales after steps 3 and 7.
-func kernelAVX2(typ string) {
+//
+// With vnni (the kernels qkern*VNNI, for CPUs with AVX-VNNI: Intel's
+// client cores since Alder Lake, which lack AVX-512), every product is
+// VPDPBUSD on ymm registers, VEX-encoded (vpdpbusdY): 32 unsigned weight
+// bytes times 4 activation bytes broadcast, summed straight into int32,
+// as the AVX-512 kernels do it, so Q8_0 needs no sign trick (its weights
+// are stored + 128) and IQ4_NL looks up its levels + 128 (iq4u); the
+// sums of the types with an offset take their correction at the end of
+// the block.
+func kernelAVX2(typ string, vnni bool) {
 	q5, nl, q6 := typ == "Q51", typ == "QN", typ == "Q6"
 	q4, q41 := typ == "Q4" || typ == "Q41" || q5 || nl || q6, typ == "Q41" || q5
 	qoff, bsz := blockLayout(typ)
 	hb := qoff + 8*64
-	l := fmt.Sprintf("q%sy", typ)
-	fmt.Fprintf(&out, "// func qkern%sAVX2(p *qArgs)\n", typ)
-	fmt.Fprintf(&out, "TEXT ·qkern%sAVX2(SB), NOSPLIT, $0-8\n", typ)
+	suffix := "AVX2"
+	if vnni {
+		suffix = "VNNI"
+	}
+	l := fmt.Sprintf("q%s%s", typ, strings.ToLower(suffix))
+	fmt.Fprintf(&out, "// func qkern%s%s(p *qArgs)\n", typ, suffix)
+	fmt.Fprintf(&out, "TEXT ·qkern%s%s(SB), NOSPLIT, $0-8\n", typ, suffix)
 	p("MOVQ p+0(FP), R15")
 	p("MOVQ 0(R15), AX")
 	p("MOVQ 64(R15), DX")
@@ -422,7 +436,10 @@ func kernelAVX2(typ string) {
 	}
 	p("VMOVD R8, X12")
 	p("VPBROADCASTD X12, Y12")
-	if nl {
+	switch {
+	case nl && vnni:
+		p("VMOVDQU iq4u<>(SB), Y15")
+	case nl:
 		p("VMOVDQU iq4s<>(SB), Y15")
 	}
 	if q6 {
@@ -449,7 +466,11 @@ func kernelAVX2(typ string) {
 				p("VPSRLW $4, Y8, Y9")
 				p("VPAND Y12, Y8, Y8")
 				p("VPAND Y12, Y9, Y9")
-				if nl { // levels, then Q8_0's sign trick
+				if nl && vnni { // levels + 128
+					p("VPSHUFB Y8, Y15, Y8")
+					p("VPSHUFB Y9, Y15, Y9")
+				}
+				if nl && !vnni { // levels, then Q8_0's sign trick
 					for v := range 2 {
 						p("VPSHUFB Y%d, Y15, Y%d", 8+v, 8+v)
 						p("VPSIGNB Y%d, Y10, Y13", 8+v)
@@ -494,6 +515,11 @@ func kernelAVX2(typ string) {
 						p("VPOR Y13, Y%d, Y%d", 8+v, 8+v)
 					}
 				}
+				if vnni {
+					vpdpbusdY(h, 8, 10)
+					vpdpbusdY(2+h, 9, 10)
+					continue
+				}
 				p("VPMADDUBSW Y10, Y8, Y8")
 				p("VPMADDUBSW Y10, Y9, Y9")
 				if q5 || q6 {
@@ -516,6 +542,10 @@ func kernelAVX2(typ string) {
 		}
 		for v := range 4 {
 			p("VMOVDQU %d(AX), Y8", 64+128*s+32*v)
+			if vnni { // stored + 128: unsigned
+				vpdpbusdY(v, 8, 10)
+				continue
+			}
 			p("VPXOR Y12, Y8, Y8")
 			p("VPSIGNB Y8, Y10, Y9")
 			p("VPABSB Y8, Y8")
@@ -527,7 +557,13 @@ func kernelAVX2(typ string) {
 	if q6 {
 		scaleSumsAVX2("(CX)(R9*1)", 64)
 	}
-	if q4 && !q5 && !nl && !q6 {
+	if vnni && !q41 && !q6 { // the sums from their correction
+		p("VPBROADCASTD (CX), Y13")
+		for v := range 4 {
+			p("VPADDD Y13, Y%d, Y%d", v, v)
+		}
+	}
+	if !vnni && q4 && !q5 && !nl && !q6 {
 		p("VPBROADCASTD (CX), Y13")
 		for v := range 4 {
 			p("VPMADDWD Y11, Y%d, Y%d", v, v)
@@ -574,6 +610,23 @@ func kernelAVX2(typ string) {
 	p("VZEROUPPER")
 	p("RET")
 	out.WriteString("\n")
+}
+
+// vpdpbusdY writes VPDPBUSD ymm(acc), ymm(u), ymm(s) with its VEX
+// encoding (AVX-VNNI: VEX.256.66.0F38.W0 50 /r), which the Go assembler
+// does not emit (it encodes the mnemonic as AVX-512's EVEX form, which a
+// CPU without AVX-512 faults on): acc += the 4-byte dot products of u's
+// unsigned bytes and s's signed ones.
+func vpdpbusdY(acc, u, s int) {
+	b1 := 0x02 | 1<<6 // map 0F38, X̄
+	if acc < 8 {
+		b1 |= 1 << 7 // R̄
+	}
+	if s < 8 {
+		b1 |= 1 << 5 // B̄
+	}
+	b2 := (^u&0xF)<<3 | 1<<2 | 0x01 // W0, v̄vvv, L 256, pp 66
+	p("BYTE $0xc4; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x50; BYTE $0x%02x // VPDPBUSD Y%d, Y%d, Y%d (VEX)", b1, b2, 0xC0|(acc&7)<<3|(s&7), s, u, acc)
 }
 
 // scaleSumsAVX2 adds the integer sums Y0-Y3, started from the correction
@@ -726,7 +779,10 @@ func main() {
 	}
 	quantRow()
 	for _, typ := range types {
-		kernelAVX2(typ)
+		kernelAVX2(typ, false)
+	}
+	for _, typ := range types {
+		kernelAVX2(typ, true)
 	}
 	quantRowAVX2()
 	if err := os.WriteFile("quant_amd64.s", out.Bytes(), 0o644); err != nil {
@@ -744,6 +800,9 @@ func main() {
 	}
 	for _, typ := range types {
 		names = append(names, typ+"AVX2")
+	}
+	for _, typ := range types {
+		names = append(names, typ+"VNNI")
 	}
 	g.WriteString("// The kernels as qKernel values (see qKernel.call).\nconst (\n")
 	for i, n := range names {
@@ -769,6 +828,14 @@ func main() {
 			g.WriteString(", ")
 		}
 		fmt.Fprintf(&g, "{0, q%sAVX2}", typ)
+	}
+	g.WriteString("}, rows: 1}\n\n")
+	g.WriteString("// quantVNNI is the AVX2 kernel table with AVX-VNNI's VPDPBUSD: one row\n// of A per call.\nvar quantVNNI = quantArch{kern: [quantTypes][qRows + 1]qKernel{")
+	for i, typ := range types {
+		if i > 0 {
+			g.WriteString(", ")
+		}
+		fmt.Fprintf(&g, "{0, q%sVNNI}", typ)
 	}
 	g.WriteString("}, rows: 1}\n\n")
 	g.WriteString("// call runs kernel k on p. Each kernel is called directly, not through\n// a func value, so that p does not escape: the caller's arguments stay on\n// its stack instead of costing an allocation per tile.\nfunc (k qKernel) call(p *qArgs) {\n\tswitch k {\n")

@@ -54,6 +54,12 @@ const (
 	qQ51AVX2
 	qQNAVX2
 	qQ6AVX2
+	qQ8VNNI
+	qQ4VNNI
+	qQ41VNNI
+	qQ51VNNI
+	qQNVNNI
+	qQ6VNNI
 )
 
 // quantAVX512 is the AVX-512 VNNI kernel table (quant_amd64.s).
@@ -68,6 +74,10 @@ var quantAVX512 = quantArch{kern: [quantTypes][qRows + 1]qKernel{
 
 // quantAVX2 is the AVX2 kernel table: one row of A per call.
 var quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}, {0, qQ41AVX2}, {0, qQ51AVX2}, {0, qQNAVX2}, {0, qQ6AVX2}}, rows: 1}
+
+// quantVNNI is the AVX2 kernel table with AVX-VNNI's VPDPBUSD: one row
+// of A per call.
+var quantVNNI = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8VNNI}, {0, qQ4VNNI}, {0, qQ41VNNI}, {0, qQ51VNNI}, {0, qQNVNNI}, {0, qQ6VNNI}}, rows: 1}
 
 // call runs kernel k on p. Each kernel is called directly, not through
 // a func value, so that p does not escape: the caller's arguments stay on
@@ -170,6 +180,18 @@ func (k qKernel) call(p *qArgs) {
 		qkernQNAVX2(p)
 	case qQ6AVX2:
 		qkernQ6AVX2(p)
+	case qQ8VNNI:
+		qkernQ8VNNI(p)
+	case qQ4VNNI:
+		qkernQ4VNNI(p)
+	case qQ41VNNI:
+		qkernQ41VNNI(p)
+	case qQ51VNNI:
+		qkernQ51VNNI(p)
+	case qQNVNNI:
+		qkernQNVNNI(p)
+	case qQ6VNNI:
+		qkernQ6VNNI(p)
 	default:
 		panic("kernels: no quantized kernel " + k.String())
 	}
@@ -318,6 +340,24 @@ func qkernQNAVX2(p *qArgs)
 
 //go:noescape
 func qkernQ6AVX2(p *qArgs)
+
+//go:noescape
+func qkernQ8VNNI(p *qArgs)
+
+//go:noescape
+func qkernQ4VNNI(p *qArgs)
+
+//go:noescape
+func qkernQ41VNNI(p *qArgs)
+
+//go:noescape
+func qkernQ51VNNI(p *qArgs)
+
+//go:noescape
+func qkernQNVNNI(p *qArgs)
+
+//go:noescape
+func qkernQ6VNNI(p *qArgs)
 
 //go:noescape
 func quantRowAVX512(qa *int8, da *float32, sa *int32, x *float32, nb int)
