@@ -35,7 +35,7 @@ import (
 //	Q4_1: as Q4_0 (0..15, no offset)
 //	IQ4_NL: as Q4_0, each nibble an index into iq4Levels (the kernels
 //	      look the nibbles up as level + 128, unsigned, Q8_0's offset)
-//	Q5_1: as Q4_1, then 8 steps × 16 bytes of fifth bits (bit5)
+//	Q5_1: as Q4_1, then 8 steps × 16 bytes of fifth bits (highBit)
 //	Q6_16: 64 more bytes after the scales, the 32 rows' scales of the
 //	      block's second 16 values (the first 64 scale values 0-15); then
 //	      two groups of four steps, each four steps of nibbles as Q4_1's
@@ -397,7 +397,7 @@ func highBit(t QuantType, c, j, pl int) (byte, bit int) {
 
 // q6High is the two high bits of element j (0..31) of a Q6_16 block from
 // its qh, 8 bytes: byte j%8 holds elements j%8, +8, +16, +24 at bits 0-1,
-// 2-3, 4-5, 6-7 (Q6_K's qh, for 32 values).
+// 2-3, 4-5, 6-7 (compute's Q6_16 layout).
 func q6High(qh []byte, j int) byte { return qh[j%8] >> (2 * (j / 8)) & 3 }
 
 // minimum returns the minimum of row c of block b of a Q4_1 or Q5_1
