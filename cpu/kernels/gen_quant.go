@@ -822,22 +822,20 @@ func main() {
 		g.WriteString("},\n")
 	}
 	g.WriteString("}, rows: qRows}\n\n")
-	g.WriteString("// quantAVX2 is the AVX2 kernel table: one row of A per call.\nvar quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{")
-	for i, typ := range types {
-		if i > 0 {
-			g.WriteString(", ")
+	// The tables of the one-row kernels.
+	for _, t := range []struct{ doc, name, suffix string }{
+		{"the AVX2 kernel table", "quantAVX2", "AVX2"},
+		{"the AVX2 kernel table with AVX-VNNI's VPDPBUSD", "quantVNNI", "VNNI"},
+	} {
+		fmt.Fprintf(&g, "// %s is %s: one row of A per call.\nvar %s = quantArch{kern: [quantTypes][qRows + 1]qKernel{", t.name, t.doc, t.name)
+		for i, typ := range types {
+			if i > 0 {
+				g.WriteString(", ")
+			}
+			fmt.Fprintf(&g, "{0, q%s%s}", typ, t.suffix)
 		}
-		fmt.Fprintf(&g, "{0, q%sAVX2}", typ)
+		g.WriteString("}, rows: 1}\n\n")
 	}
-	g.WriteString("}, rows: 1}\n\n")
-	g.WriteString("// quantVNNI is the AVX2 kernel table with AVX-VNNI's VPDPBUSD: one row\n// of A per call.\nvar quantVNNI = quantArch{kern: [quantTypes][qRows + 1]qKernel{")
-	for i, typ := range types {
-		if i > 0 {
-			g.WriteString(", ")
-		}
-		fmt.Fprintf(&g, "{0, q%sVNNI}", typ)
-	}
-	g.WriteString("}, rows: 1}\n\n")
 	g.WriteString("// call runs kernel k on p. Each kernel is called directly, not through\n// a func value, so that p does not escape: the caller's arguments stay on\n// its stack instead of costing an allocation per tile.\nfunc (k qKernel) call(p *qArgs) {\n\tswitch k {\n")
 	for _, n := range names {
 		fmt.Fprintf(&g, "\tcase q%s:\n\t\tqkern%s(p)\n", n, n)

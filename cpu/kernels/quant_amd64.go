@@ -75,8 +75,7 @@ var quantAVX512 = quantArch{kern: [quantTypes][qRows + 1]qKernel{
 // quantAVX2 is the AVX2 kernel table: one row of A per call.
 var quantAVX2 = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8AVX2}, {0, qQ4AVX2}, {0, qQ41AVX2}, {0, qQ51AVX2}, {0, qQNAVX2}, {0, qQ6AVX2}}, rows: 1}
 
-// quantVNNI is the AVX2 kernel table with AVX-VNNI's VPDPBUSD: one row
-// of A per call.
+// quantVNNI is the AVX2 kernel table with AVX-VNNI's VPDPBUSD: one row of A per call.
 var quantVNNI = quantArch{kern: [quantTypes][qRows + 1]qKernel{{0, qQ8VNNI}, {0, qQ4VNNI}, {0, qQ41VNNI}, {0, qQ51VNNI}, {0, qQNVNNI}, {0, qQ6VNNI}}, rows: 1}
 
 // call runs kernel k on p. Each kernel is called directly, not through
