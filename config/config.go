@@ -250,7 +250,6 @@ type Log struct {
 	Format string `mapstructure:"format"`
 }
 
-// Model says which checkpoint to serve and how to run it.
 // QuantizesOnLoad reports whether model.quantize names a block type the
 // matrices are quantized to as they load (q8_0, q4_0, iq4_nl), rather
 // than none or auto.
@@ -258,6 +257,7 @@ func (m Model) QuantizesOnLoad() bool {
 	return m.Quantize == "q8_0" || m.Quantize == "q4_0" || m.Quantize == "iq4_nl"
 }
 
+// Model says which checkpoint to serve and how to run it.
 type Model struct {
 	Path      string `mapstructure:"path"`
 	Threads   int    `mapstructure:"threads"`

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/clawrl/clawrl/bundled"
+	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/trainer"
 	"github.com/clawrl/clawrl/weights"
@@ -65,9 +66,9 @@ func OpenAdapted(c *weights.Checkpoint) (model.Source, error) {
 		}
 	}
 	cfg := Defaults()
-	switch a.Quantize {
-	case "", "none":
-	case "auto", "q8_0", "q4_0", "iq4_nl":
+	switch q := (config.Model{Quantize: a.Quantize}); {
+	case q.Quantize == "", q.Quantize == "none":
+	case q.Quantize == "auto", q.QuantizesOnLoad():
 		cfg.Model.Quantize = a.Quantize
 		cfg.Trainer.LoRARank = 1 // auto requantizes under LoRA only; these adapters are LoRA
 	default:
