@@ -213,3 +213,38 @@ func BenchmarkLoad(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEncodeSPM encodes BenchmarkEncode's text with the
+// SentencePiece tokenizer (spm_test.go) in its legacy layout, where no
+// pre-tokenizer cuts the text into words (each piece between special
+// tokens is merged whole, on the heap) and in the Metaspace layout with
+// split, where every "▁" starts a word that the word cache keeps.
+func BenchmarkEncodeSPM(b *testing.B) {
+	d := spmDir()
+	if d == "" {
+		b.Skip("SentencePiece tokenizer files absent: run scripts/fetch-testdata")
+	}
+	tok, err := Load(d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	split, err := FromJSON(editJSON(b, tok.TokenizerJSON(), func(m map[string]any) {
+		m["normalizer"] = nil
+		m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": metaspace, "prepend_scheme": "first", "split": true}
+	}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := benchText(b)
+	for _, c := range []struct {
+		name string
+		tok  *Tokenizer
+	}{{"legacy", tok}, {"metaspace-split", split}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				c.tok.Encode(text)
+			}
+		})
+	}
+}

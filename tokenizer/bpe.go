@@ -6,19 +6,68 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
-// bpeModel applies byte-level BPE merges to one pre-tokenized word. It works
-// on raw bytes and token ids; the printable byte-level alphabet only matters
-// when reading and writing tokenizer.json.
+// bpeModel applies BPE merges to one pre-tokenized word. A byte-level
+// model works on raw bytes and token ids; the printable byte-level
+// alphabet only matters when reading and writing tokenizer.json. A
+// SentencePiece-style model (chars) starts from the word's characters
+// instead, as tokens written with "▁" for a space, and a character
+// outside the vocabulary becomes its UTF-8 bytes' "<0xXX>" tokens
+// (byte_fallback) or the unknown token.
 type bpeModel struct {
-	byteID [256]int32        // token id of each single byte
+	byteID [256]int32        // token id of each single byte (byte-level)
 	merges map[uint64]uint64 // pair key (left<<32 | right) → rank<<32 | merged id
-	// vocab maps the raw bytes of every model token to its id; with
-	// ignoreMerges a word that is a whole token skips the merges.
+	// vocab maps every model token to its id: its raw bytes (byte-level)
+	// or its text (chars); with ignoreMerges a word that is a whole token
+	// skips the merges.
 	vocab        map[string]int32
 	ignoreMerges bool
 	cache        *wordCache
+
+	chars        bool       // SentencePiece-style: characters, not bytes
+	byteFallback bool       // chars: unknown characters as "<0xXX>" tokens
+	fallback     [256]int32 // chars: the id of "<0xXX>" for each byte
+	unk          int32      // chars: the unknown token's id, −1 for none
+	fuseUnk      bool       // chars: a run of unknown characters is one unknown token
+	// cut (chars): no merge joins a character to a following cut (every
+	// merged token is a run of cuts and then no cut, as SentencePiece's
+	// vocabularies are), so a word is merged a piece at a time, each
+	// piece starting where a run of cuts follows another character:
+	// the same tokens, without merging a whole text as one word.
+	cut string
+}
+
+// symbols appends the initial symbols of word (its bytes, or its
+// characters) to syms.
+func (m *bpeModel) symbols(syms []int32, word string) []int32 {
+	if !m.chars {
+		for i := 0; i < len(word); i++ {
+			syms = append(syms, m.byteID[word[i]])
+		}
+		return syms
+	}
+	lastUnk := false
+	for i := 0; i < len(word); {
+		_, n := utf8.DecodeRuneInString(word[i:])
+		c := word[i : i+n]
+		i += n
+		if id, ok := m.vocab[c]; ok {
+			syms, lastUnk = append(syms, id), false
+			continue
+		}
+		switch {
+		case m.byteFallback:
+			for j := 0; j < len(c); j++ {
+				syms = append(syms, m.fallback[c[j]])
+			}
+			lastUnk = false
+		case m.unk >= 0 && !(m.fuseUnk && lastUnk):
+			syms, lastUnk = append(syms, m.unk), true
+		}
+	}
+	return syms
 }
 
 const noRank = math.MaxUint32
@@ -43,10 +92,31 @@ const (
 
 // appendWord appends the ids of word to dst.
 func (m *bpeModel) appendWord(dst []int32, word string) []int32 {
+	if m.cut == "" {
+		return m.appendPiece(dst, word)
+	}
+	start := 0
+	for i := 1; i < len(word); {
+		j := strings.Index(word[i:], m.cut)
+		if j < 0 {
+			break
+		}
+		i += j
+		if !strings.HasSuffix(word[:i], m.cut) {
+			dst = m.appendPiece(dst, word[start:i])
+			start = i
+		}
+		i += len(m.cut)
+	}
+	return m.appendPiece(dst, word[start:])
+}
+
+// appendPiece appends the ids of word to dst, merging it whole.
+func (m *bpeModel) appendPiece(dst []int32, word string) []int32 {
 	switch {
 	case len(word) == 0:
 		return dst
-	case len(word) == 1:
+	case len(word) == 1 && !m.chars:
 		return append(dst, m.byteID[word[0]])
 	}
 	if m.ignoreMerges {
@@ -55,31 +125,33 @@ func (m *bpeModel) appendWord(dst []int32, word string) []int32 {
 		}
 	}
 	if len(word) > cachedWord {
-		return m.mergeLarge(dst, word)
+		return m.mergeLarge(dst, m.symbols(make([]int32, 0, len(word)), word))
 	}
 	if ids, ok := m.cache.get(word); ok {
 		return append(dst, ids...)
 	}
 	n := len(dst)
 	if len(word) <= smallWord {
-		dst = m.mergeSmall(dst, word)
+		// A word has at most as many symbols as bytes.
+		var symBuf [smallWord]int32
+		dst = m.mergeSmall(dst, m.symbols(symBuf[:0], word))
 	} else {
-		dst = m.mergeLarge(dst, word)
+		dst = m.mergeLarge(dst, m.symbols(make([]int32, 0, len(word)), word))
 	}
 	m.cache.put(word, dst[n:])
 	return dst
 }
 
 // mergeSmall repeatedly merges the adjacent pair of lowest rank, the
-// leftmost one on a tie, until no pair has a merge.
-func (m *bpeModel) mergeSmall(dst []int32, word string) []int32 {
-	var symBuf, idBuf [smallWord]int32
-	var rankBuf [smallWord]uint32
-	syms := symBuf[:len(word)]
-	for i := 0; i < len(word); i++ {
-		syms[i] = m.byteID[word[i]]
+// leftmost one on a tie, until no pair has a merge; syms (at most
+// smallWord of them) are the word's initial symbols, merged in place.
+func (m *bpeModel) mergeSmall(dst, syms []int32) []int32 {
+	if len(syms) < 2 {
+		return append(dst, syms...)
 	}
-	ranks, ids := rankBuf[:len(word)-1], idBuf[:len(word)-1]
+	var idBuf [smallWord]int32
+	var rankBuf [smallWord]uint32
+	ranks, ids := rankBuf[:len(syms)-1], idBuf[:len(syms)-1]
 	for i := range ranks {
 		ranks[i], ids[i] = m.lookup(syms[i], syms[i+1])
 	}
@@ -109,14 +181,16 @@ func (m *bpeModel) mergeSmall(dst []int32, word string) []int32 {
 
 // mergeLarge is mergeSmall for long words: symbols form a linked list and
 // candidate merges wait in a heap ordered by (rank, position); an entry whose
-// symbols have changed since it was pushed is dropped when popped.
-func (m *bpeModel) mergeLarge(dst []int32, word string) []int32 {
-	n := len(word)
-	syms := make([]int32, n)
+// symbols have changed since it was pushed is dropped when popped. syms
+// are merged in place.
+func (m *bpeModel) mergeLarge(dst, syms []int32) []int32 {
+	n := len(syms)
+	if n < 2 {
+		return append(dst, syms...)
+	}
 	next := make([]int32, n) // -1 at the end
 	prev := make([]int32, n) // -1 at the start
 	for i := 0; i < n; i++ {
-		syms[i] = m.byteID[word[i]]
 		next[i], prev[i] = int32(i+1), int32(i-1)
 	}
 	next[n-1] = -1

@@ -5,27 +5,42 @@
 // # Tokenizing
 //
 // A Tokenizer is read from a Hugging Face checkpoint (Load, FromFiles) and
-// tokenizes as Hugging Face's tokenizers library does for byte-level BPE
-// models: Qwen2, Qwen2.5 and Qwen3, Llama 3, and GPT-2-style tokenizers. The
-// steps, in order:
+// tokenizes as Hugging Face's tokenizers library does for two kinds of BPE
+// model: byte-level BPE (Qwen2, Qwen2.5 and Qwen3, Llama 3, GPT-2-style
+// tokenizers) and SentencePiece-style BPE (Llama 2, Mistral, TinyLlama).
+// The steps, in order:
 //
 //   - Added tokens ("<|im_start|>", "<think>", ...) are found in the raw
 //     text, leftmost first and longest at one position, and become one id
 //     each. Their single_word, lstrip, rstrip and normalized options are
 //     honoured; a normalized token is matched after normalization instead.
-//   - The text between them is normalized (NFC, NFD, NFKC, NFKD, or a
-//     sequence of these; Qwen uses NFC).
+//   - The text between them is normalized: NFC, NFD, NFKC, NFKD, Prepend
+//     and Replace with a literal pattern, alone or in a sequence (Qwen
+//     uses NFC; the older Llama 2 layout Prepend "▁" and Replace " " →
+//     "▁", so every piece of text between special tokens gets a "▁").
 //   - Pre-tokenizers cut it into words: Split (regex or literal, all five
-//     delimiter behaviours, invert), ByteLevel (prefix space, GPT-2 regex)
-//     and Digits, alone or in a Sequence.
-//   - Each word's bytes are merged pair by pair, lowest merge rank first,
-//     into token ids. Merges are read in both the "a b" and ["a", "b"]
-//     forms, and ignore_merges (Llama 3) is honoured.
+//     delimiter behaviours, invert), ByteLevel (prefix space, GPT-2 regex),
+//     Digits and Metaspace (spaces as "▁", prepend_scheme always, first or
+//     never, split), alone or in a Sequence.
+//   - Each word is merged pair by pair, lowest merge rank first, into token
+//     ids: from its bytes in a byte-level model; from its characters in a
+//     SentencePiece-style one (no ByteLevel step), where a character
+//     outside the vocabulary becomes the "<0xXX>" tokens of its UTF-8
+//     bytes (byte_fallback) or the unknown token (fuse_unk joins a run).
+//     Merges are read in both the "a b" and ["a", "b"] forms, and
+//     ignore_merges (Llama 3) is honoured. A SentencePiece-style text with
+//     no pre-tokenizer is one word; since no merge of such a vocabulary
+//     joins a character to a following "▁" (checked at load), it is
+//     merged a "▁"-started piece at a time, with the same result.
+//
+// Decoding follows the decoder: ByteLevel, or for SentencePiece-style
+// models Replace ("▁" → " "), ByteFallback, Fuse, Strip (leading spaces)
+// and Metaspace.
 //
 // Anything else a tokenizer.json may hold (a WordPiece or Unigram model, a
-// Metaspace pre-tokenizer, a Lowercase normalizer, BPE dropout, a
-// non-ByteLevel decoder, ...) makes loading fail with an error that names
-// it and wraps ErrUnsupported, rather than tokenizing wrongly. Truncation,
+// Lowercase normalizer, a Replace with a regex, BPE dropout, a decoder
+// other than those, ...) makes loading fail with an error that names it
+// and wraps ErrUnsupported, rather than tokenizing wrongly. Truncation,
 // padding and the post-processor are ignored: Encode is Hugging Face's
 // encode with add_special_tokens=False, and BOS/EOS come from the chat
 // template.
@@ -34,9 +49,11 @@
 // does when it tokenizes a rendered chat template; EncodeOrdinary does not,
 // for text that must not forge turn boundaries (as Hugging Face's
 // split_special_tokens). Decode returns the exact
-// bytes of the tokens, so Decode(Encode(s)) == s for NFC text; a
-// StreamDecoder holds back a UTF-8 character split across tokens until it is
-// complete, for streaming responses.
+// bytes of the tokens, so Decode(Encode(s)) == s for NFC text (a
+// SentencePiece-style decoder strips the space its encoder put before the
+// text, and a "▁" typed in the text comes back as a space, as in Hugging
+// Face); a StreamDecoder holds back a UTF-8 character split across
+// tokens until it is complete, for streaming responses.
 //
 // # Speed
 //

@@ -9,12 +9,19 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// fuzzTokenizers are the small trained tokenizer and, when its files are
-// present, Qwen3's.
+// fuzzTokenizers are the small trained tokenizer and, when their files
+// are present, Qwen3's and the SentencePiece one (spm_test.go).
 func fuzzTokenizers(f *testing.F) []*Tokenizer {
 	toks := []*Tokenizer{smallTokenizer(f)}
 	if qwen3Dir() != "" {
 		toks = append(toks, qwen3Tokenizer(f))
+	}
+	if d := spmDir(); d != "" {
+		tok, err := Load(d)
+		if err != nil {
+			f.Fatal(err)
+		}
+		toks = append(toks, tok)
 	}
 	return toks
 }
@@ -30,14 +37,21 @@ func FuzzEncodeDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		roundTrips := utf8.ValidString(s) && norm.NFC.IsNormalString(s)
 		for _, tok := range toks {
-			for _, enc := range []func(string) []int32{tok.Encode, tok.EncodeOrdinary} {
+			for i, enc := range []func(string) []int32{tok.Encode, tok.EncodeOrdinary} {
 				ids := enc(s)
 				for _, id := range ids {
 					if !tok.valid(id) {
 						t.Fatalf("Encode(%q) yields invalid id %d", s, id)
 					}
 				}
-				if got := tok.Decode(ids); roundTrips && got != s {
+				exact := roundTrips
+				if tok.model.chars {
+					// SentencePiece puts a "▁" before each piece of text
+					// between special tokens (decoded as a space), and
+					// decodes a typed "▁" as a space, as Hugging Face does.
+					exact = exact && i == 1 && !strings.Contains(s, metaspace)
+				}
+				if got := tok.Decode(ids); exact && got != s {
 					t.Fatalf("Decode(Encode(%q)) = %q", s, got)
 				}
 			}

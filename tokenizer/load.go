@@ -100,6 +100,7 @@ type modelJSON struct {
 	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
 	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
 	ByteFallback            bool             `json:"byte_fallback"`
+	FuseUnk                 bool             `json:"fuse_unk"`
 	IgnoreMerges            bool             `json:"ignore_merges"`
 	Vocab                   map[string]int32 `json:"vocab"`
 	Merges                  []mergeJSON      `json:"merges"`
@@ -146,10 +147,23 @@ type componentJSON struct {
 	} `json:"pattern"`
 	Behavior         string `json:"behavior"`
 	Invert           bool   `json:"invert"`
-	AddPrefixSpace   bool   `json:"add_prefix_space"`
+	AddPrefixSpace   *bool  `json:"add_prefix_space"`
 	UseRegex         *bool  `json:"use_regex"`
 	IndividualDigits bool   `json:"individual_digits"`
+	// Prepend (normalizer), Replace (normalizer, decoder), Strip
+	// (decoder) and Metaspace (pre-tokenizer, decoder).
+	Prepend       string  `json:"prepend"`
+	Content       *string `json:"content"`
+	Start         int     `json:"start"`
+	Stop          int     `json:"stop"`
+	Replacement   string  `json:"replacement"`
+	StrRep        string  `json:"str_rep"`
+	PrependScheme string  `json:"prepend_scheme"`
+	Split         *bool   `json:"split"`
 }
+
+// addPrefixSpace is add_prefix_space, false when absent.
+func (c *componentJSON) addPrefixSpace() bool { return c.AddPrefixSpace != nil && *c.AddPrefixSpace }
 
 func isNull(raw json.RawMessage) bool {
 	raw = bytes.TrimSpace(raw)
@@ -174,13 +188,20 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 	}
 	switch c.Type {
 	case "NFC":
-		return normalizer{norm.NFC}, nil
+		return normalizer{formStep{norm.NFC}}, nil
 	case "NFD":
-		return normalizer{norm.NFD}, nil
+		return normalizer{formStep{norm.NFD}}, nil
 	case "NFKC":
-		return normalizer{norm.NFKC}, nil
+		return normalizer{formStep{norm.NFKC}}, nil
 	case "NFKD":
-		return normalizer{norm.NFKD}, nil
+		return normalizer{formStep{norm.NFKD}}, nil
+	case "Prepend":
+		return normalizer{prependStep{c.Prepend}}, nil
+	case "Replace":
+		if c.Pattern == nil || c.Pattern.String == nil || c.Content == nil {
+			return nil, unsupported("Replace normalizer without a literal String pattern (regex patterns are not supported)")
+		}
+		return normalizer{replaceStep{*c.Pattern.String, *c.Content}}, nil
 	case "Sequence":
 		var out normalizer
 		for i, sub := range c.Normalizers {
@@ -243,7 +264,7 @@ func buildPreTokenizer(raw json.RawMessage) (step preStep, byteLevel bool, err e
 		}
 		return splitStep{m: m, behavior: c.Behavior, invert: c.Invert}, false, nil
 	case "ByteLevel":
-		b := byteLevelStep{addPrefixSpace: c.AddPrefixSpace}
+		b := byteLevelStep{addPrefixSpace: c.addPrefixSpace()}
 		if c.UseRegex == nil || *c.UseRegex { // use_regex defaults to true
 			b.split = gpt2Matcher{}
 		}
@@ -253,6 +274,12 @@ func buildPreTokenizer(raw json.RawMessage) (step preStep, byteLevel bool, err e
 		return b, true, nil
 	case "Digits":
 		return digitsStep{individual: c.IndividualDigits}, false, nil
+	case "Metaspace":
+		m, err := c.metaspace()
+		if err != nil {
+			return nil, false, err
+		}
+		return m, false, nil
 	}
 	return nil, false, unsupported("pre_tokenizer type %q", c.Type)
 }
@@ -321,11 +348,13 @@ func build(f *fileJSON) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !byteLevel {
-		return nil, unsupported("pre_tokenizer without a ByteLevel step (only byte-level BPE is supported)")
-	}
-	if err := checkDecoder(f.Decoder); err != nil {
-		return nil, err
+	var spm spmDecoder
+	if byteLevel {
+		if err := checkDecoder(f.Decoder); err != nil {
+			return nil, err
+		}
+	} else if spm, err = buildSPMDecoder(f.Decoder); err != nil {
+		return nil, fmt.Errorf("%w (a tokenizer without a ByteLevel pre-tokenizer step must decode as SentencePiece does: Replace, ByteFallback, Fuse, Strip or Metaspace)", err)
 	}
 
 	t := &Tokenizer{
@@ -336,12 +365,18 @@ func build(f *fileJSON) (*Tokenizer, error) {
 		preTok:     f.PreTokenizer,
 		postProc:   f.PostProcessor,
 		decoder:    f.Decoder,
+		stripLead:  spm.strip,
 		model: bpeModel{
 			merges:       make(map[uint64]uint64, len(f.Model.Merges)),
 			vocab:        make(map[string]int32, len(f.Model.Vocab)),
 			ignoreMerges: f.Model.IgnoreMerges,
 			cache:        newWordCache(),
+			chars:        !byteLevel,
+			unk:          -1,
 		},
+	}
+	if m, ok := pre.(metaspaceStep); ok && m.first {
+		t.metaFirst = &m
 	}
 	if f.Model.UnkToken != nil {
 		t.unkModel = *f.Model.UnkToken
@@ -371,21 +406,34 @@ func build(f *fileJSON) (*Tokenizer, error) {
 		t.known[id] = true
 		t.strs[id] = s
 		t.ids[s] = id
-		if raw, ok := byteLevelDecode(s); ok {
+		switch raw, ok := byteLevelDecode(s); {
+		case !byteLevel:
+			t.raw[id] = spm.tokenBytes(s)
+			t.model.vocab[s] = id
+		case ok:
 			t.raw[id] = raw
 			t.model.vocab[string(raw)] = id
-		} else {
+		default:
 			// Not in the byte-level alphabet: BPE can never produce it, and it
 			// decodes to its own UTF-8 bytes, as in Hugging Face.
 			t.raw[id] = []byte(s)
 		}
 	}
-	for b := 0; b < 256; b++ {
-		id, ok := t.ids[string(byteToRune[b])]
-		if !ok {
-			return nil, fmt.Errorf("vocab lacks the byte-level token %q for byte 0x%02x", string(byteToRune[b]), b)
+	if byteLevel {
+		for b := 0; b < 256; b++ {
+			id, ok := t.ids[string(byteToRune[b])]
+			if !ok {
+				return nil, fmt.Errorf("vocab lacks the byte-level token %q for byte 0x%02x", string(byteToRune[b]), b)
+			}
+			t.model.byteID[b] = id
 		}
-		t.model.byteID[b] = id
+	} else {
+		if err := t.model.setFallback(&f.Model); err != nil {
+			return nil, err
+		}
+		if cutsWords(&f.Model, metaspace) {
+			t.model.cut = metaspace
+		}
 	}
 	t.merges = make([][2]int32, 0, len(f.Model.Merges))
 	for rank, mg := range f.Model.Merges {

@@ -182,15 +182,58 @@ func (d digitsStep) apply(s string, emit func(string)) {
 	}
 }
 
-// normalizer rewrites text before pre-tokenization. A nil normalizer leaves
-// text unchanged.
-type normalizer []norm.Form
+// normalizer rewrites text before pre-tokenization: its steps in order. A
+// nil normalizer leaves text unchanged.
+type normalizer []normStep
+
+// normStep is one normalizer of a tokenizer.json pipeline.
+type normStep interface {
+	normalize(s string) string
+}
 
 func (n normalizer) normalize(s string) string {
 	for _, f := range n {
-		if !f.IsNormalString(s) {
-			s = f.String(s)
-		}
+		s = f.normalize(s)
 	}
 	return s
 }
+
+// isForm reports whether n is exactly the Unicode normalization form f.
+func (n normalizer) isForm(f norm.Form) bool {
+	g, ok := n.onlyStep().(formStep)
+	return ok && g.f == f
+}
+
+func (n normalizer) onlyStep() normStep {
+	if len(n) != 1 {
+		return nil
+	}
+	return n[0]
+}
+
+// formStep is a Unicode normalization form (NFC, NFD, NFKC, NFKD).
+type formStep struct{ f norm.Form }
+
+func (f formStep) normalize(s string) string {
+	if f.f.IsNormalString(s) {
+		return s
+	}
+	return f.f.String(s)
+}
+
+// prependStep is the Prepend normalizer: it puts its text before any
+// non-empty piece (SentencePiece's "▁" before the first word).
+type prependStep struct{ prefix string }
+
+func (p prependStep) normalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return p.prefix + s
+}
+
+// replaceStep is the Replace normalizer with a literal pattern (spaces
+// as "▁" in SentencePiece models).
+type replaceStep struct{ old, new string }
+
+func (r replaceStep) normalize(s string) string { return strings.ReplaceAll(s, r.old, r.new) }

@@ -37,8 +37,8 @@ func (t *Tokenizer) TokenizerJSON() []byte {
 	if t.unkModel != "" {
 		unk = quoteJSON(t.unkModel)
 	}
-	fmt.Fprintf(&b, `,"model":{"type":"BPE","dropout":null,"unk_token":%s,"continuing_subword_prefix":"","end_of_word_suffix":"","fuse_unk":false,"byte_fallback":false,"ignore_merges":%t,"vocab":{`,
-		unk, t.model.ignoreMerges)
+	fmt.Fprintf(&b, `,"model":{"type":"BPE","dropout":null,"unk_token":%s,"continuing_subword_prefix":"","end_of_word_suffix":"","fuse_unk":%t,"byte_fallback":%t,"ignore_merges":%t,"vocab":{`,
+		unk, t.model.fuseUnk, t.model.byteFallback, t.model.ignoreMerges)
 	first := true
 	for id, s := range t.strs {
 		if s == "" {

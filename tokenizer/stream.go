@@ -14,11 +14,12 @@ import "unicode/utf8"
 type StreamDecoder struct {
 	t       *Tokenizer
 	pending []byte // the tail of an incomplete character, at most 3 bytes
+	strip   int    // leading spaces still to strip (see Decode)
 }
 
 // NewStreamDecoder returns a decoder for one stream of ids.
 func (t *Tokenizer) NewStreamDecoder() *StreamDecoder {
-	return &StreamDecoder{t: t}
+	return &StreamDecoder{t: t, strip: t.stripLead}
 }
 
 // Add decodes one more id and returns the text it completes, which may be
@@ -27,7 +28,16 @@ func (d *StreamDecoder) Add(id int32) string {
 	if !d.t.valid(id) {
 		return ""
 	}
-	buf := append(d.pending, d.t.raw[id]...)
+	raw := d.t.raw[id]
+	if d.strip > 0 {
+		n := len(raw)
+		raw = stripLeading(raw, d.strip)
+		d.strip -= n - len(raw)
+		if len(raw) > 0 {
+			d.strip = 0 // the text has begun
+		}
+	}
+	buf := append(d.pending, raw...)
 	keep := incompleteTail(buf)
 	out := string(buf[:len(buf)-keep])
 	d.pending = append(d.pending[:0], buf[len(buf)-keep:]...)

@@ -30,6 +30,12 @@ type Tokenizer struct {
 
 	bos, eos, pad, unk specialToken
 	chat               *chatTemplates
+
+	// SentencePiece-style tokenizers (see spm.go): a Metaspace
+	// pre-tokenizer that puts "▁" before the start of the text only, and
+	// how many spaces decoding strips from the start of the text.
+	metaFirst *metaspaceStep
+	stripLead int
 }
 
 type specialToken struct {
@@ -94,12 +100,26 @@ func (t *Tokenizer) EncodeOrdinary(text string) []int32 { return t.encode(text, 
 func (t *Tokenizer) encode(text string, allowSpecial bool) []int32 {
 	ids := make([]int32, 0, len(text)/4+4)
 	word := func(w string) { ids = t.model.appendWord(ids, w) }
-	token := func(id int32) { ids = append(ids, id) }
-	pretokenize := func(s string) { t.pre.apply(s, word) }
+	atStart := true
+	token := func(id int32) { ids, atStart = append(ids, id), false }
+	pretokenize := func(s string) { t.pretokenize(s, &atStart, word) }
 	normalized := func(s string) { t.normAdded.split(s, !allowSpecial, pretokenize, token) }
 	raw := func(s string) { normalized(t.norm.normalize(s)) }
 	t.rawAdded.split(text, !allowSpecial, raw, token)
 	return ids
+}
+
+// pretokenize cuts s, a piece of normalized text between added tokens,
+// into words; atStart says whether s begins the text (for a Metaspace
+// pre-tokenizer that marks the start of the text only) and is cleared.
+func (t *Tokenizer) pretokenize(s string, atStart *bool, word func(string)) {
+	first := *atStart
+	*atStart = false
+	if t.metaFirst != nil {
+		t.metaFirst.applyAt(s, first, word)
+		return
+	}
+	t.pre.apply(s, word)
 }
 
 // Decode returns the text of ids: the exact bytes the tokens stand for, so
@@ -107,9 +127,12 @@ func (t *Tokenizer) encode(text string, allowSpecial bool) []int32 {
 // Special tokens are included. Ids that have no token are skipped (see
 // DecodeChecked). The result is not valid UTF-8 when ids end or begin
 // inside a multi-byte character; use a StreamDecoder to decode a stream,
-// and note that encoding/json replaces invalid bytes with U+FFFD.
+// and note that encoding/json replaces invalid bytes with U+FFFD. A
+// SentencePiece-style tokenizer's decoder removes the space its encoder
+// put before the text ("▁Hello" decodes to "Hello", as in Hugging Face),
+// which AppendDecoded and TokenBytes keep.
 func (t *Tokenizer) Decode(ids []int32) string {
-	return string(t.AppendDecoded(nil, ids))
+	return string(stripLeading(t.AppendDecoded(nil, ids), t.stripLead))
 }
 
 // TokenBytes returns, for every id, the bytes Decode gives it alone (nil

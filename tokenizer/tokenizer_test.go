@@ -139,7 +139,7 @@ func TestMergeLargeMatchesSmall(t *testing.T) {
 			i := r.IntN(len(text) - 2)
 			j := min(len(text), i+2+r.IntN(smallWord-1))
 			w := text[i:j]
-			small, large := tok.model.mergeSmall(nil, w), tok.model.mergeLarge(nil, w)
+			small, large := tok.model.mergeSmall(nil, tok.model.symbols(nil, w)), tok.model.mergeLarge(nil, tok.model.symbols(nil, w))
 			if !slices.Equal(small, large) {
 				t.Fatalf("word %q: mergeSmall %v, mergeLarge %v", w, small, large)
 			}
@@ -325,7 +325,8 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{"wordpiece", set("model.type", "WordPiece"), true, `"WordPiece"`},
 		{"lowercase normalizer", set("normalizer", obj(`{"type":"Lowercase"}`)), true, `"Lowercase"`},
-		{"metaspace", set("pre_tokenizer", obj(`{"type":"Metaspace","replacement":"▁"}`)), true, `"Metaspace"`},
+		{"metaspace with a byte-level decoder", set("pre_tokenizer", obj(`{"type":"Metaspace","replacement":"▁"}`)), true, `decoder type "ByteLevel"`},
+		{"regex replace", set("normalizer", obj(`{"type":"Replace","pattern":{"Regex":" +"},"content":"▁"}`)), true, "Replace"},
 		{"no bytelevel", set("pre_tokenizer", obj(`{"type":"Split","pattern":{"String":" "},"behavior":"Isolated"}`)), true, "ByteLevel"},
 		{"wordpiece decoder", set("decoder", obj(`{"type":"WordPiece"}`)), true, `"WordPiece"`},
 		{"no decoder", set("decoder", nil), true, "decoder"},

@@ -76,7 +76,7 @@ func Train(docs iter.Seq[string], opts TrainOptions) (*Tokenizer, error) {
 		specials[i] = addedToken{ID: int32(i), Content: s, Special: true}
 	}
 	added := newAddedMatcher(specials, opts.SpecialTokens)
-	nfc := normalizer{norm.NFC}
+	nfc := normalizer{formStep{norm.NFC}}
 	counts := make(map[string]int64)
 	countWord := func(w string) {
 		if c, ok := counts[w]; ok {

@@ -342,14 +342,15 @@ func (t *Tokenizer) EncodeChat(req ChatRequest) (ids []int32, text string, err e
 func (t *Tokenizer) encodeMarked(text, mark string) []int32 {
 	ids := make([]int32, 0, len(text)/4+4)
 	word := func(w string) { ids = t.model.appendWord(ids, w) }
-	token := func(id int32) { ids = append(ids, id) }
+	atStart := true
+	token := func(id int32) { ids, atStart = append(ids, id), false }
 	pretokenize := func(s string) {
 		if strings.Contains(s, mark) {
 			if s = strings.ReplaceAll(s, mark, ""); s == "" {
 				return
 			}
 		}
-		t.pre.apply(s, word)
+		t.pretokenize(s, &atStart, word)
 	}
 	normalized := func(s string) { t.normAdded.split(s, false, pretokenize, token) }
 	raw := func(s string) { normalized(t.norm.normalize(s)) }

@@ -219,7 +219,7 @@ func (t *Tokenizer) Vocab(size int) (Vocab, error) {
 
 // preName names the tokenizer's normalizer and pre-tokenizer.
 func (t *Tokenizer) preName() (string, error) {
-	nfc := len(t.norm) == 1 && t.norm[0] == norm.NFC
+	nfc := t.norm.isForm(norm.NFC)
 	switch p := t.pre.(type) {
 	case splitStep:
 		q, ok := p.m.(qwenMatcher)

