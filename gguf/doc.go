@@ -36,7 +36,9 @@
 // projections so that ggml's interleaved rotary kernel sees the pairs
 // that Hugging Face's rotate-half rotation forms (PermuteRows); the loader
 // undoes it. Qwen2 and Qwen3 run ggml's NEOX rotation, Hugging Face's own,
-// and are stored unpermuted. ReadTokenizer builds the byte-level BPE
-// tokenizer the file holds (tokenizer.ggml.*, tokenizer.chat_template);
-// SentencePiece vocabularies are refused.
+// and are stored unpermuted. ReadTokenizer builds the tokenizer the file
+// holds (tokenizer.ggml.*, tokenizer.chat_template): byte-level BPE
+// ("gpt2": merges and a named pre-tokenizer) or SentencePiece BPE
+// ("llama": scores, token types, add_space_prefix), and
+// TokenizerMetadata writes either.
 package gguf

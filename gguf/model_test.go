@@ -553,6 +553,71 @@ func TestModelTokenizer(t *testing.T) {
 	}
 }
 
+// spmTokenizer loads the SentencePiece tokenizer scripts/fetch-testdata
+// puts in .cache/llama2 (a real 32,000-token Llama 2 / Mistral one), or
+// skips.
+func spmTokenizer(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	tok := spmTokenizerIfPresent(t)
+	if tok == nil {
+		t.Skip("SentencePiece tokenizer files absent: run scripts/fetch-testdata")
+	}
+	return tok
+}
+
+// spmTokenizerIfPresent is spmTokenizer, nil where the files are absent.
+func spmTokenizerIfPresent(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	dir := filepath.Join("..", ".cache", "llama2", "package", "models")
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		return nil
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestModelSPMTokenizer: a Llama model with a SentencePiece tokenizer
+// goes into a GGUF file as llama.cpp's converter writes one
+// (tokenizer.ggml.model "llama": tokens, scores, types,
+// add_space_prefix) and reads back as the same tokenizer.
+func TestModelSPMTokenizer(t *testing.T) {
+	tok := spmTokenizer(t)
+	dir := t.TempDir()
+	if err := model.WriteRandomCheckpoint(dir, smallSpec(model.ArchLlama, tok.VocabSize())); err != nil {
+		t.Fatal(err)
+	}
+	cv := convert(t, dir, tok, Q8_0, false)
+	for _, kv := range cv.kvs {
+		if kv.Key == KeyMerges || kv.Key == KeyTokenizerPre {
+			t.Errorf("a SentencePiece vocabulary with %s", kv.Key)
+		}
+	}
+	path := cv.write(t, filepath.Join(t.TempDir(), "m.gguf"))
+	m, err := OpenModel(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	got, err := m.Tokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"Hello, how are you today?", "<s>[INST] 2 + 3 [/INST] 5</s>", "  ünïcödé 12345 🦙\n\ttab", ""} {
+		if a, b := tok.Encode(s), got.Encode(s); !slices.Equal(a, b) {
+			t.Errorf("%q: %v from the file, %v from tokenizer.json", s, b, a)
+		}
+		if a, b := tok.Decode(tok.Encode(s)), got.Decode(got.Encode(s)); a != b {
+			t.Errorf("%q decodes to %q from the file, %q from tokenizer.json", s, b, a)
+		}
+	}
+	if bos, ok := got.BOS(); !ok || got.TokenString(bos) != "<s>" {
+		t.Errorf("BOS %d %v", bos, ok)
+	}
+}
+
 // TestBadModels: files that parse but are not models clawrl runs are
 // refused with the path and what is wrong.
 func TestBadModels(t *testing.T) {
@@ -620,7 +685,16 @@ func TestBadModels(t *testing.T) {
 			w := tensor(cv, "blk.0.attn_v.weight")
 			w.Shape = []int{w.Shape[1], w.Shape[0]}
 		}, "load", "has shape"},
-		{"SentencePiece tokenizer", func(cv *converted) { setKV(cv, KeyTokenizerModel, String("llama")) }, "tokenizer", "SentencePiece"},
+		{"SentencePiece tokenizer without scores", func(cv *converted) { setKV(cv, KeyTokenizerModel, String("llama")) }, "tokenizer", KeyScores + " is missing"},
+		{"scores of the wrong type", func(cv *converted) {
+			setKV(cv, KeyTokenizerModel, String("llama"))
+			setKV(cv, KeyScores, Array([]string{"x"}))
+		}, "tokenizer", "not an array of floats"},
+		{"scores for other tokens", func(cv *converted) {
+			setKV(cv, KeyTokenizerModel, String("llama"))
+			setKV(cv, KeyScores, Array([]float32{1, 2}))
+		}, "tokenizer", "2 scores"},
+		{"unknown tokenizer model", func(cv *converted) { setKV(cv, KeyTokenizerModel, String("bert")) }, "tokenizer", `"bert" is not supported`},
 		{"no tokenizer", func(cv *converted) { dropKV(cv, KeyTokenizerModel) }, "tokenizer", "holds no tokenizer"},
 		{"unknown pre-tokenizer", func(cv *converted) { setKV(cv, KeyTokenizerPre, String("deepseek-llm")) }, "tokenizer", `pre-tokenizer "deepseek-llm"`},
 		{"merges of the wrong type", func(cv *converted) { setKV(cv, KeyMerges, Array([]int32{1})) }, "tokenizer", "not an array of strings"},

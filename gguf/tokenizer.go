@@ -18,6 +18,9 @@ const (
 	KeyEOS            = "tokenizer.ggml.eos_token_id"
 	KeyPAD            = "tokenizer.ggml.padding_token_id"
 	KeyChatTemplate   = "tokenizer.chat_template"
+	KeyScores         = "tokenizer.ggml.scores"
+	KeyAddSpacePrefix = "tokenizer.ggml.add_space_prefix"
+	KeyUNK            = "tokenizer.ggml.unknown_token_id"
 )
 
 // Tokenizer builds the tokenizer the file holds (see ReadTokenizer).
@@ -25,12 +28,12 @@ func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) { return ReadTokenizer
 
 // ReadTokenizer builds a tokenizer from a file's metadata: the byte-level
 // BPE vocabulary of tokenizer.ggml.model "gpt2" (tokens, token types,
-// merges), its pre-tokenizer (tokenizer.ggml.pre: qwen2, llama-bpe,
-// gpt-2, default; see tokenizer.Vocab), the BOS, EOS and padding tokens,
-// and the chat templates (tokenizer.chat_template, and named ones as
-// tokenizer.chat_template.NAME). SentencePiece vocabularies
-// (tokenizer.ggml.model "llama") are refused: clawrl's tokenizer is
-// byte-level BPE only.
+// merges) and its pre-tokenizer (tokenizer.ggml.pre: qwen2, llama-bpe,
+// gpt-2, default; see tokenizer.Vocab), or the SentencePiece BPE
+// vocabulary of tokenizer.ggml.model "llama" (tokens, token types,
+// scores, add_space_prefix: Llama 2, Mistral, TinyLlama), the BOS, EOS
+// and padding tokens, and the chat templates (tokenizer.chat_template,
+// and named ones as tokenizer.chat_template.NAME).
 func ReadTokenizer(f *File) (*tokenizer.Tokenizer, error) {
 	m := &Model{f: f}
 	kind, ok, err := m.stringKey(KeyTokenizerModel)
@@ -40,12 +43,29 @@ func ReadTokenizer(f *File) (*tokenizer.Tokenizer, error) {
 	switch {
 	case !ok:
 		return nil, f.errorf("the file holds no tokenizer (%s is missing)", KeyTokenizerModel)
-	case kind == "llama":
-		return nil, f.errorf("the tokenizer is SentencePiece (%s %q); clawrl runs byte-level BPE tokenizers only (%q, as Llama 3, Qwen2 and Qwen3 have)", KeyTokenizerModel, kind, "gpt2")
-	case kind != "gpt2":
-		return nil, f.errorf("tokenizer %s %q is not supported; clawrl runs byte-level BPE tokenizers only (%q)", KeyTokenizerModel, kind, "gpt2")
+	case kind != tokenizer.ModelBPE && kind != tokenizer.ModelSPM:
+		return nil, f.errorf("tokenizer %s %q is not supported; clawrl runs byte-level BPE (%q) and SentencePiece BPE (%q) tokenizers", KeyTokenizerModel, kind, tokenizer.ModelBPE, tokenizer.ModelSPM)
 	}
-	v := tokenizer.Vocab{Pre: "default", BOS: -1, EOS: -1, PAD: -1}
+	v := tokenizer.Vocab{Model: kind, Pre: "default", BOS: -1, EOS: -1, PAD: -1, AddSpacePrefix: true}
+	if kind == tokenizer.ModelSPM {
+		sv, ok := f.Get(KeyScores)
+		if !ok {
+			return nil, f.errorf("metadata: %s is missing (a SentencePiece vocabulary merges by them)", KeyScores)
+		}
+		scores, ok := sv.Floats()
+		if !ok {
+			return nil, f.errorf("metadata: %s is %s of %s, not an array of floats", KeyScores, sv.Type(), sv.ElemType())
+		}
+		v.Scores = make([]float32, len(scores))
+		for i, x := range scores {
+			v.Scores[i] = float32(x)
+		}
+		if bv, ok := f.Get(KeyAddSpacePrefix); ok {
+			if v.AddSpacePrefix, ok = bv.Bool(); !ok {
+				return nil, f.errorf("metadata: %s is %s, not a bool", KeyAddSpacePrefix, bv.Type())
+			}
+		}
+	}
 	if pre, ok, err := m.stringKey(KeyTokenizerPre); err != nil {
 		return nil, err
 	} else if ok {
@@ -116,8 +136,10 @@ func ReadTokenizer(f *File) (*tokenizer.Tokenizer, error) {
 	return tok, nil
 }
 
-// TokenizerMetadata returns the metadata of a byte-level BPE vocabulary
-// (tokenizer.Tokenizer.Vocab) as llama.cpp's converter writes it.
+// TokenizerMetadata returns the metadata of a vocabulary
+// (tokenizer.Tokenizer.Vocab) as llama.cpp's converter writes it: merges
+// and the pre-tokenizer's name for byte-level BPE, scores and
+// add_space_prefix for SentencePiece.
 func TokenizerMetadata(v tokenizer.Vocab) []KV {
 	types := make([]int32, len(v.Tokens))
 	for i := range types {
@@ -126,16 +148,33 @@ func TokenizerMetadata(v tokenizer.Vocab) []KV {
 			types[i] = int32(v.Types[i])
 		}
 	}
-	merges := make([]string, len(v.Merges))
-	for i, m := range v.Merges {
-		merges[i] = m[0] + " " + m[1]
-	}
-	kvs := []KV{
-		{KeyTokenizerModel, String("gpt2")},
-		{KeyTokenizerPre, String(v.Pre)},
-		{KeyTokens, Array(slices.Clone(v.Tokens))},
-		{KeyTokenTypes, Array(types)},
-		{KeyMerges, Array(merges)},
+	var kvs []KV
+	if v.Model == tokenizer.ModelSPM {
+		kvs = []KV{
+			{KeyTokenizerModel, String(tokenizer.ModelSPM)},
+			{KeyTokens, Array(slices.Clone(v.Tokens))},
+			{KeyScores, Array(slices.Clone(v.Scores))},
+			{KeyTokenTypes, Array(types)},
+			{KeyAddSpacePrefix, Bool(v.AddSpacePrefix)},
+		}
+		for id, typ := range types {
+			if typ == int32(tokenizer.TokenUnknown) {
+				kvs = append(kvs, KV{KeyUNK, Uint32(uint32(id))})
+				break
+			}
+		}
+	} else {
+		merges := make([]string, len(v.Merges))
+		for i, m := range v.Merges {
+			merges[i] = m[0] + " " + m[1]
+		}
+		kvs = []KV{
+			{KeyTokenizerModel, String(tokenizer.ModelBPE)},
+			{KeyTokenizerPre, String(v.Pre)},
+			{KeyTokens, Array(slices.Clone(v.Tokens))},
+			{KeyTokenTypes, Array(types)},
+			{KeyMerges, Array(merges)},
+		}
 	}
 	for _, s := range []struct {
 		key string

@@ -1,8 +1,10 @@
 package tokenizer
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -207,4 +209,162 @@ func cutsWords(f *modelJSON, cut string) bool {
 		}
 	}
 	return true
+}
+
+// fromSPMVocab builds a SentencePiece vocabulary as llama.cpp runs it: the
+// legacy tokenizer.json layout (a Prepend "▁" normalizer when
+// AddSpacePrefix, Replace " " → "▁", no pre-tokenizer, byte fallback
+// when all 256 "<0xXX>" tokens are there, unknown characters fused into
+// the unknown token) with merge rules made from the scores, as
+// transformers' converter makes them from a SentencePiece model: every
+// split of a normal token into two normal tokens is a merge, ranked by
+// the token's score (highest first), then its id, then the split's
+// position.
+func fromSPMVocab(v Vocab) (*Tokenizer, error) {
+	if v.Types != nil && len(v.Types) != len(v.Tokens) {
+		return nil, fmt.Errorf("%d token types for %d tokens", len(v.Types), len(v.Tokens))
+	}
+	if len(v.Scores) != len(v.Tokens) {
+		return nil, fmt.Errorf("SentencePiece vocabulary: %d scores for %d tokens", len(v.Scores), len(v.Tokens))
+	}
+	norm := `{"type":"Replace","pattern":{"String":" "},"content":"▁"}`
+	dec := `{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"}]}`
+	if v.AddSpacePrefix {
+		norm = `{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"▁"},` + norm + `]}`
+		dec = `{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"▁"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]}`
+	}
+	f := &fileJSON{
+		Normalizer: rawJSON(norm),
+		Decoder:    rawJSON(dec),
+		Model:      modelJSON{Type: "BPE", Vocab: make(map[string]int32, len(v.Tokens)), FuseUnk: true},
+	}
+	normal := map[string]int32{}
+	addedAt := map[string]int32{}
+	for i, s := range v.Tokens {
+		id := int32(i)
+		typ := TokenNormal
+		if v.Types != nil {
+			typ = v.Types[i]
+		}
+		switch typ {
+		case TokenNormal, TokenByte, TokenUnknown:
+			if s == "" {
+				return nil, fmt.Errorf("token %d is empty", id)
+			}
+			if prev, dup := f.Model.Vocab[s]; dup {
+				return nil, fmt.Errorf("token %q has two ids, %d and %d", s, prev, id)
+			}
+			f.Model.Vocab[s] = id
+			if typ == TokenNormal {
+				normal[s] = id
+			}
+			if typ == TokenUnknown && f.Model.UnkToken == nil {
+				// The unknown token is also a special token of the text,
+				// as in Hugging Face's files.
+				f.Model.UnkToken = &v.Tokens[i]
+				addedAt[s] = id
+				f.AddedTokens = append(f.AddedTokens, addedToken{ID: id, Content: s, Special: true})
+			}
+		case TokenControl, TokenUserDefined:
+			if s == "" {
+				return nil, fmt.Errorf("added token %d is empty", id)
+			}
+			if prev, dup := addedAt[s]; dup {
+				return nil, fmt.Errorf("added token %q has two ids, %d and %d", s, prev, id)
+			}
+			addedAt[s] = id
+			f.AddedTokens = append(f.AddedTokens, addedToken{ID: id, Content: s, Special: typ == TokenControl})
+		case TokenUnused:
+		default:
+			return nil, fmt.Errorf("token %d (%q) has type %d, not one of 1-6", id, s, typ)
+		}
+	}
+	f.Model.ByteFallback = true
+	for b := range 256 {
+		if _, ok := f.Model.Vocab[byteTokenName(byte(b))]; !ok {
+			f.Model.ByteFallback = false
+			break
+		}
+	}
+	type cand struct {
+		l, r  string
+		score float32
+		id    int32
+		at    int
+	}
+	var cands []cand
+	for s, id := range normal {
+		for at := range s {
+			if at == 0 {
+				continue
+			}
+			if _, ok := normal[s[:at]]; !ok {
+				continue
+			}
+			if _, ok := normal[s[at:]]; ok {
+				cands = append(cands, cand{s[:at], s[at:], v.Scores[id], id, at})
+			}
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		switch {
+		case a.score != b.score:
+			return cmp.Compare(b.score, a.score)
+		case a.id != b.id:
+			return cmp.Compare(a.id, b.id)
+		}
+		return cmp.Compare(a.at, b.at)
+	})
+	f.Model.Merges = make([]mergeJSON, len(cands))
+	for i, c := range cands {
+		f.Model.Merges[i] = mergeJSON{c.l, c.r}
+	}
+	return buildVocab(f, v)
+}
+
+// spmVocab is Vocab of a SentencePiece-style tokenizer. GGUF files (and
+// llama.cpp) put a "▁" before every piece of text that starts the text or
+// follows a special token, and merge by scores, so only the legacy layout
+// (Prepend "▁" when at all, Replace " " → "▁", no pre-tokenizer) is
+// written: a token's score is minus the rank of the first merge that
+// makes it (a token no merge makes scores below all of them).
+func (t *Tokenizer) spmVocab(size int) (Vocab, error) {
+	var prefix bool
+	switch n := t.norm; {
+	case len(n) == 2 && n[0] == prependStep{metaspace} && n[1] == replaceStep{" ", metaspace}:
+		prefix = true
+	case len(n) == 1 && n[0] == replaceStep{" ", metaspace}:
+	default:
+		return Vocab{}, fmt.Errorf("%w: a SentencePiece tokenizer goes into a GGUF file in the legacy layout only (normalizers Prepend \"▁\" and Replace \" \" → \"▁\", no pre-tokenizer), as llama.cpp runs it", ErrNoPreName)
+	}
+	if q, ok := t.pre.(sequence); !ok || len(q) > 0 || t.metaFirst != nil {
+		return Vocab{}, fmt.Errorf("%w: a SentencePiece tokenizer with a pre-tokenizer cannot go into a GGUF file", ErrNoPreName)
+	}
+	v := t.baseVocab(size)
+	v.Model, v.AddSpacePrefix = ModelSPM, prefix
+	v.Scores = make([]float32, len(v.Tokens))
+	low := -float32(len(t.merges) + 1)
+	for id := range v.Scores {
+		v.Scores[id] = low
+	}
+	for rank := len(t.merges) - 1; rank >= 0; rank-- {
+		_, merged := t.model.lookup(t.merges[rank][0], t.merges[rank][1])
+		if merged >= 0 {
+			v.Scores[merged] = float32(-rank) // not −0, which some readers write as 0
+		}
+	}
+	for id, typ := range v.Types {
+		i := int32(id)
+		switch {
+		case i == t.model.unk:
+			v.Types[id], v.Scores[id] = TokenUnknown, 0
+		case typ != TokenNormal:
+			v.Scores[id] = 0
+		case t.model.byteFallback:
+			if _, ok := byteToken(v.Tokens[id]); ok {
+				v.Types[id], v.Scores[id] = TokenByte, 0
+			}
+		}
+	}
+	return v, nil
 }

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -276,5 +277,72 @@ func TestSPMCutMatchesWhole(t *testing.T) {
 		if got, want := tok.Encode(s), whole.Encode(s); !slices.Equal(got, want) {
 			t.Fatalf("Encode(%.40q…) in pieces: %s", s, firstDiff(tok, got, want))
 		}
+	}
+}
+
+// TestSPMVocab: a SentencePiece tokenizer written as a GGUF vocabulary
+// (scores instead of merges) and read back tokenizes the corpus the same,
+// and what GGUF cannot hold is refused.
+func TestSPMVocab(t *testing.T) {
+	tokJSON, cfgJSON := spmFiles(t)
+	tok, err := FromFiles(tokJSON, cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := tok.Vocab(32000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Model != ModelSPM || !v.AddSpacePrefix || len(v.Scores) != 32000 || v.Merges != nil {
+		t.Fatalf("vocab: model %q, add_space_prefix %v, %d scores, %d merges", v.Model, v.AddSpacePrefix, len(v.Scores), len(v.Merges))
+	}
+	for _, c := range []struct {
+		tok string
+		typ TokenType
+	}{{"<unk>", TokenUnknown}, {"<s>", TokenControl}, {"<0x0A>", TokenByte}, {"▁the", TokenNormal}} {
+		id, _ := tok.TokenID(c.tok)
+		if v.Types[id] != c.typ {
+			t.Errorf("%s: type %d, want %d", c.tok, v.Types[id], c.typ)
+		}
+	}
+	back, err := FromVocab(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, _ := readSPMGolden(t)
+	for _, c := range legacy {
+		if got := back.Encode(c.Text); !slices.Equal(got, c.IDs) {
+			t.Fatalf("%s: Encode(%q) from the vocabulary: %s", c.Name, c.Text, firstDiff(back, got, c.IDs))
+		}
+	}
+	if id, ok := back.BOS(); !ok || back.TokenString(id) != "<s>" {
+		t.Errorf("BOS %d %v", id, ok)
+	}
+	// Without a space prefix the text is not prefixed, nor is the
+	// decoded text stripped.
+	v.AddSpacePrefix = false
+	bare, err := FromVocab(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bare.Decode(bare.Encode(" hi there")); got != " hi there" {
+		t.Errorf("no prefix: round trip %q", got)
+	}
+	if ids := bare.Encode("hi"); bare.TokenString(ids[0]) == "▁hi" {
+		t.Errorf("no prefix: %q encodes as ▁hi", "hi")
+	}
+	// The Metaspace layout puts no "▁" after special tokens; llama.cpp
+	// would, so it is not written.
+	meta, err := FromFiles(spmMetaspace(t, tokJSON), cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := meta.Vocab(32000); !errors.Is(err, ErrNoPreName) {
+		t.Errorf("Metaspace layout as GGUF: %v", err)
+	}
+	// Scores must match the tokens.
+	v.Scores = v.Scores[:10]
+	if _, err := FromVocab(v); err == nil || !strings.Contains(err.Error(), "scores") {
+		t.Errorf("10 scores: %v", err)
 	}
 }

@@ -24,6 +24,12 @@ const (
 	TokenByte        TokenType = 6
 )
 
+// Tokenizer models as GGUF files name them (tokenizer.ggml.model).
+const (
+	ModelBPE = "gpt2"  // byte-level BPE
+	ModelSPM = "llama" // SentencePiece BPE
+)
+
 // Names of pre-tokenizers as llama.cpp's converter writes them
 // (tokenizer.ggml.pre), for the pre-tokenizers this package runs.
 const (
@@ -32,12 +38,16 @@ const (
 	PreGPT2   = "gpt-2"     // the GPT-2 byte-level pattern
 )
 
-// Vocab is a byte-level BPE vocabulary as a GGUF file holds it: the
-// tokens by id in the byte-level alphabet (added tokens as their text),
-// their types, the merge rules by rank, the pre-tokenizer's name, the
-// special tokens and the chat templates. FromVocab builds a Tokenizer
-// from one; Tokenizer.Vocab makes one.
+// Vocab is a BPE vocabulary as a GGUF file holds it. A byte-level one
+// (Model "gpt2"): the tokens by id in the byte-level alphabet (added
+// tokens as their text), their types, the merge rules by rank and the
+// pre-tokenizer's name. A SentencePiece one (Model "llama"): the tokens
+// with "▁" for a space, their types and scores, and whether a "▁" goes
+// before the text. Both: the special tokens and the chat templates.
+// FromVocab builds a Tokenizer from one; Tokenizer.Vocab makes one.
 type Vocab struct {
+	// Model is ModelBPE ("" reads as it) or ModelSPM.
+	Model  string
 	Tokens []string
 	// Types has one entry per token; nil means every token is normal.
 	Types  []TokenType
@@ -48,6 +58,13 @@ type Vocab struct {
 	// recognise and which is read as GPT-2's (the pattern of a plain
 	// byte-level tokenizer.json).
 	Pre string
+	// Scores (SentencePiece) rank merges: of two adjacent pieces, the
+	// pair that makes the token of highest score merges first.
+	Scores []float32
+	// AddSpacePrefix (SentencePiece) puts a "▁" before each piece of text
+	// that starts the text or follows a special token, as llama.cpp's
+	// tokenizer.ggml.add_space_prefix (true in its files unless stated).
+	AddSpacePrefix bool
 	// BOS, EOS and PAD are token ids, −1 for none.
 	BOS, EOS, PAD int32
 	// ChatTemplates by name; "default" is the chat template.
@@ -85,6 +102,13 @@ func PreTokenizerNames() []string { return slices.Sorted(maps.Keys(preTokenizers
 // both matched in the raw text; unused tokens are left out (their ids
 // decode to nothing). A special-token id that names no token is ignored.
 func FromVocab(v Vocab) (*Tokenizer, error) {
+	switch v.Model {
+	case "", ModelBPE:
+	case ModelSPM:
+		return fromSPMVocab(v)
+	default:
+		return nil, unsupported("tokenizer model %q (supported: %q, byte-level BPE, and %q, SentencePiece BPE)", v.Model, ModelBPE, ModelSPM)
+	}
 	pre, ok := preTokenizers[v.Pre]
 	if !ok {
 		return nil, unsupported("pre-tokenizer %q (supported: %s)", v.Pre, strings.Join(PreTokenizerNames(), ", "))
@@ -138,6 +162,12 @@ func FromVocab(v Vocab) (*Tokenizer, error) {
 	for i, m := range v.Merges {
 		f.Model.Merges[i] = mergeJSON(m)
 	}
+	return buildVocab(f, v)
+}
+
+// buildVocab builds the tokenizer.json f made from v and sets v's special
+// tokens and chat templates.
+func buildVocab(f *fileJSON, v Vocab) (*Tokenizer, error) {
 	t, err := build(f)
 	if err != nil {
 		return nil, err
@@ -177,12 +207,28 @@ var ErrNoPreName = errors.New("the pre-tokenizer has no GGUF name")
 // It fails with ErrNoPreName when the normalizer and pre-tokenizer are not
 // exactly one of the named ones (Qwen2's, Llama 3's, GPT-2's).
 func (t *Tokenizer) Vocab(size int) (Vocab, error) {
+	if t.model.chars {
+		return t.spmVocab(size)
+	}
 	pre, err := t.preName()
 	if err != nil {
 		return Vocab{}, err
 	}
+	v := t.baseVocab(size)
+	v.Model, v.Pre = ModelBPE, pre
+	v.Merges = make([][2]string, len(t.merges))
+	for i, m := range t.merges {
+		v.Merges[i] = [2]string{t.strs[m[0]], t.strs[m[1]]}
+	}
+	return v, nil
+}
+
+// baseVocab is what Vocab writes for every model: the tokens (normal,
+// added, unused padding up to size), the special tokens and the chat
+// templates.
+func (t *Tokenizer) baseVocab(size int) Vocab {
 	n := max(size, len(t.strs))
-	v := Vocab{Tokens: make([]string, n), Types: make([]TokenType, n), Pre: pre, BOS: -1, EOS: -1, PAD: -1}
+	v := Vocab{Tokens: make([]string, n), Types: make([]TokenType, n), BOS: -1, EOS: -1, PAD: -1}
 	for id := range n {
 		i := int32(id)
 		switch a, added := t.addedAt[i]; {
@@ -195,10 +241,6 @@ func (t *Tokenizer) Vocab(size int) (Vocab, error) {
 		default:
 			v.Tokens[id], v.Types[id] = fmt.Sprintf("[PAD%d]", id), TokenUnused
 		}
-	}
-	v.Merges = make([][2]string, len(t.merges))
-	for i, m := range t.merges {
-		v.Merges[i] = [2]string{t.strs[m[0]], t.strs[m[1]]}
 	}
 	for _, st := range []struct {
 		tok specialToken
@@ -214,7 +256,7 @@ func (t *Tokenizer) Vocab(size int) (Vocab, error) {
 			v.ChatTemplates[name] = ct.source
 		}
 	}
-	return v, nil
+	return v
 }
 
 // preName names the tokenizer's normalizer and pre-tokenizer.
