@@ -1,6 +1,7 @@
 package gguf
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -44,7 +45,7 @@ func ReadTokenizer(f *File) (*tokenizer.Tokenizer, error) {
 	case !ok:
 		return nil, f.errorf("the file holds no tokenizer (%s is missing)", KeyTokenizerModel)
 	case kind != tokenizer.ModelBPE && kind != tokenizer.ModelSPM:
-		return nil, f.errorf("tokenizer %s %q is not supported; clawrl runs byte-level BPE (%q) and SentencePiece BPE (%q) tokenizers", KeyTokenizerModel, kind, tokenizer.ModelBPE, tokenizer.ModelSPM)
+		return nil, fmt.Errorf("%w: %w", f.errorf("tokenizer %s %q is not supported; clawrl runs byte-level BPE (%q) and SentencePiece BPE (%q) tokenizers", KeyTokenizerModel, kind, tokenizer.ModelBPE, tokenizer.ModelSPM), tokenizer.ErrUnsupported)
 	}
 	v := tokenizer.Vocab{Model: kind, Pre: "default", BOS: -1, EOS: -1, PAD: -1, AddSpacePrefix: true}
 	if kind == tokenizer.ModelSPM {
@@ -131,7 +132,7 @@ func ReadTokenizer(f *File) (*tokenizer.Tokenizer, error) {
 	}
 	tok, err := tokenizer.FromVocab(v)
 	if err != nil {
-		return nil, f.errorf("tokenizer: %v", err)
+		return nil, fmt.Errorf("gguf: %s: tokenizer: %w", f.path, err)
 	}
 	return tok, nil
 }
