@@ -192,6 +192,10 @@ func (e *Engine) open() error {
 	}
 	ev.Dur("load", time.Since(start)).Msg("model loaded")
 	e.warnMergedAdapters(m)
+	if w := c.SlidingWindow; w > 0 {
+		e.log.Warn().Int("sliding_window", w).Int("context", c.MaxPositions).
+			Msg("the model attends over a sliding window shorter than its context; clawrl attends over every earlier position, which is the same within the window, so the context is capped to the window")
+	}
 	return nil
 }
 

@@ -13,15 +13,20 @@ import (
 // Architectures this package runs, as named in config.json.
 const (
 	ArchLlama = "LlamaForCausalLM"
-	ArchQwen2 = "Qwen2ForCausalLM"
-	ArchQwen3 = "Qwen3ForCausalLM"
+	// ArchMistral is Llama's architecture under another name (Mistral 7B,
+	// Mistral Nemo); ParseConfig reads it as ArchLlama, with a sliding
+	// window shorter than the context capping the context (see
+	// Config.SlidingWindow).
+	ArchMistral = "MistralForCausalLM"
+	ArchQwen2   = "Qwen2ForCausalLM"
+	ArchQwen3   = "Qwen3ForCausalLM"
 )
 
 // Config is the part of a Hugging Face config.json that shapes the model,
 // after defaults are applied and the values are checked.
 type Config struct {
-	Architecture string // one of ArchLlama, ArchQwen2, ArchQwen3
-	ModelType    string // "llama", "qwen2", "qwen3"
+	Architecture string // one of ArchLlama, ArchQwen2, ArchQwen3 (ArchMistral reads as ArchLlama)
+	ModelType    string // "llama", "qwen2", "qwen3", "mistral"
 
 	HiddenSize       int
 	IntermediateSize int
@@ -31,6 +36,11 @@ type Config struct {
 	HeadDim          int
 	VocabSize        int
 	MaxPositions     int // max_position_embeddings: positions must stay below it
+	// SlidingWindow is a Mistral model's attention window when it is
+	// shorter than max_position_embeddings (Mistral 7B v0.1's 4096 of
+	// 32768). Attention here sees every earlier position, which equals
+	// the window's within it, so MaxPositions is capped to the window.
+	SlidingWindow int
 
 	RMSNormEps  float64
 	RopeTheta   float64
@@ -76,6 +86,7 @@ type configJSON struct {
 	AttentionBias     *bool           `json:"attention_bias"`
 	MLPBias           *bool           `json:"mlp_bias"`
 	UseSlidingWindow  *bool           `json:"use_sliding_window"`
+	SlidingWindow     *int            `json:"sliding_window"`
 	HiddenAct         *string         `json:"hidden_act"`
 	BOSTokenID        json.RawMessage `json:"bos_token_id"`
 	EOSTokenID        json.RawMessage `json:"eos_token_id"`
@@ -122,7 +133,14 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	c.Architecture = j.Architectures[0]
 	defaultMaxPos := 32768
+	mistral := c.Architecture == ArchMistral
 	switch c.Architecture {
+	case ArchMistral:
+		c.Architecture = ArchLlama
+		defaultMaxPos = 32768
+		c.QKVBias = deref(j.AttentionBias, false)
+		c.OBias = c.QKVBias
+		c.MLPBias = deref(j.MLPBias, false)
 	case ArchLlama:
 		defaultMaxPos = 2048
 		c.QKVBias = deref(j.AttentionBias, false)
@@ -135,7 +153,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.OBias = c.QKVBias
 		c.QKNorm = true
 	default:
-		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s or %s)", c.Architecture, ArchLlama, ArchQwen2, ArchQwen3)
+		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
 	}
 	if deref(j.UseSlidingWindow, false) {
 		return nil, fmt.Errorf("use_sliding_window is not supported")
@@ -185,6 +203,9 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.MaxPositions = deref(j.MaxPositions, defaultMaxPos)
 	if c.MaxPositions <= 0 {
 		return nil, fmt.Errorf("max_position_embeddings must be positive, got %d", c.MaxPositions)
+	}
+	if w := deref(j.SlidingWindow, 0); mistral && w > 0 && w < c.MaxPositions {
+		c.SlidingWindow, c.MaxPositions = w, w
 	}
 	c.RMSNormEps = deref(j.RMSNormEps, 1e-6)
 	if !(c.RMSNormEps > 0) || c.RMSNormEps > 1 {

@@ -292,6 +292,27 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("got %+v", c)
 			}
 		}, ""},
+		{"mistral as llama", func(c map[string]any) {
+			c["architectures"], c["model_type"], c["sliding_window"] = []any{"MistralForCausalLM"}, "mistral", nil
+		}, func(t *testing.T, c *Config) {
+			if c.Architecture != ArchLlama || c.ModelType != "mistral" || c.MaxPositions != 32768 || c.SlidingWindow != 0 || c.QKVBias {
+				t.Errorf("got %+v", c)
+			}
+		}, ""},
+		{"mistral's window caps the context", func(c map[string]any) {
+			c["architectures"], c["sliding_window"], c["max_position_embeddings"] = []any{"MistralForCausalLM"}, 4096, 32768
+		}, func(t *testing.T, c *Config) {
+			if c.MaxPositions != 4096 || c.SlidingWindow != 4096 {
+				t.Errorf("got %+v", c)
+			}
+		}, ""},
+		{"a window as long as the context", func(c map[string]any) {
+			c["architectures"], c["sliding_window"], c["max_position_embeddings"] = []any{"MistralForCausalLM"}, 32768, 32768
+		}, func(t *testing.T, c *Config) {
+			if c.MaxPositions != 32768 || c.SlidingWindow != 0 {
+				t.Errorf("got %+v", c)
+			}
+		}, ""},
 		{"qwen3 norms", func(c map[string]any) { c["architectures"] = []any{"Qwen3ForCausalLM"}; c["attention_bias"] = false }, func(t *testing.T, c *Config) {
 			if c.QKVBias || !c.QKNorm {
 				t.Errorf("got %+v", c)
