@@ -91,8 +91,14 @@ func startDaemon(t *testing.T, bin, cfg string, port int) *daemon {
 // startDaemonEnv is startDaemon with extra environment variables (NAME=value).
 func startDaemonEnv(t *testing.T, bin, cfg string, port int, env ...string) *daemon {
 	t.Helper()
+	return startDaemonArgs(t, bin, cfg, port, nil, env...)
+}
+
+// startDaemonArgs is startDaemonEnv with extra arguments to serve.
+func startDaemonArgs(t *testing.T, bin, cfg string, port int, args []string, env ...string) *daemon {
+	t.Helper()
 	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), log: &lockedBuffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command(bin, "serve", "--config", cfg, "--port", strconv.Itoa(port))
+	d.cmd = exec.Command(bin, append([]string{"serve", "--config", cfg, "--port", strconv.Itoa(port)}, args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.Env = append(append(os.Environ(), "CLAWRL_LOG_FORMAT=json"), env...)
 	if err := d.cmd.Start(); err != nil {

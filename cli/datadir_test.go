@@ -48,6 +48,24 @@ func TestOneDaemonPerDataDir(t *testing.T) {
 	if v := first.servedVersion(t); v < 1 {
 		t.Fatalf("the first daemon stopped serving: version %d", v)
 	}
+	// What the refusal suggests works: the same config with --data-dir.
+	if !strings.Contains(out, "--data-dir") {
+		t.Errorf("the refusal does not say how to give another data directory: %s", out)
+	}
+	other := filepath.Join(dir, "other")
+	beside := startDaemonArgs(t, bin, cfg, freePort(t), []string{"--data-dir", other})
+	if v := beside.servedVersion(t); v < 1 {
+		t.Errorf("a daemon on --data-dir %s serves version %d", other, v)
+	}
+	if err := beside.stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, beside.log)
+	}
+	if _, err := os.Stat(filepath.Join(other, "clawrl.db")); err != nil {
+		t.Errorf("--data-dir %s holds no store: %v", other, err)
+	}
+	if out, err := clawrl(cfg, "weights", "list", "--data-dir", other); err != nil || !strings.Contains(out, "base: ") {
+		t.Errorf("weights list --data-dir %s: %v\n%s", other, err, out)
+	}
 
 	// Train one version, so that there is something to roll back to.
 	chatWithThumbs(t, first, "o", "Name a fruit.", 2, 1, "", nil)

@@ -108,6 +108,7 @@ the tokenizer's vocabulary and chat template in the file's metadata.`,
 	f.StringVar(&ckpt, "checkpoint", "", "export this checkpoint directory (a vNNNNNNNN under any checkpoint root) instead of a version of the configured lineage")
 	f.StringVar(&shard, "max-shard-size", "5GB", "split weights larger than this into model-0000i-of-0000n.safetensors with an index, as transformers does (0: one file)")
 	f.StringVar(&baseName, "base-name", "", "name of the base model in the model card and adapter_config.json (default: the configured model's directory)")
+	dataDirFlag(f)
 	f.StringVar(&format, "format", "hf", "hf: a Hugging Face model directory; gguf: one GGUF file (llama.cpp, Ollama)")
 	f.StringVar(&qtype, "type", "bf16", "with --format gguf: the matrices' type (bf16, f16, f32, q8_0, q4_0, q4_k, q6_k, ...) or llama-quantize's mix q4_k_m or q5_k_m")
 	return cmd

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -49,6 +51,7 @@ stage. SIGINT or SIGTERM stops it gracefully.`,
 	config.BindFlag(fl, "host", "server.host")
 	fl.Int("port", 0, "listen port (server.port)")
 	config.BindFlag(fl, "port", "server.port")
+	dataDirFlag(fl)
 	return cmd
 }
 
@@ -377,4 +380,12 @@ func (a *app) newBareServer(e *engine.Engine) (*server.Server, error) {
 			MaxTurnsPerSession: a.cfg.Sessions.MaxTurns},
 		Logger: a.log,
 	})
+}
+
+// dataDirFlag adds --data-dir, bound to data.dir, to the flags of a
+// command that works on the data directory (serve, weights, export), so
+// that a second daemon, or a look at one, needs no config file.
+func dataDirFlag(fl *pflag.FlagSet) {
+	fl.String("data-dir", "", "data directory: the store and the checkpoints (data.dir; default ~/.local/share/clawrl)")
+	config.BindFlag(fl, "data-dir", "data.dir")
 }

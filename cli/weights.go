@@ -35,6 +35,7 @@ default checkpoints/ under data.dir):
                   serves the version at once; without admin keys the command
                   refuses and says how`,
 	}
+	dataDirFlag(cmd.PersistentFlags())
 	root := func() (string, error) { return a.cfg.CheckpointDir() }
 	version := func(arg string) (uint64, error) {
 		n, err := strconv.ParseUint(arg, 10, 64)

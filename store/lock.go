@@ -101,10 +101,10 @@ func lockedError(dir string) error {
 		if h.Addr != "" {
 			at = ", serving " + h.Addr
 		}
-		return fmt.Errorf("%w: %s is held by another clawrl daemon (pid %d%s, since %s); stop it first, or give this one another data.dir",
+		return fmt.Errorf("%w: %s is held by another clawrl daemon (pid %d%s, since %s); stop it first, or give this one another data directory (serve --data-dir DIR, or data.dir)",
 			ErrLocked, dir, h.PID, at, h.Since.Local().Format(time.DateTime))
 	}
-	return fmt.Errorf("%w: %s is held by another clawrl daemon; stop it first, or give this one another data.dir", ErrLocked, dir)
+	return fmt.Errorf("%w: %s is held by another clawrl daemon; stop it first, or give this one another data directory (serve --data-dir DIR, or data.dir)", ErrLocked, dir)
 }
 
 // readLock reads what the holder wrote.
