@@ -31,6 +31,9 @@ type bpeModel struct {
 	fallback     [256]int32 // chars: the id of "<0xXX>" for each byte
 	unk          int32      // chars: the unknown token's id, −1 for none
 	fuseUnk      bool       // chars: a run of unknown characters is one unknown token
+	// missingBytes (byte-level) counts the bytes without a token
+	// (byteID −1); encoding drops them.
+	missingBytes int
 	// cut (chars): no merge joins a character to a following cut (every
 	// merged token is a run of cuts and then no cut, as SentencePiece's
 	// vocabularies are), so a word is merged a piece at a time, each
@@ -44,7 +47,9 @@ type bpeModel struct {
 func (m *bpeModel) symbols(syms []int32, word string) []int32 {
 	if !m.chars {
 		for i := 0; i < len(word); i++ {
-			syms = append(syms, m.byteID[word[i]])
+			if id := m.byteID[word[i]]; id >= 0 {
+				syms = append(syms, id)
+			}
 		}
 		return syms
 	}
@@ -116,7 +121,7 @@ func (m *bpeModel) appendPiece(dst []int32, word string) []int32 {
 	switch {
 	case len(word) == 0:
 		return dst
-	case len(word) == 1 && !m.chars:
+	case len(word) == 1 && !m.chars && m.byteID[word[0]] >= 0:
 		return append(dst, m.byteID[word[0]])
 	}
 	if m.ignoreMerges {

@@ -422,7 +422,15 @@ func build(f *fileJSON) (*Tokenizer, error) {
 	if byteLevel {
 		for b := 0; b < 256; b++ {
 			id, ok := t.ids[string(byteToRune[b])]
-			if !ok {
+			switch {
+			case !ok && (b == 0xC0 || b == 0xC1 || b >= 0xF1):
+				// Some vocabularies (StarCoder's, MPT's) leave out bytes
+				// that only invalid UTF-8 or the rarest planes hold: such
+				// a byte is dropped, as Hugging Face drops a symbol that
+				// has no token and no unk_token.
+				id = -1
+				t.model.missingBytes++
+			case !ok:
 				return nil, fmt.Errorf("vocab lacks the byte-level token %q for byte 0x%02x", string(byteToRune[b]), b)
 			}
 			t.model.byteID[b] = id

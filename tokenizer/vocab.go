@@ -83,14 +83,30 @@ func splitByteLevel(pattern string) string {
 		`},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":false,"use_regex":false}]}`
 }
 
+// The pre-tokenizers below, by what they run (llama.cpp names several
+// models' the same when their tokenizer.json split the text alike).
+var (
+	preQwen2        = preTokenizer{normalizer: `{"type":"NFC"}`, preTokenizer: splitByteLevel(PatternQwen2)}
+	preLlama3       = preTokenizer{preTokenizer: splitByteLevel(PatternLlama3), ignoreMerges: true}
+	preLlama3Merged = preTokenizer{preTokenizer: splitByteLevel(PatternLlama3)} // Llama 3's split, merges never skipped
+	preGPT2         = preTokenizer{preTokenizer: `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`}
+	// preDigitsGPT2 isolates every digit, then splits as GPT-2 does
+	// (SmolLM, StarCoder, Refact, Command R).
+	preDigitsGPT2 = preTokenizer{preTokenizer: `{"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}]}`}
+)
+
+// PreSmolLM names preDigitsGPT2 when a tokenizer is written as GGUF.
+const PreSmolLM = "smollm"
+
+// PreSmaug names Llama 3's split without ignore_merges.
+const PreSmaug = "smaug-bpe"
+
 var preTokenizers = map[string]preTokenizer{
-	PreQwen2:   {normalizer: `{"type":"NFC"}`, preTokenizer: splitByteLevel(PatternQwen2)},
-	PreLlama3:  {preTokenizer: splitByteLevel(PatternLlama3), ignoreMerges: true},
-	"llama3":   {preTokenizer: splitByteLevel(PatternLlama3), ignoreMerges: true},
-	"llama-v3": {preTokenizer: splitByteLevel(PatternLlama3), ignoreMerges: true},
-	PreGPT2:    {preTokenizer: `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`},
-	"gpt2":     {preTokenizer: `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`},
-	"default":  {preTokenizer: `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`},
+	PreQwen2: preQwen2, "deepseek-r1-qwen": preQwen2,
+	PreLlama3: preLlama3, "llama3": preLlama3, "llama-v3": preLlama3, "falcon3": preLlama3, "pixtral": preLlama3,
+	PreSmaug: preLlama3Merged, "dbrx": preLlama3Merged,
+	PreGPT2: preGPT2, "gpt2": preGPT2, "default": preGPT2, "mpt": preGPT2, "olmo": preGPT2, "phi-2": preGPT2,
+	PreSmolLM: preDigitsGPT2, "starcoder": preDigitsGPT2, "refact": preDigitsGPT2, "command-r": preDigitsGPT2, "codeshell": preDigitsGPT2,
 }
 
 // PreTokenizerNames lists the pre-tokenizer names FromVocab accepts.
@@ -273,11 +289,21 @@ func (t *Tokenizer) preName() (string, error) {
 			return PreQwen2, nil
 		case q.maxDigits == 3 && len(t.norm) == 0 && t.model.ignoreMerges:
 			return PreLlama3, nil
+		case q.maxDigits == 3 && len(t.norm) == 0:
+			return PreSmaug, nil
 		}
 	case byteLevelStep:
 		if _, ok := p.split.(gpt2Matcher); ok && !p.addPrefixSpace && len(t.norm) == 0 && !t.model.ignoreMerges {
 			return PreGPT2, nil
 		}
+	case sequence:
+		d, okD := p[0].(digitsStep)
+		b, okB := p[len(p)-1].(byteLevelStep)
+		if len(p) == 2 && okD && okB && d.individual && !b.addPrefixSpace && len(t.norm) == 0 && !t.model.ignoreMerges {
+			if _, ok := b.split.(gpt2Matcher); ok {
+				return PreSmolLM, nil
+			}
+		}
 	}
-	return "", fmt.Errorf("%w (GGUF files name Qwen2's: the Qwen2 split pattern after NFC; Llama 3's: the Llama 3 pattern, no normalizer, ignore_merges; and GPT-2's byte-level pattern)", ErrNoPreName)
+	return "", fmt.Errorf("%w (GGUF files name Qwen2's: the Qwen2 split pattern after NFC; Llama 3's: the Llama 3 pattern, no normalizer, with or without ignore_merges; GPT-2's byte-level pattern, alone or after single digits)", ErrNoPreName)
 }

@@ -175,3 +175,74 @@ func TestFromVocabRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestVocabPreNames: the pre-tokenizer names llama.cpp gives several
+// models' tokenizers run as the tokenizer.json they stand for, and a
+// tokenizer built from one is written back under its canonical name.
+func TestVocabPreNames(t *testing.T) {
+	v, err := smallTokenizer(t).Vocab(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(pre string) *Tokenizer {
+		t.Helper()
+		w := v
+		w.Pre = pre
+		tok, err := FromVocab(w)
+		if err != nil {
+			t.Fatalf("pre %q: %v", pre, err)
+		}
+		return tok
+	}
+	for _, c := range []struct{ alias, canonical string }{
+		{"deepseek-r1-qwen", PreQwen2}, {"falcon3", PreLlama3}, {"pixtral", PreLlama3},
+		{"dbrx", PreSmaug}, {"mpt", PreGPT2}, {"olmo", PreGPT2},
+		{"starcoder", PreSmolLM}, {"refact", PreSmolLM}, {"command-r", PreSmolLM},
+	} {
+		a, b := build(c.alias), build(c.canonical)
+		sameEncodings(t, b, a)
+		back, err := a.Vocab(0)
+		if err != nil || back.Pre != c.canonical {
+			t.Errorf("%s written back as %q (%v), want %q", c.alias, back.Pre, err, c.canonical)
+		}
+	}
+	// SmolLM's split isolates every digit; GPT-2's keeps runs.
+	words := func(tok *Tokenizer, s string) (out []string) {
+		tok.pre.apply(s, func(w string) { out = append(out, w) })
+		return out
+	}
+	if got, want := words(build(PreSmolLM), "x 123"), []string{"x", " ", "1", "2", "3"}; !slices.Equal(got, want) {
+		t.Errorf("smollm words %q, want %q", got, want)
+	}
+	if got, want := words(build(PreGPT2), "x 123"), []string{"x", " 123"}; !slices.Equal(got, want) {
+		t.Errorf("gpt-2 words %q, want %q", got, want)
+	}
+	// Smaug's is Llama 3's without ignore_merges.
+	if build(PreSmaug).model.ignoreMerges || !build(PreLlama3).model.ignoreMerges {
+		t.Error("ignore_merges of smaug-bpe / llama-bpe")
+	}
+}
+
+// TestMissingRareBytes: a byte-level vocabulary may lack the tokens of
+// bytes only invalid or the rarest UTF-8 holds (StarCoder's lacks 0xF1
+// and up); it loads, and such a byte is dropped as Hugging Face drops a
+// symbol with no token. A common byte's absence is still refused.
+func TestMissingRareBytes(t *testing.T) {
+	base := smallTokenizer(t)
+	data := editJSON(t, base.TokenizerJSON(), func(m map[string]any) {
+		vocab := m["model"].(map[string]any)["vocab"].(map[string]any)
+		for _, b := range []int{0xC0, 0xC1, 0xF5, 0xFF} {
+			delete(vocab, string(byteToRune[b]))
+		}
+	})
+	tok, err := FromJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tok.Encode("ab\xc0c\xff"), base.Encode("abc"); !slices.Equal(got, want) {
+		t.Errorf("Encode with rare bytes = %v, want %v (them dropped)", got, want)
+	}
+	if got, want := tok.Encode("héllo wörld"), base.Encode("héllo wörld"); !slices.Equal(got, want) {
+		t.Errorf("valid text: %v, want %v", got, want)
+	}
+}
