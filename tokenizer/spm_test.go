@@ -346,3 +346,98 @@ func TestSPMVocab(t *testing.T) {
 		t.Errorf("10 scores: %v", err)
 	}
 }
+
+// tinySPM is a SentencePiece-style tokenizer.json small enough to write
+// by hand: byte fallback, "▁", a, b and two merges.
+func tinySPM() []byte {
+	vocab := map[string]int{"<unk>": 0, "<s>": 1, "</s>": 2}
+	for b := range 256 {
+		vocab[byteTokenName(byte(b))] = 3 + b
+	}
+	for i, s := range []string{metaspace, "a", "b", metaspace + "a", "ab", metaspace + "ab"} {
+		vocab[s] = 259 + i
+	}
+	f := map[string]any{
+		"added_tokens": []any{
+			map[string]any{"id": 0, "content": "<unk>", "special": true},
+			map[string]any{"id": 1, "content": "<s>", "special": true},
+			map[string]any{"id": 2, "content": "</s>", "special": true},
+		},
+		"normalizer": map[string]any{"type": "Sequence", "normalizers": []any{
+			map[string]any{"type": "Prepend", "prepend": metaspace},
+			map[string]any{"type": "Replace", "pattern": map[string]any{"String": " "}, "content": metaspace},
+		}},
+		"pre_tokenizer": nil,
+		"decoder": map[string]any{"type": "Sequence", "decoders": []any{
+			map[string]any{"type": "Replace", "pattern": map[string]any{"String": metaspace}, "content": " "},
+			map[string]any{"type": "ByteFallback"}, map[string]any{"type": "Fuse"},
+			map[string]any{"type": "Strip", "content": " ", "start": 1, "stop": 0},
+		}},
+		"model": map[string]any{"type": "BPE", "unk_token": "<unk>", "byte_fallback": true, "fuse_unk": true,
+			"vocab": vocab, "merges": []any{metaspace + " a", "a b", metaspace + "a b"}},
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestTinySPM pins SentencePiece-style encoding on a vocabulary written
+// by hand, without the downloaded files.
+func TestTinySPM(t *testing.T) {
+	tok, err := FromJSON(tinySPM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pieces := func(s string) (out []string) {
+		for _, id := range tok.Encode(s) {
+			out = append(out, tok.TokenString(id))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		text string
+		want []string
+	}{
+		{"ab", []string{"▁ab"}},
+		{"a b", []string{"▁a", "▁", "b"}},
+		{"ba", []string{"▁", "b", "a"}},
+		{"c", []string{"▁", "<0x63>"}},
+		{"é", []string{"▁", "<0xC3>", "<0xA9>"}},
+		{"<s>ab", []string{"<s>", "▁ab"}},
+		{"", nil},
+	} {
+		if got := pieces(c.text); !slices.Equal(got, c.want) {
+			t.Errorf("pieces of %q = %q, want %q", c.text, got, c.want)
+		}
+		if c.text != "" && !strings.Contains(c.text, "<s>") {
+			if got := tok.Decode(tok.Encode(c.text)); got != c.text {
+				t.Errorf("Decode(Encode(%q)) = %q", c.text, got)
+			}
+		}
+	}
+}
+
+// FuzzFromJSON: no tokenizer.json, however damaged, makes loading panic,
+// and whatever loads encodes and decodes without panicking.
+func FuzzFromJSON(f *testing.F) {
+	f.Add(tinySPM(), "a b c é")
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"decoder":{"type":"Metaspace","replacement":"▁"},"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first"}}`), "a a")
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"▁":0,"a":1},"merges":["▁ a"],"byte_fallback":true},"decoder":{"type":"Strip","content":" ","start":3,"stop":0}}`), "   a")
+	f.Fuzz(func(t *testing.T, data []byte, text string) {
+		tok, err := FromJSON(data)
+		if err != nil {
+			return
+		}
+		ids := tok.Encode(text)
+		tok.Decode(ids)
+		d := tok.NewStreamDecoder()
+		for _, id := range ids {
+			d.Add(id)
+		}
+		d.Flush()
+		tok.EncodeOrdinary(text)
+		tok.TokenizerJSON()
+	})
+}
