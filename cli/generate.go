@@ -100,7 +100,10 @@ func (a *app) runGenerate(cmd *cobra.Command, f generateFlags) error {
 			return err
 		}
 	}
-	ids := tok.Encode(text)
+	ids := tok.Encode(text) // a rendered chat template writes its own BOS
+	if !f.chat {
+		ids = tok.EncodePrompt(text)
+	}
 	if len(ids) == 0 {
 		return errors.New("the prompt is empty")
 	}

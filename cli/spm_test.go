@@ -116,6 +116,20 @@ func TestSentencePieceModel(t *testing.T) {
 		t.Errorf("content %q against its tokens %q: the reply should lose only SentencePiece's leading space", content, joined.String())
 	}
 
+	// A raw completion starts with BOS, as vLLM and llama.cpp start one.
+	code, resp, _ = d.post(t, "/v1/completions", "", nil, map[string]any{
+		"model": servedModel(d.url), "prompt": "Hello there", "max_tokens": 2, "echo": true, "logprobs": 1,
+	})
+	if code != 200 {
+		t.Fatalf("completion: %d %v", code, resp)
+	}
+	if n := int(resp["usage"].(map[string]any)["prompt_tokens"].(float64)); n != len(tok.Encode("Hello there"))+1 {
+		t.Errorf("completion prompt_tokens %d, want BOS + %d", n, len(tok.Encode("Hello there")))
+	}
+	if toks := resp["choices"].([]any)[0].(map[string]any)["logprobs"].(map[string]any)["tokens"].([]any); toks[0] != "<s>" {
+		t.Errorf("echoed prompt tokens %v: no BOS first", toks)
+	}
+
 	// Thumbs train; the trained version exports as GGUF with the same
 	// tokenizer.
 	chatWithThumbs(t, d, "spm", "Name a fruit.", 2, 1, "", nil)

@@ -616,6 +616,20 @@ func TestModelSPMTokenizer(t *testing.T) {
 	if bos, ok := got.BOS(); !ok || got.TokenString(bos) != "<s>" {
 		t.Errorf("BOS %d %v", bos, ok)
 	}
+	// A raw prompt starts with BOS, as llama.cpp tokenizes one: as the
+	// file says, and by default for a SentencePiece vocabulary.
+	if !got.AddsBOS() {
+		t.Error("the SentencePiece file adds no BOS to a raw prompt")
+	}
+	cv.kvs = slices.DeleteFunc(cv.kvs, func(kv KV) bool { return kv.Key == KeyAddBOS })
+	m2, err := OpenModel(cv.write(t, filepath.Join(t.TempDir(), "nokey.gguf")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	if nk, err := m2.Tokenizer(); err != nil || !nk.AddsBOS() {
+		t.Errorf("without %s: %v", KeyAddBOS, err)
+	}
 }
 
 // TestBadModels: files that parse but are not models clawrl runs are

@@ -22,6 +22,7 @@ const (
 	KeyScores         = "tokenizer.ggml.scores"
 	KeyAddSpacePrefix = "tokenizer.ggml.add_space_prefix"
 	KeyUNK            = "tokenizer.ggml.unknown_token_id"
+	KeyAddBOS         = "tokenizer.ggml.add_bos_token"
 )
 
 // Tokenizer builds the tokenizer the file holds (see ReadTokenizer).
@@ -113,6 +114,14 @@ func ReadTokenizer(f *File) (*tokenizer.Tokenizer, error) {
 			*s.dst = int32(id)
 		}
 	}
+	// A raw prompt gets BOS first where llama.cpp puts it there: as the
+	// file says, or by default for SentencePiece and Llama 3's split.
+	v.AddBOS = kind == tokenizer.ModelSPM || tokenizer.PreAddsBOS(v.Pre)
+	if bv, ok := f.Get(KeyAddBOS); ok {
+		if v.AddBOS, ok = bv.Bool(); !ok {
+			return nil, f.errorf("metadata: %s is %s, not a bool", KeyAddBOS, bv.Type())
+		}
+	}
 	for _, kv := range f.KV {
 		name, ok := "default", kv.Key == KeyChatTemplate
 		if !ok {
@@ -185,6 +194,7 @@ func TokenizerMetadata(v tokenizer.Vocab) []KV {
 			kvs = append(kvs, KV{s.key, Uint32(uint32(s.id))})
 		}
 	}
+	kvs = append(kvs, KV{KeyAddBOS, Bool(v.AddBOS)})
 	names := make([]string, 0, len(v.ChatTemplates))
 	for name := range v.ChatTemplates {
 		names = append(names, name)

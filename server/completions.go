@@ -84,8 +84,10 @@ func (s *Server) prompts(raw json.RawMessage) ([]completionPrompt, *apiError) {
 func (s *Server) textPrompt(text string) completionPrompt {
 	// A raw prompt is the client's own template text: special tokens
 	// written in it are control tokens, as in vLLM and transformers
-	// (chat requests, where text comes from users, use EncodeChat).
-	return completionPrompt{text: text, ids: s.tok.Encode(text)}
+	// (chat requests, where text comes from users, use EncodeChat), and
+	// it gets the BOS token first where the tokenizer adds one, as vLLM
+	// and llama.cpp's server do (Llama, Mistral; not Qwen).
+	return completionPrompt{text: text, ids: s.tok.EncodePrompt(text)}
 }
 
 func (s *Server) tokenPrompt(ids []int64, param string) (completionPrompt, *apiError) {

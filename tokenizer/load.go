@@ -491,6 +491,7 @@ type configJSON struct {
 	PAD          tokenField      `json:"pad_token"`
 	UNK          tokenField      `json:"unk_token"`
 	ChatTemplate json.RawMessage `json:"chat_template"`
+	AddBOSToken  *bool           `json:"add_bos_token"`
 }
 
 // tokenField is a special token in tokenizer_config.json: a string, null, or
@@ -542,6 +543,15 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 		set("pad_token", c.PAD, &t.pad),
 	); err != nil {
 		return err
+	}
+	// A raw prompt gets the BOS token as the post-processor puts it there,
+	// unless add_bos_token says otherwise (transformers' Llama tokenizers
+	// rebuild the post-processor from it).
+	if tok, ok := postProcessorAddsBOS(t.postProc); ok && t.bos.ok && tok == t.bos.text {
+		t.addBOS = true
+	}
+	if c.AddBOSToken != nil {
+		t.addBOS = *c.AddBOSToken
 	}
 	// A byte-level model never needs an unknown token; its name is only
 	// passed on to chat templates.

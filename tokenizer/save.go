@@ -116,6 +116,7 @@ func (t *Tokenizer) ConfigJSON() []byte {
 		return &s.text
 	}
 	cfg.BOS, cfg.EOS, cfg.PAD, cfg.UNK = name(t.bos), name(t.eos), name(t.pad), name(t.unk)
+	cfg.AddBOSToken = t.AddsBOS()
 	cfg.TokenizerClass = "PreTrainedTokenizerFast"
 	if t.HasChatTemplate() {
 		if ct, ok := t.chat.byName["default"]; ok && len(t.chat.byName) == 1 {

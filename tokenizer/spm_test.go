@@ -441,3 +441,45 @@ func FuzzFromJSON(f *testing.F) {
 		tok.TokenizerJSON()
 	})
 }
+
+// TestAddsBOS: a raw prompt gets BOS first where Hugging Face's
+// add_special_tokens=True (the post-processor, or add_bos_token) and
+// llama.cpp put it: the Llama tokenizer does, Qwen's and the trained one
+// do not; never twice; kept through tokenizer.json, tokenizer_config.json
+// and a GGUF vocabulary.
+func TestAddsBOS(t *testing.T) {
+	tokJSON, cfgJSON := spmFiles(t)
+	tok, err := FromFiles(tokJSON, cfgJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bos, _ := tok.BOS()
+	if !tok.AddsBOS() {
+		t.Fatal("the Llama tokenizer adds no BOS")
+	}
+	if ids := tok.EncodePrompt("Hello"); ids[0] != bos || !slices.Equal(ids[1:], tok.Encode("Hello")) {
+		t.Errorf("EncodePrompt = %v", ids)
+	}
+	if ids := tok.EncodePrompt("<s>Hello"); ids[0] != bos || ids[1] == bos {
+		t.Errorf("EncodePrompt of a text with its BOS = %v", ids)
+	}
+	back, err := FromFiles(tok.TokenizerJSON(), tok.ConfigJSON())
+	if err != nil || !back.AddsBOS() {
+		t.Errorf("saved and loaded: AddsBOS %v (%v)", back != nil && back.AddsBOS(), err)
+	}
+	v, err := tok.Vocab(0)
+	if err != nil || !v.AddBOS {
+		t.Fatalf("vocab AddBOS %v (%v)", v.AddBOS, err)
+	}
+	if fv, err := FromVocab(v); err != nil || !fv.AddsBOS() {
+		t.Errorf("from the vocabulary: %v", err)
+	}
+	// add_bos_token: false in tokenizer_config.json turns it off.
+	off := editJSON(t, cfgJSON, func(m map[string]any) { m["add_bos_token"] = false })
+	if nb, err := FromFiles(tokJSON, off); err != nil || nb.AddsBOS() {
+		t.Errorf("add_bos_token false: AddsBOS %v (%v)", nb != nil && nb.AddsBOS(), err)
+	}
+	if small := smallTokenizer(t); small.AddsBOS() || !slices.Equal(small.EncodePrompt("hi"), small.Encode("hi")) {
+		t.Error("the trained byte-level tokenizer adds BOS")
+	}
+}

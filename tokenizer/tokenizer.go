@@ -36,6 +36,9 @@ type Tokenizer struct {
 	// how many spaces decoding strips from the start of the text.
 	metaFirst *metaspaceStep
 	stripLead int
+
+	// addBOS: a raw prompt gets the BOS token first (bos.go).
+	addBOS bool
 }
 
 type specialToken struct {

@@ -67,6 +67,9 @@ type Vocab struct {
 	AddSpacePrefix bool
 	// BOS, EOS and PAD are token ids, −1 for none.
 	BOS, EOS, PAD int32
+	// AddBOS puts the BOS token before a raw prompt
+	// (tokenizer.ggml.add_bos_token; see Tokenizer.EncodePrompt).
+	AddBOS bool
 	// ChatTemplates by name; "default" is the chat template.
 	ChatTemplates map[string]string
 }
@@ -107,6 +110,14 @@ var preTokenizers = map[string]preTokenizer{
 	PreSmaug: preLlama3Merged, "dbrx": preLlama3Merged,
 	PreGPT2: preGPT2, "gpt2": preGPT2, "default": preGPT2, "mpt": preGPT2, "olmo": preGPT2, "phi-2": preGPT2,
 	PreSmolLM: preDigitsGPT2, "starcoder": preDigitsGPT2, "refact": preDigitsGPT2, "command-r": preDigitsGPT2, "codeshell": preDigitsGPT2,
+}
+
+// PreAddsBOS reports whether llama.cpp puts the BOS token before a raw
+// prompt for a byte-level vocabulary of pre-tokenizer pre when the file
+// does not say (tokenizer.ggml.add_bos_token): Llama 3's split does.
+func PreAddsBOS(pre string) bool {
+	p, ok := preTokenizers[pre]
+	return ok && p.ignoreMerges
 }
 
 // PreTokenizerNames lists the pre-tokenizer names FromVocab accepts.
@@ -199,6 +210,7 @@ func buildVocab(f *fileJSON, v Vocab) (*Tokenizer, error) {
 	if len(v.ChatTemplates) > 0 {
 		t.chat = newChatTemplates(v.ChatTemplates)
 	}
+	t.addBOS = v.AddBOS
 	return t, nil
 }
 
@@ -244,7 +256,7 @@ func (t *Tokenizer) Vocab(size int) (Vocab, error) {
 // templates.
 func (t *Tokenizer) baseVocab(size int) Vocab {
 	n := max(size, len(t.strs))
-	v := Vocab{Tokens: make([]string, n), Types: make([]TokenType, n), BOS: -1, EOS: -1, PAD: -1}
+	v := Vocab{Tokens: make([]string, n), Types: make([]TokenType, n), BOS: -1, EOS: -1, PAD: -1, AddBOS: t.AddsBOS()}
 	for id := range n {
 		i := int32(id)
 		switch a, added := t.addedAt[i]; {
