@@ -27,8 +27,14 @@ var qwen3 struct {
 }
 
 // qwen3Dir returns where the Qwen3 tokenizer files are, or "" when absent.
-func qwen3Dir() string {
-	if d := os.Getenv("CLAWRL_QWEN3_TOKENIZER_DIR"); d != "" {
+func qwen3Dir() string { return fetchedTokenizer("CLAWRL_QWEN3_TOKENIZER_DIR", "qwen3") }
+
+// fetchedTokenizer returns the directory named by the environment
+// variable env, or else .cache/NAME/package/models under the module root
+// (where scripts/fetch-testdata unpacks an npm tokenizer package), when it
+// holds a tokenizer.json; "" otherwise.
+func fetchedTokenizer(env, name string) string {
+	if d := os.Getenv(env); d != "" {
 		if _, err := os.Stat(filepath.Join(d, "tokenizer.json")); err != nil {
 			return ""
 		}
@@ -40,7 +46,7 @@ func qwen3Dir() string {
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			d := filepath.Join(dir, ".cache", "qwen3", "package", "models")
+			d := filepath.Join(dir, ".cache", name, "package", "models")
 			if _, err := os.Stat(filepath.Join(d, "tokenizer.json")); err == nil {
 				return d
 			}

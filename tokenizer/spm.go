@@ -221,9 +221,6 @@ func cutsWords(f *modelJSON, cut string) bool {
 // the token's score (highest first), then its id, then the split's
 // position.
 func fromSPMVocab(v Vocab) (*Tokenizer, error) {
-	if v.Types != nil && len(v.Types) != len(v.Tokens) {
-		return nil, fmt.Errorf("%d token types for %d tokens", len(v.Types), len(v.Tokens))
-	}
 	if len(v.Scores) != len(v.Tokens) {
 		return nil, fmt.Errorf("SentencePiece vocabulary: %d scores for %d tokens", len(v.Scores), len(v.Tokens))
 	}
@@ -238,46 +235,9 @@ func fromSPMVocab(v Vocab) (*Tokenizer, error) {
 		Decoder:    rawJSON(dec),
 		Model:      modelJSON{Type: "BPE", Vocab: make(map[string]int32, len(v.Tokens)), FuseUnk: true},
 	}
-	normal := map[string]int32{}
-	addedAt := map[string]int32{}
-	for i, s := range v.Tokens {
-		id := int32(i)
-		typ := TokenNormal
-		if v.Types != nil {
-			typ = v.Types[i]
-		}
-		switch typ {
-		case TokenNormal, TokenByte, TokenUnknown:
-			if s == "" {
-				return nil, fmt.Errorf("token %d is empty", id)
-			}
-			if prev, dup := f.Model.Vocab[s]; dup {
-				return nil, fmt.Errorf("token %q has two ids, %d and %d", s, prev, id)
-			}
-			f.Model.Vocab[s] = id
-			if typ == TokenNormal {
-				normal[s] = id
-			}
-			if typ == TokenUnknown && f.Model.UnkToken == nil {
-				// The unknown token is also a special token of the text,
-				// as in Hugging Face's files.
-				f.Model.UnkToken = &v.Tokens[i]
-				addedAt[s] = id
-				f.AddedTokens = append(f.AddedTokens, addedToken{ID: id, Content: s, Special: true})
-			}
-		case TokenControl, TokenUserDefined:
-			if s == "" {
-				return nil, fmt.Errorf("added token %d is empty", id)
-			}
-			if prev, dup := addedAt[s]; dup {
-				return nil, fmt.Errorf("added token %q has two ids, %d and %d", s, prev, id)
-			}
-			addedAt[s] = id
-			f.AddedTokens = append(f.AddedTokens, addedToken{ID: id, Content: s, Special: typ == TokenControl})
-		case TokenUnused:
-		default:
-			return nil, fmt.Errorf("token %d (%q) has type %d, not one of 1-6", id, s, typ)
-		}
+	normal, err := f.addTokens(v, true)
+	if err != nil {
+		return nil, err
 	}
 	f.Model.ByteFallback = true
 	for b := range 256 {

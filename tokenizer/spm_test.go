@@ -17,27 +17,7 @@ import (
 // in .cache/llama2. They skip when it is absent.
 
 // spmDir returns where the SentencePiece tokenizer's files are, or "".
-func spmDir() string {
-	if d := os.Getenv("CLAWRL_SPM_TOKENIZER_DIR"); d != "" {
-		return d
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			d := filepath.Join(dir, ".cache", "llama2", "package", "models")
-			if _, err := os.Stat(filepath.Join(d, "tokenizer.json")); err == nil {
-				return d
-			}
-			return ""
-		}
-		if filepath.Dir(dir) == dir {
-			return ""
-		}
-	}
-}
+func spmDir() string { return fetchedTokenizer("CLAWRL_SPM_TOKENIZER_DIR", "llama2") }
 
 // spmFiles reads the SentencePiece tokenizer's two files, or skips.
 func spmFiles(t *testing.T) (tokJSON, cfgJSON []byte) {

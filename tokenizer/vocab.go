@@ -140,9 +140,6 @@ func FromVocab(v Vocab) (*Tokenizer, error) {
 	if !ok {
 		return nil, unsupported("pre-tokenizer %q (supported: %s)", v.Pre, strings.Join(PreTokenizerNames(), ", "))
 	}
-	if v.Types != nil && len(v.Types) != len(v.Tokens) {
-		return nil, fmt.Errorf("%d token types for %d tokens", len(v.Types), len(v.Tokens))
-	}
 	f := &fileJSON{
 		PreTokenizer: rawJSON(pre.preTokenizer),
 		Decoder:      rawJSON(`{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":false,"use_regex":false}`),
@@ -155,7 +152,36 @@ func FromVocab(v Vocab) (*Tokenizer, error) {
 	if pre.normalizer != "" {
 		f.Normalizer = rawJSON(pre.normalizer)
 	}
+	if _, err := f.addTokens(v, false); err != nil {
+		return nil, err
+	}
+	f.Model.Merges = make([]mergeJSON, len(v.Merges))
+	for i, m := range v.Merges {
+		f.Model.Merges[i] = mergeJSON(m)
+	}
+	return buildVocab(f, v)
+}
+
+// addTokens puts v's tokens into f: normal, byte and unknown ones into the
+// BPE vocabulary, control ones as special added tokens, user-defined ones
+// as added tokens that are not special (unused ones are left out); with
+// unkSpecial, the first unknown token is also the model's unk_token and a
+// special added token (as SentencePiece files have it). It returns the
+// normal tokens.
+func (f *fileJSON) addTokens(v Vocab, unkSpecial bool) (normal map[string]int32, err error) {
+	if v.Types != nil && len(v.Types) != len(v.Tokens) {
+		return nil, fmt.Errorf("%d token types for %d tokens", len(v.Types), len(v.Tokens))
+	}
+	normal = map[string]int32{}
 	addedAt := map[string]int32{}
+	added := func(id int32, s string, special bool) error {
+		if prev, dup := addedAt[s]; dup {
+			return fmt.Errorf("added token %q has two ids, %d and %d", s, prev, id)
+		}
+		addedAt[s] = id
+		f.AddedTokens = append(f.AddedTokens, addedToken{ID: id, Content: s, Special: special})
+		return nil
+	}
 	for i, s := range v.Tokens {
 		id := int32(i)
 		typ := TokenNormal
@@ -171,25 +197,28 @@ func FromVocab(v Vocab) (*Tokenizer, error) {
 				return nil, fmt.Errorf("token %q has two ids, %d and %d", s, prev, id)
 			}
 			f.Model.Vocab[s] = id
+			if typ == TokenNormal {
+				normal[s] = id
+			}
+			if typ == TokenUnknown && unkSpecial && f.Model.UnkToken == nil {
+				f.Model.UnkToken = &v.Tokens[i]
+				if err := added(id, s, true); err != nil {
+					return nil, err
+				}
+			}
 		case TokenControl, TokenUserDefined:
 			if s == "" {
 				return nil, fmt.Errorf("added token %d is empty", id)
 			}
-			if prev, dup := addedAt[s]; dup {
-				return nil, fmt.Errorf("added token %q has two ids, %d and %d", s, prev, id)
+			if err := added(id, s, typ == TokenControl); err != nil {
+				return nil, err
 			}
-			addedAt[s] = id
-			f.AddedTokens = append(f.AddedTokens, addedToken{ID: id, Content: s, Special: typ == TokenControl})
 		case TokenUnused:
 		default:
 			return nil, fmt.Errorf("token %d (%q) has type %d, not one of 1-6", id, s, typ)
 		}
 	}
-	f.Model.Merges = make([]mergeJSON, len(v.Merges))
-	for i, m := range v.Merges {
-		f.Model.Merges[i] = mergeJSON(m)
-	}
-	return buildVocab(f, v)
+	return normal, nil
 }
 
 // buildVocab builds the tokenizer.json f made from v and sets v's special
