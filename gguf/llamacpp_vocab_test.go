@@ -1,14 +1,17 @@
 package gguf
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/tokenizer"
 )
 
@@ -75,5 +78,64 @@ func TestLlamaCppVocabFiles(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no vocabulary file was checked")
+	}
+}
+
+// TestLlamaCppTokenizesSPMExport: llama.cpp's llama-tokenize (in
+// LLAMA_CPP_BIN) reads a GGUF file this package writes for a model with
+// the SentencePiece tokenizer (scripts/fetch-testdata's) and splits the
+// texts of tokenizer/testdata/spm_encode.json into the ids clawrl's
+// tokenizer gives them. Without LLAMA_CPP_BIN (CI has no llama.cpp) the
+// test skips.
+func TestLlamaCppTokenizesSPMExport(t *testing.T) {
+	bin := os.Getenv("LLAMA_CPP_BIN")
+	if bin == "" {
+		t.Skip("LLAMA_CPP_BIN is not set (a directory with llama.cpp's llama-tokenize)")
+	}
+	tool := filepath.Join(bin, "llama-tokenize")
+	if _, err := os.Stat(tool); err != nil {
+		t.Skip("no llama-tokenize in LLAMA_CPP_BIN")
+	}
+	tok := spmTokenizer(t)
+	src, _ := randomSource(t, smallSpec(model.ArchLlama, tok.VocabSize()))
+	path := filepath.Join(t.TempDir(), "spm.gguf")
+	if err := WriteModel(path, src, tok, Q8_0); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "spm_encode.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var golden struct {
+		Legacy []struct {
+			Name, Text string
+		} `json:"legacy"`
+	}
+	if err := json.Unmarshal(raw, &golden); err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(t.TempDir(), "text")
+	checked := 0
+	for _, c := range golden.Legacy {
+		if c.Text == "" {
+			continue
+		}
+		os.WriteFile(in, []byte(c.Text), 0o644)
+		out, err := exec.Command(tool, "-m", path, "-f", in, "--ids", "--no-bos", "--no-escape", "--log-disable").Output()
+		if err != nil {
+			t.Fatalf("llama-tokenize: %v", err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		var want []int32
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &want); err != nil {
+			t.Fatalf("llama-tokenize's output %q: %v", lines[len(lines)-1], err)
+		}
+		if got := tok.Encode(c.Text); !slices.Equal(got, want) {
+			t.Errorf("%s: clawrl %v, llama.cpp %v", c.Name, got, want)
+		}
+		checked++
+	}
+	if !t.Failed() {
+		t.Logf("%d texts: llama.cpp splits them as clawrl does", checked)
 	}
 }
