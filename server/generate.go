@@ -150,7 +150,11 @@ func (s *Server) run(g *generation, emit func(delta) bool) *output {
 	stop := sample.NewStopMatcher(g.stops)
 	var parser *outputParser
 	if g.chat {
-		parser = newOutputParser(g.tools, g.reasoning)
+		syntax := s.callSyntax
+		if g.prefill != "" {
+			syntax = syntaxHermes // a forced call is prefilled in Hermes tags
+		}
+		parser = newOutputParser(g.tools, g.reasoning, syntax)
 	}
 	listening := emit != nil
 	stopped := false // ended by a stop string or by oneCall

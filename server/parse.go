@@ -49,6 +49,7 @@ const (
 	stArgs                        // inside the arguments value
 	stTail                        // after the arguments value, before </tool_call>
 	stRaw                         // a tool call of another layout, read whole
+	stBare                        // a reply that opened as a bare call (syntaxJSON, syntaxMistral), read whole
 )
 
 // outputParser splits generated text, as it streams, into reasoning (a
@@ -60,6 +61,7 @@ const (
 // layout is emitted whole once it closes.
 type outputParser struct {
 	tools     bool // recognise tool calls
+	syntax    callSyntax
 	state     parseState
 	buf       string // undecided text
 	stripLead bool   // drop white space at the start of the next segment
@@ -74,9 +76,12 @@ type outputParser struct {
 }
 
 // newOutputParser returns a parser. reasoning says the prompt already opened
-// a <think> block; tools enables tool-call parsing.
-func newOutputParser(tools, reasoning bool) *outputParser {
-	p := &outputParser{tools: tools, state: stStart, stripLead: true}
+// a <think> block; tools enables tool-call parsing, in Hermes tags and,
+// when the reply opens with one, in the bare call of syntax (the reply is
+// then held back and read whole at its end: an answer that only looked
+// like a call is given as content).
+func newOutputParser(tools, reasoning bool, syntax callSyntax) *outputParser {
+	p := &outputParser{tools: tools, syntax: syntax, state: stStart, stripLead: true}
 	if reasoning {
 		p.state = stReasoning
 	}
@@ -108,6 +113,16 @@ func (p *outputParser) finish() []delta {
 		if !p.finishRaw(p.buf) {
 			p.emitContent(tagToolCall + p.buf)
 		}
+	case stBare:
+		if calls, ok := parseBareCalls(p.buf); ok {
+			for _, c := range calls {
+				p.startCall(c.name)
+				p.emitArgs(c.args)
+				p.closeCall()
+			}
+		} else {
+			p.emitContent(strings.TrimRightFunc(p.buf, unicode.IsSpace))
+		}
 	case stArgs, stTail:
 		p.closeCall()
 	}
@@ -138,9 +153,23 @@ func (p *outputParser) step(final bool) bool {
 		case strings.HasPrefix(tagThink, t) && !final:
 			return false
 		default:
+			if p.tools {
+				for _, o := range p.syntax.openers() {
+					if strings.HasPrefix(t, o) {
+						p.buf, p.state = t, stBare
+						return true
+					}
+					if strings.HasPrefix(o, t) && !final {
+						return false
+					}
+				}
+			}
 			p.state = stContent
 		}
 		return true
+
+	case stBare:
+		return false // read whole by finish
 
 	case stReasoning:
 		if i := strings.Index(p.buf, tagThinkEnd); i >= 0 {

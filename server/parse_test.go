@@ -16,7 +16,7 @@ type parsed struct {
 // add up to what the parser reports at the end.
 func parseChunked(t *testing.T, text string, n int, tools, reasoning bool) parsed {
 	t.Helper()
-	p := newOutputParser(tools, reasoning)
+	p := newOutputParser(tools, reasoning, syntaxHermes)
 	var ds []delta
 	for i := 0; i < len(text); i += n {
 		ds = append(ds, p.push(text[i:min(i+n, len(text))])...)
@@ -152,7 +152,7 @@ func FuzzOutputParser(f *testing.F) {
 		if n <= 0 || n > 64 {
 			n = 5
 		}
-		p := newOutputParser(true, false)
+		p := newOutputParser(true, false, syntaxHermes)
 		var total strings.Builder
 		for i := 0; i < len(text); i += n {
 			for _, d := range p.push(text[i:min(i+n, len(text))]) {
@@ -172,4 +172,72 @@ func FuzzOutputParser(f *testing.F) {
 			_ = json.Valid([]byte(c.args))
 		}
 	})
+}
+
+// TestBareCallSyntax: a Llama 3.1 or Mistral reply that is a tool call in
+// the model's own syntax becomes tool calls, streamed in any pieces; a
+// reply that only looks like one stays content; a plain reply streams at
+// once; which syntax is read from the chat template.
+func TestBareCallSyntax(t *testing.T) {
+	type call struct{ name, args string }
+	run := func(syntax callSyntax, pieces ...string) (content string, calls []call, early string) {
+		p := newOutputParser(true, false, syntax)
+		var ds []delta
+		for i, s := range pieces {
+			got := p.push(s)
+			if i == 0 {
+				for _, d := range got {
+					early += d.content
+				}
+			}
+			ds = append(ds, got...)
+		}
+		ds = append(ds, p.finish()...)
+		for _, d := range ds {
+			content += d.content
+		}
+		for _, c := range p.calls {
+			calls = append(calls, call{c.name, c.args})
+		}
+		return content, calls, early
+	}
+	for _, c := range []struct {
+		name    string
+		syntax  callSyntax
+		pieces  []string
+		content string
+		calls   []call
+	}{
+		{"llama json", syntaxJSON, []string{`{"name": "get_we`, `ather", "parameters": {"city": "Paris"}}`}, "", []call{{"get_weather", `{"city": "Paris"}`}}},
+		{"llama python tag", syntaxJSON, []string{"<|python", `_tag|>{"name": "f", "parameters": {}}`}, "", []call{{"f", "{}"}}},
+		{"llama two calls", syntaxJSON, []string{`{"name": "a", "parameters": {"x": 1}}; {"name": "b", "arguments": "{\"y\": 2}"}`}, "", []call{{"a", `{"x": 1}`}, {"b", `{"y": 2}`}}},
+		{"llama json that is no call", syntaxJSON, []string{`{"answer": 4}`}, `{"answer": 4}`, nil},
+		{"llama call then text", syntaxJSON, []string{`{"name": "f", "parameters": {}} and more`}, `{"name": "f", "parameters": {}} and more`, nil},
+		{"mistral", syntaxMistral, []string{"[TOOL_", `CALLS] [{"name": "f", "arguments": {"q": "x"}}, {"name": "g", "arguments": {}}]`}, "", []call{{"f", `{"q": "x"}`}, {"g", "{}"}}},
+		{"mistral array that is no call", syntaxMistral, []string{`[TOOL_CALLS] [1, 2]`}, `[TOOL_CALLS] [1, 2]`, nil},
+		{"hermes syntax leaves bare JSON alone", syntaxHermes, []string{`{"name": "f", "parameters": {}}`}, `{"name": "f", "parameters": {}}`, nil},
+	} {
+		content, calls, _ := run(c.syntax, c.pieces...)
+		if content != c.content || fmt.Sprint(calls) != fmt.Sprint(c.calls) {
+			t.Errorf("%s: content %q calls %v, want %q %v", c.name, content, calls, c.content, c.calls)
+		}
+	}
+	// A plain answer is not held back.
+	if _, _, early := run(syntaxJSON, "Paris is the capital.", " Yes."); early != "Paris is the capital." {
+		t.Errorf("plain reply streamed %q at once", early)
+	}
+	for _, c := range []struct {
+		template string
+		want     callSyntax
+	}{
+		{"{{ '<tool_call>' }}{{ tool_call | tojson }}", syntaxHermes},
+		{`Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.`, syntaxJSON},
+		{"{{- '<|python_tag|>' + tool_call.name }}", syntaxJSON},
+		{"{{- '[TOOL_CALLS] [' }}", syntaxMistral},
+		{"{{ bos_token }}[INST] {{ message['content'] }} [/INST]", syntaxHermes},
+	} {
+		if got := detectCallSyntax(c.template); got != c.want {
+			t.Errorf("detectCallSyntax(%q) = %d, want %d", c.template, got, c.want)
+		}
+	}
 }

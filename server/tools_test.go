@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/clawrl/clawrl/grammar"
 	"github.com/clawrl/clawrl/rollout"
+	"github.com/clawrl/clawrl/tokenizer"
 )
 
 // Tool schemas as clients send them: OpenClaw-style tools with anyOf
@@ -134,4 +136,64 @@ func mustConv(t *testing.T, e *env) *conversation {
 		t.Fatal(ae)
 	}
 	return conv
+}
+
+// llama3ToolTemplate is the part of Llama 3.1's chat template that
+// matters here: it tells the model to answer a tool call as bare JSON.
+const llama3ToolTemplate = `{{- bos_token }}{%- if tools is not none %}{{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}. Do not use variables.\n\n' }}{%- for t in tools %}{{- t | tojson }}{{- '\n\n' }}{%- endfor %}{%- endif %}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + (message['content'] or '') + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}`
+
+// TestLlamaToolCalls: with a chat template that teaches Llama 3.1's
+// syntax, a reply that is {"name": ..., "parameters": ...} comes back as
+// a tool call (finish_reason tool_calls), streamed or not; a plain reply
+// is content.
+func TestLlamaToolCalls(t *testing.T) {
+	base, err := trained()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := json.Marshal(map[string]any{"chat_template": llama3ToolTemplate, "eos_token": "<|im_end|>"})
+	tok, err := tokenizer.FromFiles(base.TokenizerJSON(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, tok)
+	if e.srv.callSyntax != syntaxJSON {
+		t.Fatalf("the Llama 3.1 template reads as syntax %d", e.srv.callSyntax)
+	}
+	reply := `{"name": "get_weather", "parameters": {"city": "Paris", "unit": "c"}}`
+	e.gen.reply = func(string, rollout.Request) script { return script{text: reply} }
+	body := `{"model":"clawrl-test",` + okMsgs + `,"max_tokens":64,"tools":[` + toolWeather + `]}`
+	resp, out := e.post("/v1/chat/completions", body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, out)
+	}
+	var r struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+			Message      struct {
+				Content   *string `json:"content"`
+				ToolCalls []struct {
+					Function struct{ Name, Arguments string }
+				} `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	m := r.Choices[0].Message
+	if r.Choices[0].FinishReason != "tool_calls" || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "get_weather" ||
+		m.ToolCalls[0].Function.Arguments != `{"city": "Paris", "unit": "c"}` || m.Content != nil && *m.Content != "" {
+		t.Errorf("reply %s", out)
+	}
+	// Streamed: the call arrives as tool_calls deltas.
+	resp, out = e.post("/v1/chat/completions", strings.Replace(body, `"max_tokens":64`, `"max_tokens":64,"stream":true`, 1))
+	if resp.StatusCode != 200 || !strings.Contains(out, `"tool_calls"`) || !strings.Contains(out, `"finish_reason":"tool_calls"`) || strings.Contains(out, `"content":"{`) {
+		t.Errorf("stream %d: %s", resp.StatusCode, out)
+	}
+	// A plain reply is content.
+	e.gen.reply = func(string, rollout.Request) script { return script{text: "It is sunny."} }
+	if _, out = e.post("/v1/chat/completions", body); !strings.Contains(out, `"content":"It is sunny."`) || strings.Contains(out, "tool_calls") {
+		t.Errorf("plain reply: %s", out)
+	}
 }
