@@ -155,6 +155,7 @@ func (s *Server) run(g *generation, emit func(delta) bool) *output {
 			syntax = syntaxHermes // a forced call is prefilled in Hermes tags
 		}
 		parser = newOutputParser(g.tools, g.reasoning, syntax)
+		parser.oneCall = g.oneCall
 	}
 	listening := emit != nil
 	stopped := false // ended by a stop string or by oneCall

@@ -62,6 +62,7 @@ const (
 type outputParser struct {
 	tools     bool // recognise tool calls
 	syntax    callSyntax
+	oneCall   bool // a bare reply's first call only (parallel_tool_calls: false)
 	state     parseState
 	buf       string // undecided text
 	stripLead bool   // drop white space at the start of the next segment
@@ -115,6 +116,9 @@ func (p *outputParser) finish() []delta {
 		}
 	case stBare:
 		if calls, ok := parseBareCalls(p.buf); ok {
+			if p.oneCall {
+				calls = calls[:1]
+			}
 			for _, c := range calls {
 				p.startCall(c.name)
 				p.emitArgs(c.args)

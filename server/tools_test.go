@@ -191,6 +191,18 @@ func TestLlamaToolCalls(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(out, `"tool_calls"`) || !strings.Contains(out, `"finish_reason":"tool_calls"`) || strings.Contains(out, `"content":"{`) {
 		t.Errorf("stream %d: %s", resp.StatusCode, out)
 	}
+	// Two calls; parallel_tool_calls: false keeps the first.
+	e.gen.reply = func(string, rollout.Request) script {
+		return script{text: reply + `; {"name": "get_weather", "parameters": {"city": "Rome", "unit": "c"}}`}
+	}
+	long := strings.Replace(body, `"max_tokens":64`, `"max_tokens":400`, 1)
+	if _, out = e.post("/v1/chat/completions", long); strings.Count(out, `"get_weather"`) != 2 {
+		t.Errorf("two calls: %s", out)
+	}
+	one := strings.Replace(body, `"max_tokens":64`, `"max_tokens":400,"parallel_tool_calls":false`, 1)
+	if _, out = e.post("/v1/chat/completions", one); strings.Count(out, `"get_weather"`) != 1 || strings.Contains(out, "Rome") {
+		t.Errorf("parallel_tool_calls false: %s", out)
+	}
 	// A plain reply is content.
 	e.gen.reply = func(string, rollout.Request) script { return script{text: "It is sunny."} }
 	if _, out = e.post("/v1/chat/completions", body); !strings.Contains(out, `"content":"It is sunny."`) || strings.Contains(out, "tool_calls") {
