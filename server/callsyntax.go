@@ -46,6 +46,37 @@ func detectCallSyntax(template string) callSyntax {
 	return syntaxHermes
 }
 
+// callForm is how a syntax writes a list of calls: open, then the
+// function's name (a JSON string), then `, "KEY": ` and the arguments,
+// then close; between two calls sep, which opens the next name; after
+// the last, end.
+type callForm struct {
+	open, key, close, sep, end string
+}
+
+func (s callSyntax) form() callForm {
+	switch s {
+	case syntaxJSON:
+		return callForm{open: `{"name": `, key: "parameters", close: "}", sep: `; {"name": `}
+	case syntaxMistral:
+		return callForm{open: tagToolCalls + ` [{"name": `, key: "arguments", close: "}", sep: `, {"name": `, end: "]"}
+	}
+	return callForm{open: tagToolCall + "\n{\"name\": ", key: "arguments", close: "}\n" + tagToolClose, sep: "\n" + tagToolCall + "\n{\"name\": "}
+}
+
+// prefill is the reply's forced start for tool_choice: the opening of a
+// call, and with a named function its name and the arguments' key.
+func (f callForm) prefill(name string) string {
+	if name == "" {
+		return f.open + `"`
+	}
+	quoted, _ := json.Marshal(name)
+	return f.open + string(quoted) + f.argKey()
+}
+
+// argKey is what comes between the name and the arguments.
+func (f callForm) argKey() string { return `, "` + f.key + `": ` }
+
 // openers are the texts a reply of the bare syntaxes starts a call with.
 func (s callSyntax) openers() []string {
 	switch s {

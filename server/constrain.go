@@ -134,12 +134,21 @@ func parseResponseFormat(raw json.RawMessage, param string) (*grammar.Schema, *a
 
 // grammarFor is the grammar a request's choices follow after the prefill
 // (in auto mode: after each "<tool_call>" the model opens), or nil when
-// they are free.
-func grammarFor(conv *conversation) *grammar.Grammar {
-	closing := grammar.Part{Text: "}\n" + tagToolClose}
+// they are free. Calls are written in syntax's form (callForm); auto
+// mode's lazy grammar is Hermes's, the only syntax whose calls open with
+// a tag of their own (a bare call is read, not held to a grammar).
+func grammarFor(conv *conversation, syntax callSyntax) *grammar.Grammar {
+	f := syntax.form()
+	closing := grammar.Part{Text: f.close}
+	end := func(parts []grammar.Part) []grammar.Part {
+		if f.end == "" {
+			return parts
+		}
+		return append(slices.Clone(parts), grammar.Part{Text: f.end})
+	}
 	switch conv.choice.mode {
 	case "function":
-		return &grammar.Grammar{Alts: [][]grammar.Part{{{Schema: conv.schemas[conv.choice.name]}, closing}}}
+		return &grammar.Grammar{Alts: [][]grammar.Part{end([]grammar.Part{{Schema: conv.schemas[conv.choice.name]}, closing})}}
 	case "required":
 		// One call, or with parallel_tool_calls (the default) up to
 		// maxParallelCalls, each naming a declared tool; the alternatives
@@ -155,11 +164,11 @@ func grammarFor(conv *conversation) *grammar.Grammar {
 		seqs = func(prefix []grammar.Part, k int) {
 			for _, name := range conv.toolOrder {
 				quoted, _ := json.Marshal(name)
-				parts := append(slices.Clone(prefix), grammar.Part{Text: string(quoted[1:]) + ", \"arguments\": "},
+				parts := append(slices.Clone(prefix), grammar.Part{Text: string(quoted[1:]) + f.argKey()},
 					grammar.Part{Schema: conv.schemas[name]}, closing)
-				g.Alts = append(g.Alts, parts)
+				g.Alts = append(g.Alts, end(parts))
 				if k > 1 {
-					seqs(append(parts, grammar.Part{Text: "\n" + tagToolCall + "\n{\"name\": \""}), k-1)
+					seqs(append(parts, grammar.Part{Text: f.sep + `"`}), k-1)
 				}
 			}
 		}
@@ -169,11 +178,12 @@ func grammarFor(conv *conversation) *grammar.Grammar {
 		if len(conv.toolOrder) > 0 {
 			// What follows "<tool_call>": one call, as the template
 			// renders calls.
+			h := syntaxHermes.form()
 			g := &grammar.Grammar{}
 			for _, name := range conv.toolOrder {
 				quoted, _ := json.Marshal(name)
-				g.Alts = append(g.Alts, []grammar.Part{{Text: "\n{\"name\": " + string(quoted) + ", \"arguments\": "},
-					{Schema: conv.schemas[name]}, closing})
+				g.Alts = append(g.Alts, []grammar.Part{{Text: "\n{\"name\": " + string(quoted) + h.argKey()},
+					{Schema: conv.schemas[name]}, {Text: h.close}})
 			}
 			return g
 		}

@@ -150,11 +150,7 @@ func (s *Server) run(g *generation, emit func(delta) bool) *output {
 	stop := sample.NewStopMatcher(g.stops)
 	var parser *outputParser
 	if g.chat {
-		syntax := s.callSyntax
-		if g.prefill != "" {
-			syntax = syntaxHermes // a forced call is prefilled in Hermes tags
-		}
-		parser = newOutputParser(g.tools, g.reasoning, syntax)
+		parser = newOutputParser(g.tools, g.reasoning, s.callSyntax)
 		parser.oneCall = g.oneCall
 	}
 	listening := emit != nil

@@ -133,13 +133,13 @@ func (s *Server) prepareChat(conv *conversation, smp sampling) (*prepared, *apiE
 	for k, v := range conv.vars {
 		vars[k] = v
 	}
+	// A forced call starts prefilled in the model's own syntax.
 	var prefill string
 	switch conv.choice.mode {
 	case "required":
-		prefill = tagToolCall + "\n{\"name\": \""
+		prefill = s.callSyntax.form().prefill("")
 	case "function":
-		name, _ := json.Marshal(conv.choice.name)
-		prefill = tagToolCall + "\n{\"name\": " + string(name) + ", \"arguments\": "
+		prefill = s.callSyntax.form().prefill(conv.choice.name)
 	}
 	// Only the template's own text makes control tokens: a "<|im_end|>"
 	// in a message, a tool result or a tool's arguments is plain text.
@@ -155,7 +155,7 @@ func (s *Server) prepareChat(conv *conversation, smp sampling) (*prepared, *apiE
 		return nil, e
 	}
 	p := &prepared{prompt: prompt, tools: tools, vars: vars, prefill: prefill}
-	g := grammarFor(conv)
+	g := grammarFor(conv, s.callSyntax)
 	for i := range smp.n {
 		params := smp.params
 		if params.Seed != nil {

@@ -113,7 +113,7 @@ func TestAutoToolCallConstrained(t *testing.T) {
 			"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\""},
 	} {
 		conv := mustConv(t, e)
-		got := allowedPrefix(e, e.srv.constraint(conv, grammarFor(conv), false), tc.text)
+		got := allowedPrefix(e, e.srv.constraint(conv, grammarFor(conv, syntaxHermes), false), tc.text)
 		// Tokens may cross the cut: the text taken is the longest
 		// allowed token prefix, which ends at or before the cut.
 		if !strings.HasPrefix(tc.took, got) || len(tc.took)-len(got) > 12 || (tc.took == tc.text && got != tc.text) {
@@ -202,6 +202,56 @@ func TestLlamaToolCalls(t *testing.T) {
 	one := strings.Replace(body, `"max_tokens":64`, `"max_tokens":400,"parallel_tool_calls":false`, 1)
 	if _, out = e.post("/v1/chat/completions", one); strings.Count(out, `"get_weather"`) != 1 || strings.Contains(out, "Rome") {
 		t.Errorf("parallel_tool_calls false: %s", out)
+	}
+	// A forced call is prefilled and held to the grammar in the model's
+	// syntax: {"name": ..., "parameters": ...}, then the end of the turn.
+	for _, c := range []struct {
+		choice, prefill, reply string
+	}{
+		{`{"type":"function","function":{"name":"get_weather"}}`, `{"name": "get_weather", "parameters": `, `{"city": "Oslo", "unit": "c"}}`},
+		{`"required"`, `{"name": "`, `get_weather", "parameters": {"city": "Oslo", "unit": "c"}}`},
+	} {
+		e.gen.reply = func(string, rollout.Request) script { return script{text: c.reply} }
+		before := len(e.gen.requests())
+		_, out = e.post("/v1/chat/completions", strings.Replace(long, `"tools"`, `"tool_choice":`+c.choice+`,"tools"`, 1))
+		req := e.gen.requests()[before]
+		if prompt := tok.Decode(req.Prompt); !strings.HasSuffix(prompt, c.prefill) {
+			t.Errorf("%s: the prompt ends %q, want the prefill %q", c.choice, prompt[max(0, len(prompt)-60):], c.prefill)
+		}
+		if _, ok := req.Constraint.(*grammar.Constraint); !ok {
+			t.Errorf("%s: constraint %T", c.choice, req.Constraint)
+		}
+		if !strings.Contains(out, `"arguments":"{\"city\": \"Oslo\", \"unit\": \"c\"}"`) || !strings.Contains(out, `"finish_reason":"tool_calls"`) {
+			t.Errorf("%s: %s", c.choice, out)
+		}
+		// The grammar takes the call in this syntax, and not in Hermes tags.
+		conv := mustConv(t, e)
+		conv.choice.mode = "required"
+		if err := conv.compileToolSchemas(); err != nil {
+			t.Fatal(err)
+		}
+		g := e.srv.constraint(conv, grammarFor(conv, syntaxJSON), false)
+		call := `get_weather", "parameters": {"city": "Oslo", "unit": "c"}}; {"name": "exec", "parameters": {"cmd": "ls"}}`
+		if got := allowedPrefix(e, g, call); got != call {
+			t.Errorf("the JSON-syntax grammar took %q of %q", got, call)
+		}
+		hermes := `get_weather", "arguments": {"city": "Oslo", "unit": "c"}}` + "\n</tool_call>"
+		if got := allowedPrefix(e, e.srv.constraint(conv, grammarFor(conv, syntaxJSON), false), hermes); got == hermes {
+			t.Errorf("the JSON-syntax grammar took Hermes's %q", got)
+		}
+	}
+	// Mistral's form: a list of calls, closed by "]".
+	conv := mustConv(t, e)
+	conv.choice.mode = "required"
+	if err := conv.compileToolSchemas(); err != nil {
+		t.Fatal(err)
+	}
+	if f := syntaxMistral.form(); f.prefill("") != `[TOOL_CALLS] [{"name": "` {
+		t.Errorf("Mistral's prefill %q", f.prefill(""))
+	}
+	mistral := `get_weather", "arguments": {"city": "Oslo", "unit": "c"}}, {"name": "exec", "arguments": {"cmd": "ls"}}]`
+	if got := allowedPrefix(e, e.srv.constraint(conv, grammarFor(conv, syntaxMistral), false), mistral); got != mistral {
+		t.Errorf("the Mistral grammar took %q of %q", got, mistral)
 	}
 	// A plain reply is content.
 	e.gen.reply = func(string, rollout.Request) script { return script{text: "It is sunny."} }
