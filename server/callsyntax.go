@@ -2,6 +2,8 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"strings"
 )
 
@@ -92,7 +94,9 @@ func (s callSyntax) openers() []string {
 // object, several separated by ";" or white space, or an array of them,
 // after the syntax's opening tag; each names a function and gives its
 // arguments ("parameters" or "arguments": an object, or a string of one).
-// ok is false, and nothing is returned, unless every part is a call.
+// ok is false, and nothing is returned, unless every part is a call, or
+// the calls are followed by the start of one the reply ended in (cut by
+// max_tokens): those whole calls are returned.
 func parseBareCalls(s string) (calls []toolCall, ok bool) {
 	s = strings.TrimSpace(s)
 	for _, tag := range []string{tagPythonTag, tagToolCalls} {
@@ -102,7 +106,8 @@ func parseBareCalls(s string) (calls []toolCall, ok bool) {
 	for {
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			if err.Error() == "EOF" && len(calls) > 0 {
+			cut := errors.Is(err, io.ErrUnexpectedEOF)
+			if (errors.Is(err, io.EOF) || cut) && len(calls) > 0 {
 				return calls, true
 			}
 			return nil, false

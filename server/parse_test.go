@@ -213,6 +213,8 @@ func TestBareCallSyntax(t *testing.T) {
 		{"llama two calls", syntaxJSON, []string{`{"name": "a", "parameters": {"x": 1}}; {"name": "b", "arguments": "{\"y\": 2}"}`}, "", []call{{"a", `{"x": 1}`}, {"b", `{"y": 2}`}}},
 		{"llama json that is no call", syntaxJSON, []string{`{"answer": 4}`}, `{"answer": 4}`, nil},
 		{"llama call then text", syntaxJSON, []string{`{"name": "f", "parameters": {}} and more`}, `{"name": "f", "parameters": {}} and more`, nil},
+		{"llama reply cut in its second call", syntaxJSON, []string{`{"name": "a", "parameters": {"x": 1}}; {"name": "b", "param`}, "", []call{{"a", `{"x": 1}`}}},
+		{"llama reply cut in its only call", syntaxJSON, []string{`{"name": "a", "param`}, `{"name": "a", "param`, nil},
 		{"mistral", syntaxMistral, []string{"[TOOL_", `CALLS] [{"name": "f", "arguments": {"q": "x"}}, {"name": "g", "arguments": {}}]`}, "", []call{{"f", `{"q": "x"}`}, {"g", "{}"}}},
 		{"mistral array that is no call", syntaxMistral, []string{`[TOOL_CALLS] [1, 2]`}, `[TOOL_CALLS] [1, 2]`, nil},
 		{"hermes syntax leaves bare JSON alone", syntaxHermes, []string{`{"name": "f", "parameters": {}}`}, `{"name": "f", "parameters": {}}`, nil},
