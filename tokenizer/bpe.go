@@ -31,9 +31,6 @@ type bpeModel struct {
 	fallback     [256]int32 // chars: the id of "<0xXX>" for each byte
 	unk          int32      // chars: the unknown token's id, −1 for none
 	fuseUnk      bool       // chars: a run of unknown characters is one unknown token
-	// missingBytes (byte-level) counts the bytes without a token
-	// (byteID −1); encoding drops them.
-	missingBytes int
 	// cut (chars): no merge joins a character to a following cut (every
 	// merged token is a run of cuts and then no cut, as SentencePiece's
 	// vocabularies are), so a word is merged a piece at a time, each

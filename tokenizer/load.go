@@ -428,8 +428,7 @@ func build(f *fileJSON) (*Tokenizer, error) {
 				// that only invalid UTF-8 or the rarest planes hold: such
 				// a byte is dropped, as Hugging Face drops a symbol that
 				// has no token and no unk_token.
-				id = -1
-				t.model.missingBytes++
+				id = -1 // byteID −1: encoding drops the byte
 			case !ok:
 				return nil, fmt.Errorf("vocab lacks the byte-level token %q for byte 0x%02x", string(byteToRune[b]), b)
 			}
