@@ -93,6 +93,10 @@ func (a *app) runServe(ctx context.Context, modelFlag string, ready chan<- strin
 		return err
 	}
 	defer e.Close()
+	if !e.Tokenizer().HasChatTemplate() {
+		// The API, the judge and the teacher all render chats.
+		return fmt.Errorf("%s has no chat template (GGUF files made before llama.cpp stored one, and base models, carry none): set model.chat_template (or CLAWRL_MODEL_CHAT_TEMPLATE) to a Jinja chat template file, or to the template itself", e.Dir())
+	}
 	db, err := store.Open(dataDir, store.Options{
 		BaseModel: e.Base(), NoRedact: !a.cfg.Data.Redact, MaxBytes: int64(a.cfg.Data.MaxMB) << 20,
 		Registry: reg, Log: a.log,

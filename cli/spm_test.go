@@ -165,3 +165,62 @@ func TestSentencePieceModel(t *testing.T) {
 		t.Errorf("generate --model %s said nothing", out)
 	}
 }
+
+// TestChatTemplateOverride: a model without a chat template (an old GGUF
+// file, a base model) is refused at start with what to do; with
+// model.chat_template, a file or the template itself, it serves chats
+// rendered by that template; a template that does not compile is
+// refused with the setting's name.
+func TestChatTemplateOverride(t *testing.T) {
+	bin := realBinary(t)
+	dir := t.TempDir()
+	m := filepath.Join(dir, "m")
+	if out, err := exec.Command(bin, "testmodel", m).CombinedOutput(); err != nil {
+		t.Fatalf("testmodel: %v\n%s", err, out)
+	}
+	cfgPath := filepath.Join(m, "tokenizer_config.json")
+	raw, _ := os.ReadFile(cfgPath)
+	var tc map[string]any
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		t.Fatal(err)
+	}
+	delete(tc, "chat_template")
+	raw, _ = json.Marshal(tc)
+	os.WriteFile(cfgPath, raw, 0o644)
+	tok, err := tokenizer.Load(m)
+	if err != nil || tok.HasChatTemplate() {
+		t.Fatalf("the stripped tokenizer: template %v, %v", tok != nil && tok.HasChatTemplate(), err)
+	}
+	cfg := filepath.Join(dir, "config.yaml")
+	write := func(extra string) {
+		os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\n%strainer:\n  enabled: false\ndata:\n  dir: %s\n", m, extra, filepath.Join(dir, "data"))), 0o600)
+	}
+	write("")
+	out, err := exec.Command(bin, "serve", "--config", cfg, "--port", fmt.Sprint(freePort(t))).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "has no chat template") || !strings.Contains(string(out), "model.chat_template") {
+		t.Fatalf("serve without a chat template: %v\n%s", err, out)
+	}
+	const tmpl = `{%- for m in messages %}{{ m['role'] | upper }}: {{ m['content'] }}{{ '\n' }}{%- endfor %}{%- if add_generation_prompt %}ASSISTANT:{%- endif %}`
+	file := filepath.Join(dir, "chat.jinja")
+	os.WriteFile(file, []byte(tmpl), 0o644)
+	quoted, _ := json.Marshal(tmpl)
+	for _, setting := range []string{file, string(quoted)} {
+		write("  chat_template: " + setting + "\n")
+		d := startDaemon(t, bin, cfg, freePort(t))
+		code, resp, _ := d.post(t, "/v1/chat/completions", "", nil, map[string]any{
+			"model": servedModel(d.url), "messages": []map[string]string{{"role": "user", "content": "Hi"}}, "max_tokens": 2,
+		})
+		if code != 200 {
+			t.Fatalf("chat: %d %v", code, resp)
+		}
+		if n, want := int(resp["usage"].(map[string]any)["prompt_tokens"].(float64)), len(tok.Encode("USER: Hi\nASSISTANT:")); n != want {
+			t.Errorf("chat_template %.30s…: prompt_tokens %d, the template renders %d", setting, n, want)
+		}
+		d.kill()
+	}
+	write("  chat_template: \"{% for m in messages %}\"\n")
+	out, err = exec.Command(bin, "serve", "--config", cfg, "--port", fmt.Sprint(freePort(t))).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "model.chat_template") {
+		t.Fatalf("serve with a broken chat template: %v\n%s", err, out)
+	}
+}

@@ -271,6 +271,9 @@ type Model struct {
 	// Quantize quantizes the checkpoint's matrices as they are loaded:
 	// auto, none, q8_0, q4_0 or iq4_nl (see config.yaml).
 	Quantize string `mapstructure:"quantize"`
+	// ChatTemplate replaces the model's chat template: a Jinja template
+	// file, or the template itself (see config.yaml).
+	ChatTemplate string `mapstructure:"chat_template"`
 }
 
 // Server configures the OpenAI-compatible API.

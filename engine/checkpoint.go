@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/rs/zerolog"
 
@@ -174,6 +175,25 @@ func LoadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	}
 	defer m.Close()
 	return m.Tokenizer()
+}
+
+// setChatTemplate gives tok the chat template of model.chat_template: a
+// file's contents, or the value itself when it reads as a Jinja template
+// ("{{" or "{%" in it); "" keeps the model's own.
+func setChatTemplate(tok *tokenizer.Tokenizer, v string) error {
+	if v == "" {
+		return nil
+	}
+	src := v
+	if b, err := os.ReadFile(v); err == nil {
+		src = string(b)
+	} else if !strings.Contains(v, "{{") && !strings.Contains(v, "{%") {
+		return fmt.Errorf("model.chat_template: %w (give a Jinja template file, or the template itself)", err)
+	}
+	if err := tok.SetChatTemplate(src); err != nil {
+		return fmt.Errorf("model.chat_template: %w", err)
+	}
+	return nil
 }
 
 // baseFiles are the files a trained checkpoint carries beside its weights

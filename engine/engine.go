@@ -122,6 +122,9 @@ func (e *Engine) open() error {
 	if err != nil {
 		return err
 	}
+	if err := setChatTemplate(tok, cfg.Model.ChatTemplate); err != nil {
+		return err
+	}
 	e.tok = tok
 	start := time.Now()
 	m, requantized, err := loadHostNoting(cfg, dir)

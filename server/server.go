@@ -205,7 +205,7 @@ func New(opts Options) (*Server, error) {
 	case opts.ContextLength <= 0:
 		return nil, fmt.Errorf("server: Options.ContextLength %d must be positive", opts.ContextLength)
 	case !opts.Tokenizer.HasChatTemplate():
-		return nil, errors.New("server: the tokenizer has no chat template")
+		return nil, errors.New("server: the model has no chat template (GGUF files made before llama.cpp stored one, and base models, carry none): set model.chat_template to a Jinja chat template file, or to the template itself")
 	}
 	if opts.Version == nil {
 		opts.Version = func() uint64 { return 0 }

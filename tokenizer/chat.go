@@ -338,3 +338,18 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 	}
 	return jinja.FromGoValue(tok), nil
 }
+
+// SetChatTemplate replaces the tokenizer's chat templates with src, the
+// default one (as a checkpoint's chat_template.jinja does), for a model
+// that carries none or one the user overrides (model.chat_template, as
+// vLLM's --chat-template). It fails, changing nothing, when src does not
+// compile. Call it before the tokenizer is shared: a Tokenizer is
+// otherwise immutable.
+func (t *Tokenizer) SetChatTemplate(src string) error {
+	c := newChatTemplates(map[string]string{"default": src})
+	if err := c.byName["default"].err; err != nil {
+		return fmt.Errorf("chat template: %w", err)
+	}
+	t.chat = c
+	return nil
+}
