@@ -505,3 +505,41 @@ func FuzzEncodeChatSPM(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFromVocab: a SentencePiece vocabulary as a damaged GGUF file may
+// hold it (any tokens, scores, types, special ids) never makes FromVocab
+// panic, and what it builds encodes, decodes and writes back.
+func FuzzFromVocab(f *testing.F) {
+	f.Add("<unk>\x00<s>\x00▁\x00a\x00b\x00▁a\x00ab\x00<0x41>", []byte{2, 3, 1, 1, 1, 1, 1, 6}, []byte{0, 0, 5, 4, 3, 9, 8, 0}, "a b ab A", true)
+	f.Add("x\x00x", []byte{1, 1}, []byte{1, 2}, "xx", false)
+	f.Add("\xff\x00▁\xff\x00", []byte{9, 1, 0}, []byte{255}, "\xff", true)
+	f.Fuzz(func(t *testing.T, tokens string, types, scores []byte, text string, prefix bool) {
+		v := Vocab{Model: ModelSPM, Tokens: strings.Split(tokens, "\x00"), AddSpacePrefix: prefix, BOS: 1, EOS: 2, PAD: -1}
+		if len(v.Tokens) > 4096 {
+			return
+		}
+		v.Types = make([]TokenType, len(v.Tokens))
+		v.Scores = make([]float32, len(v.Tokens))
+		for i := range v.Tokens {
+			v.Types[i] = TokenNormal
+			if i < len(types) {
+				v.Types[i] = TokenType(types[i] % 8)
+			}
+			if i < len(scores) {
+				v.Scores[i] = float32(int8(scores[i]))
+			}
+		}
+		tok, err := FromVocab(v)
+		if err != nil {
+			return
+		}
+		ids := tok.Encode(text)
+		tok.Decode(ids)
+		tok.EncodePrompt(text)
+		if back, err := tok.Vocab(0); err == nil {
+			if _, err := FromVocab(back); err != nil {
+				t.Fatalf("a vocabulary written back does not load: %v", err)
+			}
+		}
+	})
+}
