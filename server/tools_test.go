@@ -253,6 +253,12 @@ func TestLlamaToolCalls(t *testing.T) {
 	if got := allowedPrefix(e, e.srv.constraint(conv, grammarFor(conv, syntaxMistral), false), mistral); got != mistral {
 		t.Errorf("the Mistral grammar took %q of %q", got, mistral)
 	}
+	// The Responses API reads the same reply as a function_call item.
+	e.gen.reply = func(string, rollout.Request) script { return script{text: reply} }
+	resp, out = e.post("/v1/responses", `{"model":"clawrl-test","input":"Weather in Paris?","max_output_tokens":400,"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string"}}}}]}`)
+	if resp.StatusCode != 200 || !strings.Contains(out, `"type":"function_call"`) || !strings.Contains(out, `"name":"get_weather"`) {
+		t.Errorf("responses: %d %s", resp.StatusCode, out)
+	}
 	// A plain reply is content.
 	e.gen.reply = func(string, rollout.Request) script { return script{text: "It is sunny."} }
 	if _, out = e.post("/v1/chat/completions", body); !strings.Contains(out, `"content":"It is sunny."`) || strings.Contains(out, "tool_calls") {
