@@ -166,21 +166,22 @@ type Forgotten struct {
 
 // Server is the HTTP API. Create it with New.
 type Server struct {
-	opts Options
-	tok  *tokenizer.Tokenizer
+	opts    Options
+	tok     *tokenizer.Tokenizer
+	gen     rollout.Generator
+	tracker *session.Tracker
+	met     *metrics
+	reg     *prometheus.Registry
+	log     zerolog.Logger
+	keys    [][sha256.Size]byte
+	admin   [][sha256.Size]byte
+	ids     session.IDs // scopes and hashes session ids (identity.go)
+	stopSet map[int32]bool
+	started time.Time
+	handler http.Handler
+
 	// callSyntax is how the model writes a tool call (its chat template's).
 	callSyntax callSyntax
-	gen        rollout.Generator
-	tracker    *session.Tracker
-	met        *metrics
-	reg        *prometheus.Registry
-	log        zerolog.Logger
-	keys       [][sha256.Size]byte
-	admin      [][sha256.Size]byte
-	ids        session.IDs // scopes and hashes session ids (identity.go)
-	stopSet    map[int32]bool
-	started    time.Time
-	handler    http.Handler
 
 	// inflight counts running handlers, so Serve can wait for them.
 	inflight sync.WaitGroup
@@ -245,14 +246,15 @@ func New(opts Options) (*Server, error) {
 		tmpl = tu // the one a request with tools renders with
 	}
 	s := &Server{
-		opts:       opts,
+		opts:    opts,
+		tok:     opts.Tokenizer,
+		gen:     opts.Generator,
+		log:     opts.Logger,
+		reg:     opts.Registry,
+		stopSet: map[int32]bool{},
+		started: time.Now(),
+
 		callSyntax: detectCallSyntax(tmpl),
-		tok:        opts.Tokenizer,
-		gen:        opts.Generator,
-		log:        opts.Logger,
-		reg:        opts.Registry,
-		stopSet:    map[int32]bool{},
-		started:    time.Now(),
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	for _, t := range opts.StopTokens {

@@ -220,14 +220,7 @@ func BenchmarkLoad(b *testing.B) {
 // tokens is merged whole, on the heap) and in the Metaspace layout with
 // split, where every "▁" starts a word that the word cache keeps.
 func BenchmarkEncodeSPM(b *testing.B) {
-	d := spmDir()
-	if d == "" {
-		b.Skip("SentencePiece tokenizer files absent: run scripts/fetch-testdata")
-	}
-	tok, err := Load(d)
-	if err != nil {
-		b.Fatal(err)
-	}
+	tok := spmTokenizer(b)
 	split, err := FromJSON(editJSON(b, tok.TokenizerJSON(), func(m map[string]any) {
 		m["normalizer"] = nil
 		m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": metaspace, "prepend_scheme": "first", "split": true}

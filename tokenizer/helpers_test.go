@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 )
 
 // smallCorpus is a mixed corpus for training the test tokenizer: prose,
@@ -91,3 +92,20 @@ func editJSON(tb testing.TB, data []byte, edit func(m map[string]any)) []byte {
 func hasToken(ids []int32, id int32) bool { return slices.Contains(ids, id) }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// streamDecoded feeds ids to a StreamDecoder and returns what it gives,
+// failing when a piece is not valid UTF-8.
+func streamDecoded(tb testing.TB, tok *Tokenizer, ids []int32) string {
+	tb.Helper()
+	d := tok.NewStreamDecoder()
+	var sb strings.Builder
+	for _, id := range ids {
+		piece := d.Add(id)
+		if !utf8.ValidString(piece) {
+			tb.Fatalf("stream piece %q is not valid UTF-8", piece)
+		}
+		sb.WriteString(piece)
+	}
+	sb.WriteString(d.Flush())
+	return sb.String()
+}

@@ -19,6 +19,21 @@ import (
 // spmDir returns where the SentencePiece tokenizer's files are, or "".
 func spmDir() string { return fetchedTokenizer("CLAWRL_SPM_TOKENIZER_DIR", "llama2") }
 
+// spmTokenizer loads a fresh copy of the SentencePiece tokenizer, or
+// skips.
+func spmTokenizer(tb testing.TB) *Tokenizer {
+	tb.Helper()
+	d := spmDir()
+	if d == "" {
+		tb.Skip("SentencePiece tokenizer files absent: run scripts/fetch-testdata")
+	}
+	tok, err := Load(d)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
 // spmFiles reads the SentencePiece tokenizer's two files, or skips.
 func spmFiles(t *testing.T) (tokJSON, cfgJSON []byte) {
 	t.Helper()
@@ -105,18 +120,8 @@ func TestSPMGolden(t *testing.T) {
 				if got := tok.Decode(c.IDs); got != want && !strings.ContainsRune(want, utf8.RuneError) {
 					t.Fatalf("Decode = %q, want %q", got, want)
 				}
-				d := tok.NewStreamDecoder()
-				var sb strings.Builder
-				for _, id := range c.IDs {
-					piece := d.Add(id)
-					if !utf8.ValidString(piece) {
-						t.Fatalf("stream piece %q is not valid UTF-8", piece)
-					}
-					sb.WriteString(piece)
-				}
-				sb.WriteString(d.Flush())
-				if got := tok.Decode(c.IDs); sb.String() != got {
-					t.Fatalf("stream decode = %q, Decode = %q", sb.String(), got)
+				if got, dec := streamDecoded(t, tok, c.IDs), tok.Decode(c.IDs); got != dec {
+					t.Fatalf("stream decode = %q, Decode = %q", got, dec)
 				}
 			})
 		}
@@ -472,14 +477,7 @@ const llama2Chat = `{% if messages[0]['role'] == 'system' %}{% set loop_messages
 // prompt's special tokens are the template's: <s> for each user turn,
 // </s> after each assistant turn.
 func FuzzEncodeChatSPM(f *testing.F) {
-	d := spmDir()
-	if d == "" {
-		f.Skip("SentencePiece tokenizer files absent: run scripts/fetch-testdata")
-	}
-	tok, err := Load(d)
-	if err != nil {
-		f.Fatal(err)
-	}
+	tok := spmTokenizer(f)
 	if err := tok.SetChatTemplate(llama2Chat); err != nil {
 		f.Fatal(err)
 	}
