@@ -13,6 +13,7 @@ import (
 
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/tokenizer"
+	"golang.org/x/text/unicode/norm"
 )
 
 // TestLlamaCppVocabFiles reads the vocabulary-only GGUF files of a
@@ -137,5 +138,89 @@ func TestLlamaCppTokenizesSPMExport(t *testing.T) {
 	}
 	if !t.Failed() {
 		t.Logf("%d texts: llama.cpp splits them as clawrl does", checked)
+	}
+}
+
+// TestLlamaCppPreTokenizers: for every pre-tokenizer name clawrl accepts,
+// llama.cpp's llama-tokenize (in LLAMA_CPP_BIN) and clawrl split texts
+// alike. The vocabulary is GPT-2's (models/ggml-vocab-gpt-2.gguf of
+// LLAMA_CPP_SRC) with tokenizer.ggml.pre set to the name, so the ids
+// differ where the splits, or the ignoring of merges, differ. The texts
+// are llama.cpp's own test texts and some that tell the splits apart
+// (camel case for Tekken, digit runs, punctuation runs, CJK). Names whose
+// tokenizer normalizes (Qwen2's NFC, which llama.cpp does not apply) are
+// checked on texts NFC leaves alone. Without both variables the test skips.
+func TestLlamaCppPreTokenizers(t *testing.T) {
+	src, bin := os.Getenv("LLAMA_CPP_SRC"), os.Getenv("LLAMA_CPP_BIN")
+	if src == "" || bin == "" {
+		t.Skip("LLAMA_CPP_SRC and LLAMA_CPP_BIN are not both set")
+	}
+	tool := filepath.Join(bin, "llama-tokenize")
+	vocab := filepath.Join(src, "models", "ggml-vocab-gpt-2.gguf")
+	f, err := Open(vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs := slices.Clone(f.KV)
+	f.Close()
+	inp, err := os.ReadFile(vocab + ".inp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := strings.Split(string(inp), "\n__ggml_vocab_test__\n")
+	texts = append(texts, "HelloWorld iPhone XMLHttpRequest getHTTPResponseCode", "a/b//c\n/x", "1234567 89 3.14159",
+		"what?!... (yes) <tag>=x^2|y~z`", "東京タワーと서울 2024年", "Ünïcödé ÀÉÎ café", "  \n\n\t end  ", "'S 'll 'VE")
+	dir := t.TempDir()
+	in := filepath.Join(dir, "text")
+	for _, name := range tokenizer.PreTokenizerNames() {
+		t.Run(name, func(t *testing.T) {
+			kv := slices.Clone(kvs)
+			for i := range kv {
+				if kv[i].Key == KeyTokenizerPre {
+					kv[i].Value = String(name)
+				}
+			}
+			path := filepath.Join(dir, name+".gguf")
+			if err := WriteFile(path, kv, nil); err != nil {
+				t.Fatal(err)
+			}
+			g, err := Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, err := ReadTokenizer(g)
+			g.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked := 0
+			for _, text := range texts {
+				if text == "" || tokenizer.PreNormalizes(name) && !norm.NFC.IsNormalString(text) {
+					continue
+				}
+				if err := os.WriteFile(in, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				out, err := exec.Command(tool, "-m", path, "-f", in, "--ids", "--no-bos", "--no-escape", "--log-disable").Output()
+				if err != nil && checked == 0 {
+					// Older converters' names ("gpt2") that llama.cpp no
+					// longer reads.
+					t.Skipf("llama-tokenize refuses the name: %v", err)
+				}
+				if err != nil {
+					t.Fatalf("llama-tokenize: %v", err)
+				}
+				lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+				var want []int32
+				if err := json.Unmarshal([]byte(lines[len(lines)-1]), &want); err != nil {
+					t.Fatalf("llama-tokenize's output %q: %v", lines[len(lines)-1], err)
+				}
+				if got := tok.Encode(text); !slices.Equal(got, want) {
+					t.Errorf("%q: clawrl %v, llama.cpp %v", text, got, want)
+				}
+				checked++
+			}
+			t.Logf("%d texts split alike", checked)
+		})
 	}
 }

@@ -710,7 +710,7 @@ func TestBadModels(t *testing.T) {
 		}, "tokenizer", "2 scores"},
 		{"unknown tokenizer model", func(cv *converted) { setKV(cv, KeyTokenizerModel, String("bert")) }, "tokenizer", `"bert" is not supported`},
 		{"no tokenizer", func(cv *converted) { dropKV(cv, KeyTokenizerModel) }, "tokenizer", "holds no tokenizer"},
-		{"unknown pre-tokenizer", func(cv *converted) { setKV(cv, KeyTokenizerPre, String("deepseek-llm")) }, "tokenizer", `pre-tokenizer "deepseek-llm"`},
+		{"unknown pre-tokenizer", func(cv *converted) { setKV(cv, KeyTokenizerPre, String("viking")) }, "tokenizer", `pre-tokenizer "viking"`},
 		{"merges of the wrong type", func(cv *converted) { setKV(cv, KeyMerges, Array([]int32{1})) }, "tokenizer", "not an array of strings"},
 	}
 	for _, c := range cases {

@@ -423,11 +423,13 @@ func build(f *fileJSON) (*Tokenizer, error) {
 		for b := 0; b < 256; b++ {
 			id, ok := t.ids[string(byteToRune[b])]
 			switch {
-			case !ok && (b == 0xC0 || b == 0xC1 || b >= 0xF1):
-				// Some vocabularies (StarCoder's, MPT's) leave out bytes
-				// that only invalid UTF-8 or the rarest planes hold: such
-				// a byte is dropped, as Hugging Face drops a symbol that
-				// has no token and no unk_token.
+			case !ok && (b < 0x20 || b > 0x7E):
+				// Some vocabularies leave out bytes that only invalid
+				// UTF-8 or the rarest planes hold (StarCoder's, MPT's), or
+				// control characters (Falcon's): such a byte is dropped,
+				// as Hugging Face drops a symbol that has no token and no
+				// unk_token. Printable ASCII must be there: without it the
+				// vocabulary is not byte-level.
 				id = -1 // byteID −1: encoding drops the byte
 			case !ok:
 				return nil, fmt.Errorf("vocab lacks the byte-level token %q for byte 0x%02x", string(byteToRune[b]), b)

@@ -46,7 +46,10 @@ func newMatcher(pattern string) (matcher, error) {
 }
 
 // regexMatcher runs a pattern through regexp2.
-type regexMatcher struct{ re *regexp2.Regexp }
+type regexMatcher struct {
+	re      *regexp2.Regexp
+	pattern string
+}
 
 func newRegexMatcher(pattern string) (regexMatcher, error) {
 	// Tokenizer patterns are Oniguruma (Rust) syntax; regexp2's default
@@ -57,7 +60,7 @@ func newRegexMatcher(pattern string) (regexMatcher, error) {
 	if err != nil {
 		return regexMatcher{}, fmt.Errorf("compile split pattern %q: %w", pattern, err)
 	}
-	return regexMatcher{re: re}, nil
+	return regexMatcher{re: re, pattern: pattern}, nil
 }
 
 func (m regexMatcher) find(s string, fn func(start, end int)) {

@@ -53,10 +53,10 @@ type Vocab struct {
 	Types  []TokenType
 	Merges [][2]string
 	// Pre names the pre-tokenizer: PreQwen2, PreLlama3 (or its other
-	// names "llama3" and "llama-v3"), PreGPT2 ("gpt2"), or "default",
-	// which llama.cpp's converter writes for a pre-tokenizer it does not
-	// recognise and which is read as GPT-2's (the pattern of a plain
-	// byte-level tokenizer.json).
+	// names "llama3" and "llama-v3"), PreGPT2 ("gpt2"), one of the other
+	// names PreTokenizerNames lists, or "default", which llama.cpp's
+	// converter writes for a pre-tokenizer it does not recognise and which
+	// is run as llama.cpp runs it.
 	Pre string
 	// Scores (SentencePiece) rank merges: of two adjacent pieces, the
 	// pair that makes the token of highest score merges first.
@@ -108,8 +108,9 @@ var preTokenizers = map[string]preTokenizer{
 	PreQwen2: preQwen2, "deepseek-r1-qwen": preQwen2,
 	PreLlama3: preLlama3, "llama3": preLlama3, "llama-v3": preLlama3, "falcon3": preLlama3, "pixtral": preLlama3,
 	PreSmaug: preLlama3Merged, "dbrx": preLlama3Merged,
-	PreGPT2: preGPT2, "gpt2": preGPT2, "default": preGPT2, "mpt": preGPT2, "olmo": preGPT2, "phi-2": preGPT2,
+	PreGPT2: preGPT2, "gpt2": preGPT2, "mpt": preGPT2, "olmo": preGPT2, "phi-2": preGPT2,
 	PreSmolLM: preDigitsGPT2, "starcoder": preDigitsGPT2, "refact": preDigitsGPT2, "command-r": preDigitsGPT2, "codeshell": preDigitsGPT2,
+	"minerva-7b": preDigitsGPT2,
 }
 
 // PreAddsBOS reports whether llama.cpp puts the BOS token before a raw
@@ -119,6 +120,10 @@ func PreAddsBOS(pre string) bool {
 	p, ok := preTokenizers[pre]
 	return ok && p.ignoreMerges
 }
+
+// PreNormalizes reports whether the pre-tokenizer named pre comes with a
+// normalizer (Qwen2's NFC), which llama.cpp does not apply.
+func PreNormalizes(pre string) bool { return preTokenizers[pre].normalizer != "" }
 
 // PreTokenizerNames lists the pre-tokenizer names FromVocab accepts.
 func PreTokenizerNames() []string { return slices.Sorted(maps.Keys(preTokenizers)) }
@@ -345,6 +350,9 @@ func (t *Tokenizer) preName() (string, error) {
 				return PreSmolLM, nil
 			}
 		}
+	}
+	if name, ok := t.regexPreName(); ok {
+		return name, nil
 	}
 	return "", fmt.Errorf("%w (GGUF files name Qwen2's: the Qwen2 split pattern after NFC; Llama 3's: the Llama 3 pattern, no normalizer, with or without ignore_merges; GPT-2's byte-level pattern, alone or after single digits)", ErrNoPreName)
 }

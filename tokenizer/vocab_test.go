@@ -142,7 +142,7 @@ func TestFromVocabRefuses(t *testing.T) {
 		v    Vocab
 		text string
 	}{
-		{"unknown pre-tokenizer", edit(func(v *Vocab) { v.Pre = "deepseek-llm" }), "pre-tokenizer"},
+		{"unknown pre-tokenizer", edit(func(v *Vocab) { v.Pre = "viking" }), "pre-tokenizer"},
 		{"types of another length", edit(func(v *Vocab) { v.Types = v.Types[1:] }), "token types"},
 		{"bad type", edit(func(v *Vocab) { v.Types[300] = 9 }), "type 9"},
 		{"duplicate token", edit(func(v *Vocab) { v.Tokens[300] = v.Tokens[301] }), "two ids"},
@@ -217,6 +217,32 @@ func TestVocabPreNames(t *testing.T) {
 	if got, want := words(build(PreGPT2), "x 123"), []string{"x", " 123"}; !slices.Equal(got, want) {
 		t.Errorf("gpt-2 words %q, want %q", got, want)
 	}
+	// The pre-tokenizers made of Split regexes (checked against llama.cpp by
+	// gguf.TestLlamaCppPreTokenizers) split as their patterns say and are
+	// written back under their own names.
+	for _, c := range []struct {
+		pre, text string
+		want      []string
+	}{
+		{"tekken", "HelloWorld iPhone", []string{"Hello", "World", " i", "Phone"}},
+		{"tekken", "a/b//c 42", []string{"a", "/b", "//", "c", " ", "4", "2"}},
+		{"deepseek-coder", "x 12\ny", []string{"x", " ", "1", "2", "\n", "y"}},
+		{"deepseek-llm", "x 123,y 東京", []string{"x", " ", "123", ",", "y", " ", "東京"}},
+		{"falcon", "a 1234567!", []string{"a", " ", "123", "456", "7", "!"}},
+		{"default", "a 1234567!", []string{"a", " ", "123", "456", "7", "!"}},
+	} {
+		tok := build(c.pre)
+		if got := words(tok, c.text); !slices.Equal(got, c.want) {
+			t.Errorf("%s words of %q: %q, want %q", c.pre, c.text, got, c.want)
+		}
+		back, err := tok.Vocab(0)
+		if err != nil || back.Pre != c.pre {
+			t.Errorf("%s written back as %q (%v)", c.pre, back.Pre, err)
+		}
+		if tok.model.ignoreMerges != (c.pre == "tekken") {
+			t.Errorf("%s: ignore_merges %v", c.pre, tok.model.ignoreMerges)
+		}
+	}
 	// Smaug's is Llama 3's without ignore_merges.
 	if build(PreSmaug).model.ignoreMerges || !build(PreLlama3).model.ignoreMerges {
 		t.Error("ignore_merges of smaug-bpe / llama-bpe")
@@ -225,13 +251,14 @@ func TestVocabPreNames(t *testing.T) {
 
 // TestMissingRareBytes: a byte-level vocabulary may lack the tokens of
 // bytes only invalid or the rarest UTF-8 holds (StarCoder's lacks 0xF1
-// and up); it loads, and such a byte is dropped as Hugging Face drops a
-// symbol with no token. A common byte's absence is still refused.
+// and up) or of control characters (Falcon's); it loads, and such a byte
+// is dropped as Hugging Face drops a symbol with no token. A printable
+// ASCII byte's absence is still refused.
 func TestMissingRareBytes(t *testing.T) {
 	base := smallTokenizer(t)
 	data := editJSON(t, base.TokenizerJSON(), func(m map[string]any) {
 		vocab := m["model"].(map[string]any)["vocab"].(map[string]any)
-		for _, b := range []int{0xC0, 0xC1, 0xF5, 0xFF} {
+		for _, b := range []int{0x03, 0xC0, 0xC1, 0xF5, 0xFF} {
 			delete(vocab, string(byteToRune[b]))
 		}
 	})
@@ -239,10 +266,16 @@ func TestMissingRareBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := tok.Encode("ab\xc0c\xff"), base.Encode("abc"); !slices.Equal(got, want) {
+	if got, want := tok.Encode("ab\xc0c\xff\x03"), base.Encode("abc"); !slices.Equal(got, want) {
 		t.Errorf("Encode with rare bytes = %v, want %v (them dropped)", got, want)
 	}
 	if got, want := tok.Encode("héllo wörld"), base.Encode("héllo wörld"); !slices.Equal(got, want) {
 		t.Errorf("valid text: %v, want %v", got, want)
+	}
+	noA := editJSON(t, base.TokenizerJSON(), func(m map[string]any) {
+		delete(m["model"].(map[string]any)["vocab"].(map[string]any), "a")
+	})
+	if _, err := FromJSON(noA); err == nil || !strings.Contains(err.Error(), "0x61") {
+		t.Errorf("a vocabulary without \"a\" loaded: %v", err)
 	}
 }
