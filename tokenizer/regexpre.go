@@ -83,7 +83,8 @@ func splitsByteLevel(patterns []string) string {
 }
 
 // regexPreName names the pre-tokenizer of t when it is one of regexPres:
-// the same patterns in the same order, no normalizer, the same
+// the same patterns in the same order (a Digits step counting as the
+// pattern that isolates the same runs), no normalizer, the same
 // ignore_merges.
 func (t *Tokenizer) regexPreName() (string, bool) {
 	var steps []preStep
@@ -97,6 +98,12 @@ func (t *Tokenizer) regexPreName() (string, bool) {
 	}
 	patterns := make([]string, 0, len(steps))
 	for _, s := range steps {
+		if d, ok := s.(digitsStep); ok {
+			// A Digits pre-tokenizer isolates what these patterns do
+			// (DeepSeek's tokenizer.json files have one).
+			patterns = append(patterns, map[bool]string{true: `\p{N}`, false: `\p{N}+`}[d.individual])
+			continue
+		}
 		sp, ok := s.(splitStep)
 		if !ok || sp.behavior != behaviorIsolated || sp.invert {
 			return "", false

@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -242,6 +244,22 @@ func TestVocabPreNames(t *testing.T) {
 		if tok.model.ignoreMerges != (c.pre == "tekken") {
 			t.Errorf("%s: ignore_merges %v", c.pre, tok.model.ignoreMerges)
 		}
+	}
+	// DeepSeek Coder's tokenizer.json ends its splits with a Digits
+	// pre-tokenizer where llama.cpp has \p{N}: the same pre-tokenizer.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, build("deepseek-coder").TokenizerJSON()); err != nil {
+		t.Fatal(err)
+	}
+	ds := strings.Replace(compact.String(),
+		`{"type":"Split","pattern":{"Regex":"\\p{N}"},"behavior":"Isolated","invert":false}`, `{"type":"Digits","individual_digits":true}`, 1)
+	if !strings.Contains(ds, "Digits") {
+		t.Fatal("no \\p{N} split in deepseek-coder's tokenizer.json")
+	}
+	if tok, err := FromJSON([]byte(ds)); err != nil {
+		t.Error(err)
+	} else if back, err := tok.Vocab(0); err != nil || back.Pre != "deepseek-coder" {
+		t.Errorf("deepseek-coder with Digits written back as %q (%v)", back.Pre, err)
 	}
 	// Smaug's is Llama 3's without ignore_merges.
 	if build(PreSmaug).model.ignoreMerges || !build(PreLlama3).model.ignoreMerges {
