@@ -83,6 +83,9 @@ func WriteModelMix(path string, src model.Source, tok *tokenizer.Tokenizer, mix 
 		{k("rope.freq_base"), Float32(float32(c.RopeTheta))},
 		{k("attention.layer_norm_rms_epsilon"), Float32(float32(c.RMSNormEps))},
 	}
+	if c.RopeLinear > 1 {
+		kvs = append(kvs, KV{k("rope.scaling.type"), String("linear")}, KV{k("rope.scaling.factor"), Float32(float32(c.RopeLinear))})
+	}
 	if tok != nil {
 		v, err := tok.Vocab(c.VocabSize)
 		if err != nil {

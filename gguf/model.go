@@ -280,7 +280,8 @@ func (m *Model) readConfig() error {
 		theta = v
 	}
 	cfg["rope_theta"] = jsonFloat(theta)
-	if err := m.checkRopeScaling(key); err != nil {
+	linear, err := m.ropeLinear(key)
+	if err != nil {
 		return err
 	}
 
@@ -315,7 +316,13 @@ func (m *Model) readConfig() error {
 	if scaling, err := m.ropeFreqs(key, headDim, theta); err != nil {
 		return err
 	} else if scaling != nil {
+		if linear > 1 {
+			return m.f.errorf("both linear rope scaling (%s) and per-frequency divisors (%s): not supported", key("rope.scaling.type"), KeyRopeFreqs)
+		}
 		cfg["rope_scaling"] = scaling
+	}
+	if linear > 1 {
+		cfg["rope_scaling"] = map[string]any{"type": "linear", "factor": linear}
 	}
 
 	data, err := json.MarshalIndent(cfg, "", "  ")
@@ -330,27 +337,43 @@ func (m *Model) readConfig() error {
 	return m.checkTensors()
 }
 
-// checkRopeScaling refuses the rope scaling keys clawrl does not run
-// (linear, YaRN, LongRoPE); Llama 3's scaling comes as rope_freqs.weight.
-func (m *Model) checkRopeScaling(key func(string) string) error {
-	typ, ok, err := m.stringKey(key("rope.scaling.type"))
+// ropeLinear reads the rope scaling keys: the factor of linear scaling
+// (rope.scaling.type "linear" and rope.scaling.factor, or the older
+// rope.scale_linear), 0 for none. It refuses the kinds clawrl does not run
+// (YaRN, LongRoPE); Llama 3's scaling comes as rope_freqs.weight.
+func (m *Model) ropeLinear(key func(string) string) (float64, error) {
+	typ, hasType, err := m.stringKey(key("rope.scaling.type"))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	factor, hasFactor, err := m.floatKey(key("rope.scaling.factor"))
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if ok && typ != "none" && !(hasFactor && factor == 1) {
-		return m.f.errorf("rope scaling %q (%s) is not supported: clawrl runs plain RoPE and Llama 3's scaling", typ, key("rope.scaling.type"))
+	old, hasOld, err := m.floatKey(key("rope.scale_linear"))
+	if err != nil {
+		return 0, err
 	}
-	if s, ok, err := m.floatKey(key("rope.scale_linear")); err != nil || ok && s != 1 {
-		if err != nil {
-			return err
+	linear := 0.0
+	switch {
+	case hasType && typ == "linear":
+		if !hasFactor {
+			return 0, m.f.errorf("linear rope scaling (%s) without its factor (%s)", key("rope.scaling.type"), key("rope.scaling.factor"))
 		}
-		return m.f.errorf("linear rope scaling by %g (%s) is not supported", s, key("rope.scale_linear"))
+		linear = factor
+	case hasType && typ != "none" && !(hasFactor && factor == 1):
+		return 0, m.f.errorf("rope scaling %q (%s) is not supported: clawrl runs plain RoPE, linear scaling and Llama 3's", typ, key("rope.scaling.type"))
 	}
-	return nil
+	if hasOld && old != 1 {
+		if linear != 0 && linear != old {
+			return 0, m.f.errorf("linear rope scaling by %g (%s) and by %g (%s)", linear, key("rope.scaling.factor"), old, key("rope.scale_linear"))
+		}
+		linear = old
+	}
+	if linear != 0 && !(linear >= 1) || math.IsInf(linear, 0) {
+		return 0, m.f.errorf("linear rope scaling by %g: the factor must be a finite number ≥ 1", linear)
+	}
+	return linear, nil
 }
 
 // eogTexts are the texts of tokens that end a turn in the chat formats of

@@ -164,6 +164,22 @@ type converted struct {
 	decoded map[string][]float32
 }
 
+// setKV sets (or adds) a metadata value of a converted file.
+func setKV(cv *converted, key string, v Value) {
+	for i := range cv.kvs {
+		if cv.kvs[i].Key == key {
+			cv.kvs[i].Value = v
+			return
+		}
+	}
+	cv.kvs = append(cv.kvs, KV{key, v})
+}
+
+// dropKV removes a metadata key of a converted file.
+func dropKV(cv *converted, key string) {
+	cv.kvs = slices.DeleteFunc(cv.kvs, func(kv KV) bool { return kv.Key == key })
+}
+
 // convert converts the checkpoint in dir to GGUF as llama.cpp's converter
 // does: metadata from config.json, the tokenizer's vocabulary, vectors in
 // F32 and matrices in typ, llama's q and k rows permuted unless noPermute.
@@ -194,6 +210,9 @@ func convert(t testing.TB, dir string, tok *tokenizer.Tokenizer, typ TensorType,
 		{a + ".rope.freq_base", Float32(float32(c.RopeTheta))},
 		{a + ".attention.layer_norm_rms_epsilon", Float32(float32(c.RMSNormEps))},
 	}}
+	if c.RopeLinear != 0 {
+		out.kvs = append(out.kvs, KV{a + ".rope.scaling.type", String("linear")}, KV{a + ".rope.scaling.factor", Float32(float32(c.RopeLinear))})
+	}
 	if tok != nil {
 		v, err := tok.Vocab(c.VocabSize)
 		if err != nil {
@@ -505,6 +524,74 @@ func TestLlama3RopeScaling(t *testing.T) {
 	}
 }
 
+// TestLinearRopeScaling: a Llama model with linear rope scaling (DeepSeek
+// Coder's factor 4) is written with rope.scaling.type "linear" and its
+// factor, as llama.cpp's converter writes it, and read back to the same
+// frequencies and logits; the older rope.scale_linear key reads the same.
+// The scaling changes the logits (so the comparison can fail).
+func TestLinearRopeScaling(t *testing.T) {
+	tok := trainedTokenizer(t)
+	spec := smallSpec(model.ArchLlama, tok.VocabSize())
+	spec.RopeTheta = 100000
+	plainDir := t.TempDir()
+	if err := model.WriteRandomCheckpoint(plainDir, spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.RopeLinear = 4
+	dir := t.TempDir()
+	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	hm := loadDir(t, dir)
+	if hm.Config.RopeLinear != 4 {
+		t.Fatalf("config.json's linear factor read as %v", hm.Config.RopeLinear)
+	}
+	cv := convert(t, dir, tok, F32, false)
+	for _, kv := range cv.kvs {
+		if kv.Key == "llama.rope.scaling.type" && kv.Value.String() != `"linear"` || kv.Key == "llama.rope.scaling.factor" && kv.Value.String() != "4" {
+			t.Errorf("%s = %v", kv.Key, kv.Value)
+		}
+	}
+	want := logits(t, hm, testTokens)
+	for _, c := range []struct {
+		name string
+		edit func(cv *converted)
+	}{
+		{"rope.scaling.type", func(*converted) {}},
+		{"rope.scale_linear", func(cv *converted) {
+			dropKV(cv, "llama.rope.scaling.type")
+			dropKV(cv, "llama.rope.scaling.factor")
+			setKV(cv, "llama.rope.scale_linear", Float32(4))
+		}},
+	} {
+		cv := convert(t, dir, tok, F32, false)
+		c.edit(&cv)
+		gm := loadGGUF(t, cv.write(t, filepath.Join(t.TempDir(), "m.gguf")))
+		if gm.Config.RopeLinear != 4 {
+			t.Errorf("%s: factor read as %v", c.name, gm.Config.RopeLinear)
+		}
+		if d := maxDiff(logits(t, gm, testTokens), want); d > 1e-4 {
+			t.Errorf("%s: logits differ by %g", c.name, d)
+		}
+	}
+	// clawrl's own writer (export) writes the factor too.
+	src, err := model.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	path := filepath.Join(t.TempDir(), "export.gguf")
+	if err := WriteModel(path, src, tok, Q8_0); err != nil {
+		t.Fatal(err)
+	}
+	if gm := loadGGUF(t, path); gm.Config.RopeLinear != 4 {
+		t.Errorf("export: factor read back as %v", gm.Config.RopeLinear)
+	}
+	if d := maxDiff(logits(t, loadDir(t, plainDir), testTokens), want); d < 1e-3 {
+		t.Errorf("linear scaling moved the logits by only %g", d)
+	}
+}
+
 func TestModelTokenizer(t *testing.T) {
 	tok := trainedTokenizer(t)
 	dir := t.TempDir()
@@ -641,18 +728,6 @@ func TestBadModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := convert(t, dir, tok, Q8_0, false)
-	setKV := func(cv *converted, key string, v Value) {
-		for i := range cv.kvs {
-			if cv.kvs[i].Key == key {
-				cv.kvs[i].Value = v
-				return
-			}
-		}
-		cv.kvs = append(cv.kvs, KV{key, v})
-	}
-	dropKV := func(cv *converted, key string) {
-		cv.kvs = slices.DeleteFunc(cv.kvs, func(kv KV) bool { return kv.Key == key })
-	}
 	tensor := func(cv *converted, name string) *WriteTensor {
 		for i := range cv.tensors {
 			if cv.tensors[i].Name == name {
@@ -677,6 +752,13 @@ func TestBadModels(t *testing.T) {
 		{"part of a split model", func(cv *converted) { setKV(cv, "split.count", Uint16(3)) }, "open", "one of 3 parts"},
 		{"partial rotary", func(cv *converted) { setKV(cv, "llama.rope.dimension_count", Uint32(32)) }, "open", "partial rotary"},
 		{"yarn", func(cv *converted) { setKV(cv, "llama.rope.scaling.type", String("yarn")) }, "open", `rope scaling "yarn"`},
+		{"linear without factor", func(cv *converted) { setKV(cv, "llama.rope.scaling.type", String("linear")) }, "open", "without its factor"},
+		{"linear below 1", func(cv *converted) { setKV(cv, "llama.rope.scale_linear", Float32(0.5)) }, "open", "must be a finite number ≥ 1"},
+		{"two linear factors", func(cv *converted) {
+			setKV(cv, "llama.rope.scaling.type", String("linear"))
+			setKV(cv, "llama.rope.scaling.factor", Float32(2))
+			setKV(cv, "llama.rope.scale_linear", Float32(4))
+		}, "open", "linear rope scaling by 2"},
 		{"heads that do not divide", func(cv *converted) { setKV(cv, "llama.attention.head_count_kv", Uint32(3)) }, "open", "not divisible"},
 		{"missing tensor", func(cv *converted) {
 			cv.tensors = slices.DeleteFunc(cv.tensors, func(w WriteTensor) bool { return w.Name == "blk.1.ffn_up.weight" })

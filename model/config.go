@@ -45,6 +45,10 @@ type Config struct {
 	RMSNormEps  float64
 	RopeTheta   float64
 	RopeScaling *RopeScaling // nil: plain RoPE
+	// RopeLinear, when above 1, divides every rotary frequency (positions
+	// interpolated, rope_scaling type "linear": DeepSeek Coder's 4, Code
+	// Llama's and many long-context fine-tunes'); 0 for none.
+	RopeLinear float64
 
 	TieWordEmbeddings bool
 	QKVBias           bool // q, k and v projections have a bias (Qwen2; attention_bias)
@@ -243,8 +247,15 @@ func ParseConfig(data []byte) (*Config, error) {
 				return nil, fmt.Errorf("rope_scaling llama3: need factor ≥ 1, 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0, got %+v", *s)
 			}
 			c.RopeScaling = s
+		case "linear":
+			if r.Factor == nil || !(*r.Factor >= 1) || math.IsInf(*r.Factor, 0) {
+				return nil, fmt.Errorf("rope_scaling linear needs a finite factor ≥ 1, got %v", r.Factor)
+			}
+			if *r.Factor > 1 {
+				c.RopeLinear = *r.Factor
+			}
 		default:
-			return nil, fmt.Errorf("rope_scaling type %q is not supported (want llama3 or default)", kind)
+			return nil, fmt.Errorf("rope_scaling type %q is not supported (want llama3, linear or default)", kind)
 		}
 	}
 	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {

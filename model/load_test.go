@@ -333,6 +333,18 @@ func TestParseConfig(t *testing.T) {
 			}
 		}, ""},
 		{"default rope type", func(c map[string]any) { c["rope_scaling"] = map[string]any{"type": "default"} }, nil, ""},
+		{"linear rope", func(c map[string]any) { c["rope_scaling"] = map[string]any{"type": "linear", "factor": 4.0} }, func(t *testing.T, c *Config) {
+			if c.RopeLinear != 4 || c.RopeScaling != nil {
+				t.Errorf("linear %v, scaling %+v", c.RopeLinear, c.RopeScaling)
+			}
+		}, ""},
+		{"linear rope factor 1", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": 1.0} }, func(t *testing.T, c *Config) {
+			if c.RopeLinear != 0 {
+				t.Errorf("linear %v", c.RopeLinear)
+			}
+		}, ""},
+		{"linear rope without factor", func(c map[string]any) { c["rope_scaling"] = map[string]any{"type": "linear"} }, nil, "linear needs a finite factor"},
+		{"linear rope factor below 1", func(c map[string]any) { c["rope_scaling"] = map[string]any{"type": "linear", "factor": 0.5} }, nil, "linear needs a finite factor"},
 		{"yarn refused", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 4.0} }, nil, `rope_scaling type "yarn" is not supported`},
 		{"llama3 incomplete", func(c map[string]any) { c["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": 8.0} }, nil, "llama3 needs"},
 		{"heads not divisible", func(c map[string]any) { c["num_key_value_heads"] = 3 }, nil, "not divisible by num_key_value_heads 3"},

@@ -30,6 +30,7 @@ type RandomSpec struct {
 	MaxPositions         int          // default 2048
 	RopeTheta            float64      // default 10000 (Qwen: 1e6)
 	RopeScaling          *RopeScaling // Llama 3 scaling, or nil
+	RopeLinear           float64      // linear rope scaling's factor (Llama), or 0
 	RMSNormEps           float64      // default 1e-6
 	DType                string       // "float32", "bfloat16" (default) or "float16"
 	Tied                 bool         // tie_word_embeddings: no lm_head.weight
@@ -173,6 +174,9 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 				"rope_type": "llama3",
 			}
 		}
+		if s.RopeLinear != 0 {
+			cfg["rope_scaling"] = map[string]any{"type": "linear", "factor": pyFloat(s.RopeLinear)}
+		}
 	case ArchQwen2:
 		cfg["model_type"] = "qwen2"
 		cfg["max_window_layers"] = s.Layers
@@ -188,7 +192,7 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("architecture %q is not supported", s.Arch)
 	}
-	if s.RopeScaling != nil && s.Arch != ArchLlama {
+	if (s.RopeScaling != nil || s.RopeLinear != 0) && s.Arch != ArchLlama {
 		return nil, errors.New("rope_scaling is only generated for Llama")
 	}
 	var buf bytes.Buffer

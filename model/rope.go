@@ -7,12 +7,16 @@ import "math"
 // applied when the config asks for it: wavelengths longer than
 // original_max_position_embeddings/low_freq_factor are stretched by factor,
 // wavelengths shorter than original_max_position_embeddings/high_freq_factor
-// are kept, and those between are blended smoothly.
+// are kept, and those between are blended smoothly. Linear scaling
+// (RopeLinear) divides every frequency by its factor.
 func (c *Config) RopeFrequencies() []float64 {
 	half := c.HeadDim / 2
 	f := make([]float64, half)
 	for i := range f {
 		f[i] = math.Pow(c.RopeTheta, -float64(2*i)/float64(c.HeadDim))
+		if c.RopeLinear > 1 {
+			f[i] /= c.RopeLinear
+		}
 	}
 	s := c.RopeScaling
 	if s == nil {

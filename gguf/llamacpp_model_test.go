@@ -1,0 +1,144 @@
+package gguf
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/model"
+)
+
+// TestLlamaCppPerplexity checks clawrl's forward pass against llama.cpp's
+// on model variants whose math llama.cpp implements on its own: random
+// models of the variant are written as F32 GGUF files, llama.cpp's
+// llama-perplexity measures each on a fixed text (chunks of 128 tokens,
+// each evaluated alone, the second half scored), and clawrl computes the
+// same from its logits of the same file. They must agree to 1e-3, and
+// the variant must matter: the same weights without what sets the variant
+// apart (control) give a perplexity at least ten times further off.
+// llama.cpp is not where CI runs: the test runs when LLAMA_CPP_BIN names
+// a directory with llama-perplexity.
+func TestLlamaCppPerplexity(t *testing.T) {
+	bin := os.Getenv("LLAMA_CPP_BIN")
+	if bin == "" {
+		t.Skip("LLAMA_CPP_BIN is not set (a directory with llama.cpp's llama-perplexity)")
+	}
+	tool := filepath.Join(bin, "llama-perplexity")
+	if _, err := os.Stat(tool); err != nil {
+		t.Skipf("no llama-perplexity in LLAMA_CPP_BIN: %v", err)
+	}
+	tok := trainedTokenizer(t)
+	var text strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&text, "What is %d + %d? %d + %d = %d. Thanks, that helps. ", i, 2*i+1, i, 2*i+1, 3*i+1)
+	}
+	dir := t.TempDir()
+	textFile := filepath.Join(dir, "text.txt")
+	if err := os.WriteFile(textFile, []byte(text.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(text.String())
+	const nCtx = 128
+
+	for _, c := range []struct {
+		name    string
+		variant func(*model.RandomSpec)
+		control func(*model.RandomSpec) // the variant undone
+	}{
+		{"linear rope ×4", func(s *model.RandomSpec) { s.RopeLinear = 4 }, func(s *model.RandomSpec) { s.RopeLinear = 0 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := smallSpec(model.ArchLlama, tok.VocabSize())
+			spec.InitStd = 0.3 // attention far from uniform, so positions matter
+			spec.RopeTheta = 10000
+			c.variant(&spec)
+			path := writeRandomGGUF(t, spec, filepath.Join(dir, "variant.gguf"))
+			control := spec
+			c.control(&control)
+			controlPath := writeRandomGGUF(t, control, filepath.Join(dir, "control.gguf"))
+
+			cmd := exec.Command(tool, "-m", path, "-f", textFile, "-c", strconv.Itoa(nCtx), "-b", strconv.Itoa(nCtx), "-t", "2")
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+bin)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("llama-perplexity: %v\n%s", err, out)
+			}
+			chunks := regexp.MustCompile(`over (\d+) chunks`).FindSubmatch(out)
+			running := regexp.MustCompile(`\[(\d+)\]([0-9.]+),`).FindAllSubmatch(out, -1)
+			if chunks == nil || len(running) == 0 {
+				t.Fatalf("llama-perplexity printed no estimate:\n%s", out)
+			}
+			if n, _ := strconv.Atoi(string(chunks[1])); n != len(ids)/nCtx {
+				t.Fatalf("llama.cpp makes %d chunks of the text, clawrl's tokenizer %d", n, len(ids)/nCtx)
+			}
+			last := running[len(running)-1]
+			scored, _ := strconv.Atoi(string(last[1]))
+			theirs, _ := strconv.ParseFloat(string(last[2]), 64)
+			ours := chunkPerplexity(t, loadGGUF(t, path), ids, nCtx, scored)
+			off := chunkPerplexity(t, loadGGUF(t, controlPath), ids, nCtx, scored)
+			t.Logf("perplexity over %d chunks: llama.cpp %.4f, clawrl %.4f (ratio %.6f); without the variant %.4f", scored, theirs, ours, ours/theirs, off)
+			if r := ours / theirs; math.Abs(r-1) > 1e-3 || math.IsNaN(r) {
+				t.Errorf("perplexity llama.cpp %.4f, clawrl %.4f: ratio %.6f beyond 1±1e-3", theirs, ours, r)
+			}
+			if r := off / theirs; math.Abs(r-1) < 1e-2 {
+				t.Errorf("without the variant the perplexity is %.4f, within 1e-2 of llama.cpp's %.4f: the check cannot tell them apart", off, theirs)
+			}
+		})
+	}
+}
+
+// writeRandomGGUF writes a random model of spec as an F32 GGUF file with
+// the test tokenizer, through clawrl's own writer.
+func writeRandomGGUF(t *testing.T, spec model.RandomSpec, path string) string {
+	t.Helper()
+	src, _ := randomSource(t, spec)
+	if err := WriteModel(path, src, trainedTokenizer(t), F32); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// chunkPerplexity is llama-perplexity's measure: each chunk of n tokens
+// evaluated alone, the log-probs of the tokens of its second half (after
+// the first n/2) averaged over the first chunks chunks.
+func chunkPerplexity(t *testing.T, m *model.Model, ids []int32, n, chunks int) float64 {
+	t.Helper()
+	kv, err := m.NewKVCache(model.KVCacheOptions{BlockSize: 16, Budget: m.Config.KVBytesPerToken(compute.F32) * int64(n+16)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	vocab := m.Config.VocabSize
+	var nll float64
+	count := 0
+	for k := range chunks {
+		chunk := ids[k*n : (k+1)*n]
+		seq := kv.NewSequence()
+		out, err := m.Forward([]model.Step{{Seq: seq, Tokens: chunk}}, model.AllLogits, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := n / 2; j < n-1; j++ {
+			row := out[j*vocab : (j+1)*vocab]
+			top := math.Inf(-1)
+			for _, x := range row {
+				top = math.Max(top, float64(x))
+			}
+			sum := 0.0
+			for _, x := range row {
+				sum += math.Exp(float64(x) - top)
+			}
+			nll -= float64(row[chunk[j+1]]) - top - math.Log(sum)
+			count++
+		}
+		seq.Free()
+	}
+	return math.Exp(nll / float64(count))
+}
