@@ -200,6 +200,9 @@ func Adapter(c *weights.Checkpoint, out string, opts Options) (Result, error) {
 			return fmt.Errorf("export: %s: the adapter was trained on base %s, the configured model is %s; an adapter applies only to its own base",
 				c.Dir(), base, opts.BaseFingerprint)
 		}
+		if err := fusedTargets(c, st.LoRA.Targets); err != nil {
+			return err
+		}
 		dt, err := x.writeAdapter(st)
 		if err != nil {
 			return err
@@ -210,6 +213,31 @@ func Adapter(c *weights.Checkpoint, out string, opts Options) (Result, error) {
 		}
 		return x.writeCard("adapter")
 	})
+}
+
+// fusedTargets refuses a PEFT export of adapters on matrices that the
+// model's own checkpoints hold fused (Phi-3's qkv_proj and gate_up_proj):
+// PEFT would look for modules the model does not have.
+func fusedTargets(c *weights.Checkpoint, targets []string) error {
+	raw, err := c.ReadFile(weights.ConfigFile)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	cfg, err := model.ParseConfig(raw)
+	if err != nil {
+		return fmt.Errorf("export: %s: %w", c.Path(weights.ConfigFile), err)
+	}
+	if cfg.Architecture != model.ArchPhi3 {
+		return nil
+	}
+	for _, t := range targets {
+		switch moduleName(t) {
+		case "q_proj", "k_proj", "v_proj", "gate_proj", "up_proj":
+			return fmt.Errorf("export: %s: the adapter adapts %s, which %s holds inside a fused matrix (qkv_proj, gate_up_proj) that PEFT would adapt as one; export the merged model instead (--format hf or gguf)",
+				c.Dir(), moduleName(t), cfg.Architecture)
+		}
+	}
+	return nil
 }
 
 // exporter builds one export in its temporary directory.
@@ -465,7 +493,7 @@ func (x *exporter) merged() (model.Source, error) {
 // tensor's values are asked for again as it is written, so that only one
 // is in memory at a time.
 func writeSource(path string, src model.Source) error {
-	specs := src.Config().TensorSpecs()
+	specs := src.Config().FileTensorSpecs()
 	tensors := make([]safetensors.WriteTensor, 0, len(specs))
 	for _, spec := range specs {
 		t, err := src.Tensor(spec.Name)

@@ -20,13 +20,19 @@ const (
 	ArchMistral = "MistralForCausalLM"
 	ArchQwen2   = "Qwen2ForCausalLM"
 	ArchQwen3   = "Qwen3ForCausalLM"
+	// ArchPhi3 is Llama's math with the query, key and value projections
+	// stored as one matrix (qkv_proj) and the gate and up projections as
+	// another (gate_up_proj, gate first): Phi-3 mini and medium, Phi-4.
+	// The model computes with them split (Config.FileParts); checkpoint
+	// files, GGUF files and exports hold them fused, as Phi-3's own do.
+	ArchPhi3 = "Phi3ForCausalLM"
 )
 
 // Config is the part of a Hugging Face config.json that shapes the model,
 // after defaults are applied and the values are checked.
 type Config struct {
-	Architecture string // one of ArchLlama, ArchQwen2, ArchQwen3 (ArchMistral reads as ArchLlama)
-	ModelType    string // "llama", "qwen2", "qwen3", "mistral"
+	Architecture string // one of ArchLlama, ArchQwen2, ArchQwen3, ArchPhi3 (ArchMistral reads as ArchLlama)
+	ModelType    string // "llama", "qwen2", "qwen3", "mistral", "phi3"
 
 	HiddenSize       int
 	IntermediateSize int
@@ -36,9 +42,9 @@ type Config struct {
 	HeadDim          int
 	VocabSize        int
 	MaxPositions     int // max_position_embeddings: positions must stay below it
-	// SlidingWindow is a Mistral model's attention window when it is
-	// shorter than max_position_embeddings (Mistral 7B v0.1's 4096 of
-	// 32768). Attention here sees every earlier position, which equals
+	// SlidingWindow is a Mistral or Phi-3 model's attention window when
+	// it is shorter than max_position_embeddings (Mistral 7B v0.1's 4096
+	// of 32768, Phi-3 mini's 2047 of 4096). Attention here sees every earlier position, which equals
 	// the window's within it, so MaxPositions is capped to the window.
 	SlidingWindow int
 
@@ -92,6 +98,7 @@ type configJSON struct {
 	UseSlidingWindow  *bool           `json:"use_sliding_window"`
 	SlidingWindow     *int            `json:"sliding_window"`
 	HiddenAct         *string         `json:"hidden_act"`
+	PartialRotary     *float64        `json:"partial_rotary_factor"`
 	BOSTokenID        json.RawMessage `json:"bos_token_id"`
 	EOSTokenID        json.RawMessage `json:"eos_token_id"`
 	TorchDType        string          `json:"torch_dtype"`
@@ -137,7 +144,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	c.Architecture = j.Architectures[0]
 	defaultMaxPos := 32768
-	mistral := c.Architecture == ArchMistral
+	windowed := c.Architecture == ArchMistral || c.Architecture == ArchPhi3 // a window caps the context
 	switch c.Architecture {
 	case ArchMistral:
 		c.Architecture = ArchLlama
@@ -150,6 +157,8 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKVBias = deref(j.AttentionBias, false)
 		c.OBias = c.QKVBias
 		c.MLPBias = deref(j.MLPBias, false)
+	case ArchPhi3:
+		defaultMaxPos = 4096
 	case ArchQwen2:
 		c.QKVBias = true
 	case ArchQwen3:
@@ -157,10 +166,13 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.OBias = c.QKVBias
 		c.QKNorm = true
 	default:
-		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
+		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3)
 	}
 	if deref(j.UseSlidingWindow, false) {
 		return nil, fmt.Errorf("use_sliding_window is not supported")
+	}
+	if r := deref(j.PartialRotary, 1); r != 1 {
+		return nil, fmt.Errorf("partial_rotary_factor %g is not supported: clawrl rotates every dimension of a head", r)
 	}
 	if act := deref(j.HiddenAct, "silu"); act != "silu" {
 		return nil, fmt.Errorf("hidden_act %q is not supported (want silu)", act)
@@ -208,7 +220,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.MaxPositions <= 0 {
 		return nil, fmt.Errorf("max_position_embeddings must be positive, got %d", c.MaxPositions)
 	}
-	if w := deref(j.SlidingWindow, 0); mistral && w > 0 && w < c.MaxPositions {
+	if w := deref(j.SlidingWindow, 0); windowed && w > 0 && w < c.MaxPositions {
 		c.SlidingWindow, c.MaxPositions = w, w
 	}
 	c.RMSNormEps = deref(j.RMSNormEps, 1e-6)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -292,6 +293,23 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("got %+v", c)
 			}
 		}, ""},
+		{"phi3 mini 4k", func(c map[string]any) {
+			c["architectures"], c["model_type"], c["sliding_window"], c["max_position_embeddings"] = []any{"Phi3ForCausalLM"}, "phi3", 2047, 4096
+			c["original_max_position_embeddings"], c["rope_scaling"] = 4096, nil
+		}, func(t *testing.T, c *Config) {
+			if c.Architecture != ArchPhi3 || c.SlidingWindow != 2047 || c.MaxPositions != 2047 || c.QKVBias || c.MLPBias {
+				t.Errorf("got %+v", c)
+			}
+			if specs := c.FileTensorSpecs(); specs[4].Name != "model.layers.0.self_attn.qkv_proj.weight" || !slices.Equal(specs[4].Shape, []int{64 + 2*64, 64}) {
+				t.Errorf("file specs %v", specs[:6])
+			}
+		}, ""},
+		{"phi3 partial rotary refused", func(c map[string]any) {
+			c["architectures"], c["partial_rotary_factor"] = []any{"Phi3ForCausalLM"}, 0.75
+		}, nil, "partial_rotary_factor 0.75 is not supported"},
+		{"phi3 longrope refused", func(c map[string]any) {
+			c["architectures"], c["rope_scaling"] = []any{"Phi3ForCausalLM"}, map[string]any{"type": "longrope", "short_factor": []any{1.0}, "long_factor": []any{2.0}}
+		}, nil, `rope_scaling type "longrope" is not supported`},
 		{"mistral as llama", func(c map[string]any) {
 			c["architectures"], c["model_type"], c["sliding_window"] = []any{"MistralForCausalLM"}, "mistral", nil
 		}, func(t *testing.T, c *Config) {

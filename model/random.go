@@ -77,7 +77,7 @@ func (s RandomSpec) withDefaults() RandomSpec {
 	if s.Arch == "" {
 		s.Arch = ArchLlama
 	}
-	qwen := s.Arch != ArchLlama
+	qwen := s.Arch == ArchQwen2 || s.Arch == ArchQwen3
 	if s.KVHeads == 0 {
 		s.KVHeads = s.Heads
 	}
@@ -177,6 +177,13 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 		if s.RopeLinear != 0 {
 			cfg["rope_scaling"] = map[string]any{"type": "linear", "factor": pyFloat(s.RopeLinear)}
 		}
+	case ArchPhi3:
+		cfg["model_type"] = "phi3"
+		cfg["original_max_position_embeddings"] = s.MaxPositions
+		cfg["sliding_window"] = nil
+		cfg["pad_token_id"] = s.EOSTokenIDs[0]
+		cfg["resid_pdrop"] = pyFloat(0)
+		cfg["embd_pdrop"] = pyFloat(0)
 	case ArchQwen2:
 		cfg["model_type"] = "qwen2"
 		cfg["max_window_layers"] = s.Layers
@@ -236,7 +243,7 @@ func WriteRandomCheckpoint(dir string, spec RandomSpec) error {
 		return fmt.Errorf("model: random checkpoint: %w", err)
 	}
 
-	specs := cfg.TensorSpecs()
+	specs := cfg.FileTensorSpecs()
 	tensors := make([]safetensors.WriteTensor, len(specs))
 	var total int64
 	for i, ts := range specs {

@@ -324,8 +324,9 @@ type FileTensor struct {
 	Read func() ([]float32, error)
 }
 
-// FileTensors lists the set's tensors as a checkpoint file holds them, in
-// the order of Params, so that the file loads as a plain model (here and
+// FileTensors lists the set's tensors as a checkpoint file holds them
+// (Config.FileTensorSpecs: a Phi-3 file's fused matrices joined from their
+// parts), in the order of Params, so that the file loads as a plain model (here and
 // in other tools): F32 and BF16 tensors as they are; over a quantized
 // base, every quantized matrix dequantized to F32 and every adapter merged
 // into its matrix in F32, exactly as the set serves it up to the rounding
@@ -345,6 +346,51 @@ func (w *Weights) FileTensors() []FileTensor {
 			Read: func() ([]float32, error) { return w.readFile(t, ad) }})
 		return nil
 	})
+	return fuseFileTensors(w.m.Config, out)
+}
+
+// fuseFileTensors joins the tensors of ts (named as TensorSpecs names
+// them) that a file of c holds fused into the file's tensors, each where
+// its first part was: F32 when any part is, the parts' values one after
+// the other.
+func fuseFileTensors(c *Config, ts []FileTensor) []FileTensor {
+	byName := make(map[string]FileTensor, len(ts))
+	for _, t := range ts {
+		byName[t.Name] = t
+	}
+	var out []FileTensor
+	for _, t := range ts {
+		file, lo, _, ok := c.fusedInto(t.Name)
+		if !ok {
+			out = append(out, t)
+			continue
+		}
+		if lo != 0 {
+			continue // joined with the first part
+		}
+		var parts []FileTensor
+		fused := FileTensor{Name: file, DType: compute.BF16, Shape: []int{0, t.Shape[1]}}
+		for _, name := range c.FileParts(file) {
+			p := byName[name]
+			parts = append(parts, p)
+			fused.Shape[0] += p.Shape[0]
+			if p.DType != compute.BF16 {
+				fused.DType = compute.F32
+			}
+		}
+		fused.Read = func() ([]float32, error) {
+			vals := make([]float32, 0, fused.Shape[0]*fused.Shape[1])
+			for _, p := range parts {
+				v, err := p.Read()
+				if err != nil {
+					return nil, err
+				}
+				vals = append(vals, v...)
+			}
+			return vals, nil
+		}
+		out = append(out, fused)
+	}
 	return out
 }
 

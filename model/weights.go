@@ -92,6 +92,137 @@ func (c *Config) TensorSpecs() []TensorSpec {
 	return specs
 }
 
+// fusedInto says where the tensor name (of TensorSpecs) lives in a file
+// of c: the file tensor's name and the rows [lo, hi) that are name's.
+// ok is false for a tensor the file holds as it is.
+func (c *Config) fusedInto(name string) (file string, lo, hi int, ok bool) {
+	if c.Architecture != ArchPhi3 {
+		return "", 0, 0, false
+	}
+	prefix, suffix, found := strings.Cut(name, ".self_attn.")
+	if found {
+		suffix = "self_attn." + suffix
+	} else if prefix, suffix, found = strings.Cut(name, ".mlp."); found {
+		suffix = "mlp." + suffix
+	} else {
+		return "", 0, 0, false
+	}
+	q, kv, inter := c.QDim(), c.KVDim(), c.IntermediateSize
+	switch suffix {
+	case "self_attn.q_proj.weight":
+		return prefix + ".self_attn.qkv_proj.weight", 0, q, true
+	case "self_attn.k_proj.weight":
+		return prefix + ".self_attn.qkv_proj.weight", q, q + kv, true
+	case "self_attn.v_proj.weight":
+		return prefix + ".self_attn.qkv_proj.weight", q + kv, q + 2*kv, true
+	case "mlp.gate_proj.weight":
+		return prefix + ".mlp.gate_up_proj.weight", 0, inter, true
+	case "mlp.up_proj.weight":
+		return prefix + ".mlp.gate_up_proj.weight", inter, 2 * inter, true
+	}
+	return "", 0, 0, false
+}
+
+// FileTensorSpecs lists the tensors as a checkpoint file for c holds them,
+// in TensorSpecs' order: TensorSpecs itself, but that a Phi-3 file holds
+// each layer's query, key and value projections as one matrix
+// (self_attn.qkv_proj.weight, their rows one after the other) and its
+// gate and up projections as another (mlp.gate_up_proj.weight), each where
+// its first part would be.
+func (c *Config) FileTensorSpecs() []TensorSpec {
+	var out []TensorSpec
+	for _, s := range c.TensorSpecs() {
+		file, lo, _, ok := c.fusedInto(s.Name)
+		switch {
+		case !ok:
+			out = append(out, s)
+		case lo == 0:
+			rows := 0
+			for _, p := range c.FileParts(file) {
+				_, a, b, _ := c.fusedInto(p)
+				rows += b - a
+			}
+			out = append(out, TensorSpec{Name: file, Shape: []int{rows, s.Shape[1]}})
+		}
+	}
+	return out
+}
+
+// FileParts lists the tensors of TensorSpecs that the file tensor file
+// (of FileTensorSpecs) is made of, in row order: itself when the file
+// holds it as the model does.
+func (c *Config) FileParts(file string) []string {
+	if c.Architecture == ArchPhi3 {
+		if prefix, ok := strings.CutSuffix(file, "self_attn.qkv_proj.weight"); ok {
+			return []string{prefix + "self_attn.q_proj.weight", prefix + "self_attn.k_proj.weight", prefix + "self_attn.v_proj.weight"}
+		}
+		if prefix, ok := strings.CutSuffix(file, "mlp.gate_up_proj.weight"); ok {
+			return []string{prefix + "mlp.gate_proj.weight", prefix + "mlp.up_proj.weight"}
+		}
+	}
+	return []string{file}
+}
+
+// sourceTensor reads the tensor name (of TensorSpecs) from src, which
+// holds tensors as FileTensorSpecs names them: a part of a fused tensor
+// is its rows.
+func sourceTensor(c *Config, src Source, name string) (SourceTensor, error) {
+	file, lo, hi, ok := c.fusedInto(name)
+	if !ok {
+		return src.Tensor(name)
+	}
+	st, err := src.Tensor(file)
+	if err != nil {
+		return SourceTensor{}, err
+	}
+	if len(st.Shape) != 2 || st.Shape[0] != c.QDim()+2*c.KVDim() && st.Shape[0] != 2*c.IntermediateSize || hi > st.Shape[0] {
+		return SourceTensor{}, fmt.Errorf("%s: tensor %q has shape %s, which does not hold %q's rows %d to %d", st.Path, file, compute.ShapeString(st.Shape), name, lo, hi)
+	}
+	return sliceRows(st, lo, hi), nil
+}
+
+// sliceRows is rows [lo, hi) of a matrix of a Source, in every form the
+// tensor comes in (each row is whole blocks in a block format).
+func sliceRows(st SourceTensor, lo, hi int) SourceTensor {
+	rows, cols := st.Shape[0], st.Shape[1]
+	out := st
+	out.Shape = []int{hi - lo, cols}
+	if st.BF16 != nil {
+		out.BF16 = st.BF16[lo*cols : hi*cols]
+	}
+	if st.Blocks != nil {
+		row := len(st.Blocks) / rows
+		out.Blocks = st.Blocks[lo*row : hi*row]
+	}
+	if f := st.Float32; f != nil {
+		out.Float32 = func() ([]float32, bool, error) {
+			if st.Rows != nil { // decode only these rows
+				dst := make([]float32, (hi-lo)*cols)
+				return dst, false, st.Rows(dst, lo, hi)
+			}
+			vals, view, err := f()
+			if err != nil {
+				return nil, false, err
+			}
+			return vals[lo*cols : hi*cols], view, nil
+		}
+	}
+	if r := st.Reblock; r != nil {
+		out.Reblock = func() (compute.DType, []byte, error) {
+			dt, b, err := r()
+			if err != nil {
+				return dt, nil, err
+			}
+			row := len(b) / rows
+			return dt, b[lo*row : hi*row], nil
+		}
+	}
+	if r := st.Rows; r != nil {
+		out.Rows = func(dst []float32, a, b int) error { return r(dst, lo+a, lo+b) }
+	}
+	return out
+}
+
 var tensorType = reflect.TypeFor[compute.Tensor]()
 
 // walkWeights calls fn for every tensor field of w that c needs, with its
@@ -154,7 +285,7 @@ func loadWeights(b compute.Backend, c *Config, src Source, copyHost bool) (*weig
 	w := &weights{Layers: make([]layer, c.NumLayers)}
 	var made []compute.Tensor
 	err := walkWeights(c, w, func(name string, shape []int, field *compute.Tensor) error {
-		st, err := src.Tensor(name)
+		st, err := sourceTensor(c, src, name)
 		if err != nil {
 			return err
 		}

@@ -476,7 +476,7 @@ func verifyModel(dir string) error {
 		return err
 	}
 	defer f.Close()
-	for _, spec := range cfg.TensorSpecs() {
+	for _, spec := range cfg.FileTensorSpecs() {
 		info, ok := f.Info(spec.Name)
 		if !ok {
 			return fmt.Errorf("%s: tensor %q missing (config.json needs it)", path, spec.Name)
