@@ -20,8 +20,11 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -301,19 +304,55 @@ func (e *Engine) Scheduler() *rollout.Pool { return e.pool }
 // takes it a slice at a time (priority.Gate).
 func (e *Engine) Gate() *priority.Gate { return e.gate }
 
-// StopTokens are the ids that end a turn: the tokenizer's EOS and the
-// model config's eos_token_id list.
+// StopTokens are the ids that end a turn: the tokenizer's EOS, the model
+// config's eos_token_id list, generation_config.json's (Llama 3 Instruct
+// and Phi-3 list their end-of-turn tokens there only) and the tokenizer's
+// end-of-turn tokens of common chat formats (tokenizer.TurnEnds).
 func (e *Engine) StopTokens() []int32 {
 	var ids []int32
-	if id, ok := e.tok.EOS(); ok {
-		ids = append(ids, id)
-	}
-	for _, id := range e.model.Config.EOSTokenIDs {
-		if !slices.Contains(ids, int32(id)) {
-			ids = append(ids, int32(id))
+	add := func(id int32) {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
+	if id, ok := e.tok.EOS(); ok {
+		add(id)
+	}
+	for _, id := range e.model.Config.EOSTokenIDs {
+		add(int32(id))
+	}
+	for _, id := range generationEOS(e.dir) {
+		if id >= 0 && id < e.model.Config.VocabSize {
+			add(int32(id))
+		}
+	}
+	for _, id := range e.tok.TurnEnds() {
+		add(id)
+	}
 	return ids
+}
+
+// generationEOS reads eos_token_id (one id or a list) from dir's
+// generation_config.json; nothing when there is none or it does not parse
+// (the model's config already names an EOS).
+func generationEOS(dir string) []int {
+	raw, err := os.ReadFile(filepath.Join(dir, "generation_config.json"))
+	if err != nil {
+		return nil
+	}
+	var g struct {
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if json.Unmarshal(raw, &g) != nil || len(g.EOS) == 0 {
+		return nil
+	}
+	var one int
+	if json.Unmarshal(g.EOS, &one) == nil {
+		return []int{one}
+	}
+	var list []int
+	json.Unmarshal(g.EOS, &list)
+	return list
 }
 
 // errClosed is returned by the group constructors after Close.

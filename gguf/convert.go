@@ -83,6 +83,9 @@ func WriteModelMix(path string, src model.Source, tok *tokenizer.Tokenizer, mix 
 		{k("rope.freq_base"), Float32(float32(c.RopeTheta))},
 		{k("attention.layer_norm_rms_epsilon"), Float32(float32(c.RMSNormEps))},
 	}
+	if c.SlidingWindow > 0 && arch == "phi3" {
+		kvs = append(kvs, KV{k("attention.sliding_window"), Uint32(uint32(c.SlidingWindow))})
+	}
 	if c.RopeLinear > 1 {
 		kvs = append(kvs, KV{k("rope.scaling.type"), String("linear")}, KV{k("rope.scaling.factor"), Float32(float32(c.RopeLinear))})
 	}
@@ -94,7 +97,7 @@ func WriteModelMix(path string, src model.Source, tok *tokenizer.Tokenizer, mix 
 		kvs = append(kvs, TokenizerMetadata(v)...)
 	}
 	var tensors []WriteTensor
-	for _, spec := range c.TensorSpecs() {
+	for _, spec := range c.FileTensorSpecs() {
 		name, _ := TensorName(spec.Name)
 		tt := F32
 		if len(spec.Shape) == 2 {

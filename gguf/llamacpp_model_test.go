@@ -20,9 +20,12 @@ import (
 // models of the variant are written as F32 GGUF files, llama.cpp's
 // llama-perplexity measures each on a fixed text (chunks of 128 tokens,
 // each evaluated alone, the second half scored), and clawrl computes the
-// same from its logits of the same file. They must agree to 1e-3, and
-// the variant must matter: the same weights without what sets the variant
-// apart (control) give a perplexity at least ten times further off.
+// same from its logits of the same file. They must agree to 2e-3 (plain
+// random Llama models of several seeds agree to 5e-4, these random weights
+// giving perplexities in the millions, where float rounding shows), and
+// where a control is given the variant must matter: the same weights
+// without what sets the variant apart give a perplexity off by at least
+// ten times the tolerance.
 // llama.cpp is not where CI runs: the test runs when LLAMA_CPP_BIN names
 // a directory with llama-perplexity.
 func TestLlamaCppPerplexity(t *testing.T) {
@@ -50,9 +53,14 @@ func TestLlamaCppPerplexity(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		variant func(*model.RandomSpec)
-		control func(*model.RandomSpec) // the variant undone
+		control func(*model.RandomSpec) // the variant undone, nil for none
 	}{
 		{"linear rope ×4", func(s *model.RandomSpec) { s.RopeLinear = 4 }, func(s *model.RandomSpec) { s.RopeLinear = 0 }},
+		// Phi-3's architecture, with its fused matrices, which llama.cpp
+		// splits in its own graph. (Not named after it: llama.cpp gives
+		// Phi-3's special tokens attributes when the model's name says
+		// phi3, and fails on a vocabulary without them.)
+		{"fused matrices", func(s *model.RandomSpec) { s.Arch = model.ArchPhi3 }, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := smallSpec(model.ArchLlama, tok.VocabSize())
@@ -60,9 +68,6 @@ func TestLlamaCppPerplexity(t *testing.T) {
 			spec.RopeTheta = 10000
 			c.variant(&spec)
 			path := writeRandomGGUF(t, spec, filepath.Join(dir, "variant.gguf"))
-			control := spec
-			c.control(&control)
-			controlPath := writeRandomGGUF(t, control, filepath.Join(dir, "control.gguf"))
 
 			cmd := exec.Command(tool, "-m", path, "-f", textFile, "-c", strconv.Itoa(nCtx), "-b", strconv.Itoa(nCtx), "-t", "2")
 			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+bin)
@@ -82,13 +87,19 @@ func TestLlamaCppPerplexity(t *testing.T) {
 			scored, _ := strconv.Atoi(string(last[1]))
 			theirs, _ := strconv.ParseFloat(string(last[2]), 64)
 			ours := chunkPerplexity(t, loadGGUF(t, path), ids, nCtx, scored)
-			off := chunkPerplexity(t, loadGGUF(t, controlPath), ids, nCtx, scored)
-			t.Logf("perplexity over %d chunks: llama.cpp %.4f, clawrl %.4f (ratio %.6f); without the variant %.4f", scored, theirs, ours, ours/theirs, off)
-			if r := ours / theirs; math.Abs(r-1) > 1e-3 || math.IsNaN(r) {
-				t.Errorf("perplexity llama.cpp %.4f, clawrl %.4f: ratio %.6f beyond 1±1e-3", theirs, ours, r)
+			t.Logf("perplexity over %d chunks: llama.cpp %.4f, clawrl %.4f (ratio %.6f)", scored, theirs, ours, ours/theirs)
+			if r := ours / theirs; math.Abs(r-1) > 2e-3 || math.IsNaN(r) {
+				t.Errorf("perplexity llama.cpp %.4f, clawrl %.4f: ratio %.6f beyond 1±2e-3", theirs, ours, r)
 			}
-			if r := off / theirs; math.Abs(r-1) < 1e-2 {
-				t.Errorf("without the variant the perplexity is %.4f, within 1e-2 of llama.cpp's %.4f: the check cannot tell them apart", off, theirs)
+			if c.control == nil {
+				return
+			}
+			control := spec
+			c.control(&control)
+			off := chunkPerplexity(t, loadGGUF(t, writeRandomGGUF(t, control, filepath.Join(dir, "control.gguf"))), ids, nCtx, scored)
+			t.Logf("without the variant: %.4f", off)
+			if r := off / theirs; math.Abs(r-1) < 2e-2 {
+				t.Errorf("without the variant the perplexity is %.4f, within 2e-2 of llama.cpp's %.4f: the check cannot tell them apart", off, theirs)
 			}
 		})
 	}

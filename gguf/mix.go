@@ -78,8 +78,13 @@ func (m Mix) matrixType(c *model.Config, hfName string, cols int) TensorType {
 		return matrixType(m.base, cols)
 	}
 	t := m.base
-	if moreBits(c, hfName) {
+	switch {
+	case moreBits(c, hfName):
 		t = Q6_K
+	case strings.HasSuffix(hfName, ".self_attn.qkv_proj.weight"):
+		// Phi-3's fused projections: one K-quant step up, as llama.cpp
+		// gives attn_qkv.
+		t = map[TensorType]TensorType{Q4_K: Q5_K, Q5_K: Q6_K}[m.base]
 	}
 	if cols%t.BlockSize() == 0 {
 		return t

@@ -19,15 +19,18 @@ var Architectures = map[string]string{
 	"llama": model.ArchLlama,
 	"qwen2": model.ArchQwen2,
 	"qwen3": model.ArchQwen3,
+	"phi3":  model.ArchPhi3,
 }
 
 // KeyRopeFreqs names the tensor of per-frequency divisors that llama.cpp's
 // converter writes for Llama 3 rope scaling.
 const KeyRopeFreqs = "rope_freqs.weight"
 
-// TensorName maps a Hugging Face tensor name of the Llama, Qwen2 and
-// Qwen3 models to its GGUF name ("model.layers.3.mlp.up_proj.weight" →
-// "blk.3.ffn_up.weight"); ok is false for a name outside them.
+// TensorName maps a Hugging Face tensor name of the Llama, Qwen2, Qwen3
+// and Phi-3 models to its GGUF name ("model.layers.3.mlp.up_proj.weight" →
+// "blk.3.ffn_up.weight"; Phi-3's fused "self_attn.qkv_proj" → "attn_qkv"
+// and "mlp.gate_up_proj" → "ffn_up", which llama.cpp splits in half as
+// Phi-3 does); ok is false for a name outside them.
 func TensorName(hf string) (name string, ok bool) {
 	switch hf {
 	case "model.embed_tokens.weight":
@@ -71,6 +74,8 @@ var layerTensors = map[string]string{
 	"mlp.gate_proj":            "ffn_gate",
 	"mlp.up_proj":              "ffn_up",
 	"mlp.down_proj":            "ffn_down",
+	"self_attn.qkv_proj":       "attn_qkv",
+	"mlp.gate_up_proj":         "ffn_up",
 }
 
 // Model is a GGUF file opened as a clawrl checkpoint: a model.Source whose
@@ -201,7 +206,7 @@ func (m *Model) readConfig() error {
 	}
 	hf, known := Architectures[arch]
 	if !known {
-		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3)", arch)
+		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3)", arch)
 	}
 	if n, _, err := m.intKey("split.count"); err != nil || n > 1 {
 		if err != nil {
@@ -295,7 +300,7 @@ func (m *Model) readConfig() error {
 	_, untied := m.f.Tensor("output.weight")
 	cfg["tie_word_embeddings"] = !untied
 	has := func(name string) bool { _, ok := m.f.Tensor(name); return ok }
-	qkvBias, oBias := has("blk.0.attn_q.bias"), has("blk.0.attn_output.bias")
+	qkvBias, oBias := has("blk.0.attn_q.bias") || has("blk.0.attn_qkv.bias"), has("blk.0.attn_output.bias")
 	mlpBias := has("blk.0.ffn_gate.bias") || has("blk.0.ffn_up.bias") || has("blk.0.ffn_down.bias")
 	switch arch {
 	case "llama", "qwen3":
@@ -308,6 +313,20 @@ func (m *Model) readConfig() error {
 		}
 	case "qwen2":
 		cfg["use_sliding_window"] = false
+	case "phi3":
+		if qkvBias || oBias || mlpBias {
+			return m.f.errorf("phi3 with biases: not supported")
+		}
+		if w, ok, err := m.intKey(key("attention.sliding_window")); err != nil {
+			return err
+		} else if ok && w > 0 {
+			cfg["sliding_window"] = w
+		}
+		for _, name := range []string{"rope_factors_long.weight", "rope_factors_short.weight"} {
+			if has(name) {
+				return m.f.errorf("LongRoPE (%s; Phi-3 128k, Phi-3.5): not supported, clawrl runs plain RoPE, linear scaling and Llama 3's", name)
+			}
+		}
 	}
 	if err := m.specialTokens(cfg, vocab); err != nil {
 		return err
@@ -450,7 +469,7 @@ func (m *Model) dtype() string {
 // and nothing else but rope_freqs.weight.
 func (m *Model) checkTensors() error {
 	m.names = map[string]string{}
-	for _, spec := range m.cfg.TensorSpecs() {
+	for _, spec := range m.cfg.FileTensorSpecs() {
 		g, ok := TensorName(spec.Name)
 		if !ok {
 			return m.f.errorf("no GGUF name for tensor %q", spec.Name)

@@ -877,3 +877,86 @@ func TestWriteModel(t *testing.T) {
 		t.Error("fallback types")
 	}
 }
+
+// TestPhi3GGUF: a Phi-3 model is written with llama.cpp's phi3 layout
+// (fused attn_qkv and ffn_up, q and k not permuted, the sliding window)
+// and read back to the same config and logits, in F32 and Q8_0; a file
+// with LongRoPE's factors is refused.
+func TestPhi3GGUF(t *testing.T) {
+	tok := trainedTokenizer(t)
+	spec := smallSpec(model.ArchPhi3, tok.VocabSize())
+	src, dir := randomSource(t, spec)
+	hm := loadDir(t, dir)
+	want := logits(t, hm, testTokens)
+	for _, typ := range []TensorType{F32, Q8_0} {
+		path := filepath.Join(t.TempDir(), "phi3.gguf")
+		if err := WriteModel(path, src, tok, typ); err != nil {
+			t.Fatal(err)
+		}
+		f, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, ti := range f.Tensors {
+			names = append(names, ti.Name)
+		}
+		arch, _ := f.Get("general.architecture")
+		f.Close()
+		if arch.String() != `"phi3"` || !slices.Contains(names, "blk.0.attn_qkv.weight") || !slices.Contains(names, "blk.1.ffn_up.weight") ||
+			slices.Contains(names, "blk.0.attn_q.weight") || slices.Contains(names, "blk.0.ffn_gate.weight") {
+			t.Fatalf("%v: architecture %v, tensors %v", typ, arch, names)
+		}
+		gm := loadGGUF(t, path)
+		if gm.Config.Architecture != model.ArchPhi3 {
+			t.Errorf("%v: read back as %s", typ, gm.Config.Architecture)
+		}
+		ref := want
+		if typ == Q8_0 { // against the checkpoint quantized on load
+			own, err := model.OpenDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qs, err := model.Quantize(own, compute.Q8_0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qm, err := model.LoadFrom(cpu.New(), qs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref = logits(t, qm, testTokens)
+			qm.Close()
+		}
+		if d := maxDiff(logits(t, gm, testTokens), ref); d > 1e-4 {
+			t.Errorf("%v: logits differ by %g", typ, d)
+		}
+	}
+
+	path := filepath.Join(t.TempDir(), "phi3.gguf")
+	if err := WriteModel(path, src, tok, F32); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs := slices.Clone(f.KV)
+	var tensors []WriteTensor
+	for _, ti := range f.Tensors {
+		b, _, err := f.Bytes(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tensors = append(tensors, WriteTensor{Name: ti.Name, Type: ti.Type, Shape: ti.Shape(), Data: slices.Clone(b)})
+	}
+	f.Close()
+	tensors = append(tensors, WriteTensor{Name: "rope_factors_long.weight", Type: F32, Shape: []int{32}, Data: make([]byte, 128)})
+	bad := filepath.Join(t.TempDir(), "longrope.gguf")
+	if err := WriteFile(bad, kvs, tensors); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenModel(bad); err == nil || !strings.Contains(err.Error(), "LongRoPE") {
+		t.Errorf("a LongRoPE file: %v", err)
+	}
+}

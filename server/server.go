@@ -305,10 +305,8 @@ func defaultStopTokens(t *tokenizer.Tokenizer) []int32 {
 	if id, ok := t.EOS(); ok {
 		add(id)
 	}
-	for _, s := range []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>"} {
-		if id, ok := t.TokenID(s); ok && t.IsSpecial(id) {
-			add(id)
-		}
+	for _, id := range t.TurnEnds() {
+		add(id)
 	}
 	return out
 }

@@ -71,6 +71,28 @@ func (t *Tokenizer) TokenString(id int32) string {
 	return t.strs[id]
 }
 
+// turnEndTexts are the tokens that end a turn (or a message) in the chat
+// formats of common models: ChatML's, Llama 3's (end of turn, end of a
+// message that calls a tool, end of text), Phi-3's, DeepSeek's, Gemma's
+// and GPT-2's end of text. llama.cpp ends generation at the same ones.
+var turnEndTexts = []string{"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
+	"<｜end▁of▁sentence｜>", "<end_of_turn>", "<|endoftext|>"}
+
+// TurnEnds lists the ids of the special tokens of the tokenizer that end a
+// turn in a common chat format (ChatML's <|im_end|>, Llama 3's <|eot_id|>,
+// Phi-3's <|end|>, ...), which end generation besides the EOS token: a
+// model's config often names only its base model's EOS (Phi-3's
+// <|endoftext|>), while its chat template ends each turn with another.
+func (t *Tokenizer) TurnEnds() []int32 {
+	var out []int32
+	for _, s := range turnEndTexts {
+		if id, ok := t.TokenID(s); ok && t.IsSpecial(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // IsSpecial reports whether id is an added token marked special (such as
 // "<|im_end|>"). Added tokens that are not special ("<think>" in Qwen3) and
 // ordinary tokens are not.
