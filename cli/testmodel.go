@@ -65,9 +65,9 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 			}
 			if arch != "" {
 				switch arch {
-				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3:
+				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3:
 				default:
-					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3)
+					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3)
 				}
 				spec.Arch = arch
 			}
@@ -89,7 +89,7 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 		},
 	}
 	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
-	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3)
+	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3+", "+model.ArchPhi3)
 	cmd.Flags().StringVar(&tokDir, "tokenizer", "", "copy tokenizer.json and tokenizer_config.json from this directory")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random weights")
 	cmd.Flags().StringVar(&ggufType, "gguf", "", "also write the model as DIR/model-TYPE.gguf in this tensor type (q8_0, q4_0, bf16, ...)")

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clawrl/clawrl/gguf"
+	"github.com/clawrl/clawrl/safetensors"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// TestPhi3Model runs a Phi-3 model (Phi3ForCausalLM: fused qkv_proj and
+// gate_up_proj) as a user does, on the real binary: its checkpoint and
+// its GGUF file (phi3, fused attn_qkv and ffn_up) generate the same greedy
+// text; the daemon serving the GGUF file trains LoRA adapters on thumbs;
+// serving the checkpoint with full fine-tuning, thumbs train versions
+// whose checkpoints hold the fused tensors, a restart resumes from them
+// and trains on, and the trained version exports as a Hugging Face
+// checkpoint and a GGUF file, both in Phi-3's layout, that generate.
+func TestPhi3Model(t *testing.T) {
+	bin := realBinary(t)
+	dir := t.TempDir()
+	hf := filepath.Join(dir, "phi3")
+	if out, err := exec.Command(bin, "testmodel", hf, "--arch", "Phi3ForCausalLM", "--gguf", "bf16").CombinedOutput(); err != nil {
+		t.Fatalf("testmodel: %v\n%s", err, out)
+	}
+	fused := func(path string) {
+		t.Helper()
+		ck, err := safetensors.OpenDir(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ck.Close()
+		names := strings.Join(ck.Names(), " ")
+		if !strings.Contains(names, "model.layers.0.self_attn.qkv_proj.weight") || !strings.Contains(names, "model.layers.0.mlp.gate_up_proj.weight") || strings.Contains(names, "q_proj") {
+			t.Errorf("%s holds %s, not Phi-3's fused tensors", path, names)
+		}
+	}
+	fused(hf)
+	gg := filepath.Join(hf, "model-bf16.gguf")
+	generate := func(m string) string {
+		t.Helper()
+		out, err := exec.Command(bin, "generate", "--model", m, "-t", "0", "-n", "12", "--chat", "--prompt", "Name three primes.").Output()
+		if err != nil {
+			t.Fatalf("generate --model %s: %v\n%s", m, err, out)
+		}
+		return string(out)
+	}
+	if a, b := generate(hf), generate(gg); a != b || strings.TrimSpace(a) == "" {
+		t.Errorf("greedy generation: the checkpoint says %q, its BF16 GGUF %q", a, b)
+	}
+
+	// LoRA over the GGUF file (the default), and full fine-tuning of the
+	// checkpoint, whose versions' checkpoints hold the fused tensors.
+	waitVersion := func(d *daemon, root string, min uint64) uint64 {
+		t.Helper()
+		for deadline := time.Now().Add(120 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if ns, _ := weights.List(root); len(ns) > 0 && ns[0] >= min {
+				return ns[0]
+			}
+		}
+		t.Fatalf("no checkpoint of version %d after two minutes\n%s", min, d.log)
+		return 0
+	}
+	var cfg string
+	for _, c := range []struct{ name, model, extra string }{{"lora", gg, ""}, {"full", hf, "  lora_rank: 0\n"}} {
+		data := filepath.Join(dir, "data-"+c.name)
+		cfg = filepath.Join(dir, c.name+".yaml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\n%sreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n",
+			c.model, c.extra, data)), 0o600)
+		d := startDaemon(t, bin, cfg, freePort(t))
+		chatWithThumbs(t, d, "phi3", "Name a fruit.", 2, 1, "", nil)
+		root := filepath.Join(data, "checkpoints")
+		v := waitVersion(d, root, 2)
+		ck := filepath.Join(root, fmt.Sprintf("v%08d", v))
+		if adapters := weights.IsAdaptersOnly(ck); adapters != (c.name == "lora") {
+			t.Errorf("%s: checkpoint of LoRA adapters only: %v", c.name, adapters)
+		}
+		if c.name == "lora" {
+			d.stop()
+			continue
+		}
+		fused(ck)
+		if err := d.stop(); err != nil {
+			t.Fatalf("daemon: %v\n%s", err, d.log)
+		}
+		// A restart resumes from the fused checkpoint and trains on.
+		d = startDaemon(t, bin, cfg, freePort(t))
+		if got := d.servedVersion(t); got != v {
+			t.Errorf("after a restart the daemon serves version %d, want %d\n%s", got, v, d.log)
+		}
+		chatWithThumbs(t, d, "phi3-again", "Name a color.", 2, 1, "", nil)
+		waitVersion(d, root, v+1)
+		d.stop()
+	}
+
+	out := filepath.Join(dir, "export-hf")
+	if o, err := exec.Command(bin, "export", "--config", cfg, "--out", out).CombinedOutput(); err != nil {
+		t.Fatalf("export: %v\n%s", err, o)
+	}
+	fused(out)
+	raw, _ := os.ReadFile(filepath.Join(out, "config.json"))
+	if !strings.Contains(string(raw), "Phi3ForCausalLM") {
+		t.Errorf("exported config.json: %s", raw)
+	}
+	outGG := filepath.Join(dir, "export.gguf")
+	if o, err := exec.Command(bin, "export", "--config", cfg, "--format", "gguf", "--type", "q8_0", "--out", outGG).CombinedOutput(); err != nil {
+		t.Fatalf("export gguf: %v\n%s", err, o)
+	}
+	f, err := gguf.Open(outGG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch, _ := f.Get("general.architecture")
+	var names []string
+	for _, ti := range f.Tensors {
+		names = append(names, ti.Name)
+	}
+	f.Close()
+	if arch.String() != `"phi3"` || !slices.Contains(names, "blk.0.attn_qkv.weight") {
+		t.Errorf("GGUF export: architecture %v, tensors %v", arch, names)
+	}
+	for _, m := range []string{out, outGG} {
+		if strings.TrimSpace(generate(m)) == "" {
+			t.Errorf("generate --model %s said nothing", m)
+		}
+	}
+}
