@@ -18,7 +18,9 @@ import (
 // TestPhi3Model runs a Phi-3 model (Phi3ForCausalLM: fused qkv_proj and
 // gate_up_proj) as a user does, on the real binary: its checkpoint and
 // its GGUF file (phi3, fused attn_qkv and ffn_up) generate the same greedy
-// text; the daemon serving the GGUF file trains LoRA adapters on thumbs;
+// text; the daemon serving the GGUF file trains LoRA adapters on thumbs
+// (which export --adapter refuses to write for PEFT, which would adapt the
+// fused matrices as one);
 // serving the checkpoint with full fine-tuning, thumbs train versions
 // whose checkpoints hold the fused tensors, a restart resumes from them
 // and trains on, and the trained version exports as a Hugging Face
@@ -84,6 +86,11 @@ func TestPhi3Model(t *testing.T) {
 		}
 		if c.name == "lora" {
 			d.stop()
+			// PEFT would adapt Phi-3's fused matrices as one: refused.
+			o, err := exec.Command(bin, "export", "--config", cfg, "--adapter", "--out", filepath.Join(dir, "peft")).CombinedOutput()
+			if err == nil || !strings.Contains(string(o), "qkv_proj") || !strings.Contains(string(o), "export the merged model") {
+				t.Errorf("export --adapter of a Phi-3 model: %v\n%s", err, o)
+			}
 			continue
 		}
 		fused(ck)
