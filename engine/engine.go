@@ -202,6 +202,10 @@ func (e *Engine) open() error {
 		e.log.Warn().Int("sliding_window", w).Int("context", c.MaxPositions).
 			Msg("the model attends over a sliding window shorter than its context; clawrl attends over every earlier position, which is the same within the window, so the context is capped to the window")
 	}
+	if lr := c.LongRope; lr != nil && lr.MaxPositions > c.MaxPositions {
+		e.log.Warn().Int("model_context", lr.MaxPositions).Int("context", c.MaxPositions).
+			Msg("LongRoPE: clawrl runs the short factors, which apply within original_max_position_embeddings, and not the long ones beyond, so the context is capped to it")
+	}
 	return nil
 }
 

@@ -86,6 +86,15 @@ func WriteModelMix(path string, src model.Source, tok *tokenizer.Tokenizer, mix 
 	if c.SlidingWindow > 0 && arch == "phi3" {
 		kvs = append(kvs, KV{k("attention.sliding_window"), Uint32(uint32(c.SlidingWindow))})
 	}
+	if lr := c.LongRope; lr != nil {
+		for i := range kvs {
+			if kvs[i].Key == k("context_length") {
+				kvs[i].Value = Uint32(uint32(lr.MaxPositions)) // the model's, before clawrl caps it
+			}
+		}
+		kvs = append(kvs, KV{k("rope.scaling.original_context_length"), Uint32(uint32(lr.OriginalMaxPositions))},
+			KV{k("rope.scaling.attn_factor"), Float32(float32(lr.AttnFactor))})
+	}
 	if c.RopeLinear > 1 {
 		kvs = append(kvs, KV{k("rope.scaling.type"), String("linear")}, KV{k("rope.scaling.factor"), Float32(float32(c.RopeLinear))})
 	}
@@ -136,6 +145,18 @@ func WriteModelMix(path string, src model.Source, tok *tokenizer.Tokenizer, mix 
 			_, err = w.Write(out)
 			return err
 		}})
+	}
+	if lr := c.LongRope; lr != nil {
+		for _, f := range []struct {
+			name string
+			v    []float64
+		}{{KeyRopeFactorsLong, lr.LongFactor}, {KeyRopeFactorsShort, lr.ShortFactor}} {
+			data := make([]byte, 4*len(f.v))
+			for i, x := range f.v {
+				binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(float32(x)))
+			}
+			tensors = append(tensors, WriteTensor{Name: f.name, Type: F32, Shape: []int{len(f.v)}, Data: data})
+		}
 	}
 	if c.RopeScaling != nil {
 		f := llama3Divisors(c)

@@ -61,6 +61,17 @@ func TestLlamaCppPerplexity(t *testing.T) {
 		// Phi-3's special tokens attributes when the model's name says
 		// phi3, and fails on a vocabulary without them.)
 		{"fused matrices", func(s *model.RandomSpec) { s.Arch = model.ArchPhi3 }, nil},
+		// Phi-3.5's LongRoPE within its original context (llama.cpp picks
+		// the short factors for a context of 128 ≤ 256, as Hugging Face
+		// does for a sequence that long): the short factors and the
+		// attention factor √(1 + ln 256 / ln 256) = √2.
+		{"longrope", func(s *model.RandomSpec) {
+			short, long := make([]float64, 32), make([]float64, 32)
+			for i := range short {
+				short[i], long[i] = 1+float64(i)/4, 3+float64(i)
+			}
+			s.Arch, s.MaxPositions, s.LongRopeOriginal, s.LongRopeShort, s.LongRopeLong = model.ArchPhi3, 65536, 256, short, long
+		}, func(s *model.RandomSpec) { s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 256, nil, nil }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := smallSpec(model.ArchLlama, tok.VocabSize())

@@ -26,6 +26,13 @@ var Architectures = map[string]string{
 // converter writes for Llama 3 rope scaling.
 const KeyRopeFreqs = "rope_freqs.weight"
 
+// The tensors of LongRoPE's factors (Phi-3 128k, Phi-3.5), one per pair
+// of head dimensions, as llama.cpp's converter writes them.
+const (
+	KeyRopeFactorsLong  = "rope_factors_long.weight"
+	KeyRopeFactorsShort = "rope_factors_short.weight"
+)
+
 // TensorName maps a Hugging Face tensor name of the Llama, Qwen2, Qwen3
 // and Phi-3 models to its GGUF name ("model.layers.3.mlp.up_proj.weight" →
 // "blk.3.ffn_up.weight"; Phi-3's fused "self_attn.qkv_proj" → "attn_qkv"
@@ -322,9 +329,9 @@ func (m *Model) readConfig() error {
 		} else if ok && w > 0 {
 			cfg["sliding_window"] = w
 		}
-		for _, name := range []string{"rope_factors_long.weight", "rope_factors_short.weight"} {
-			if has(name) {
-				return m.f.errorf("LongRoPE (%s; Phi-3 128k, Phi-3.5): not supported, clawrl runs plain RoPE, linear scaling and Llama 3's", name)
+		if has(KeyRopeFactorsLong) || has(KeyRopeFactorsShort) {
+			if err := m.longRope(cfg, key, headDim); err != nil {
+				return err
 			}
 		}
 	}
@@ -354,6 +361,39 @@ func (m *Model) readConfig() error {
 	}
 	m.cfg, m.configJSON = c, append(data, '\n')
 	return m.checkTensors()
+}
+
+// longRope reads LongRoPE's factors and keys (Phi-3 128k, Phi-3.5) into
+// config.json's rope_scaling and original_max_position_embeddings.
+func (m *Model) longRope(cfg map[string]any, key func(string) string, headDim int) error {
+	factors := map[string][]float64{}
+	for _, f := range []struct{ tensor, hf string }{{KeyRopeFactorsShort, "short_factor"}, {KeyRopeFactorsLong, "long_factor"}} {
+		v, err := m.f.Float32(f.tensor)
+		if err != nil {
+			return m.f.errorf("LongRoPE needs both %s and %s: %v", KeyRopeFactorsShort, KeyRopeFactorsLong, err)
+		}
+		if len(v) != headDim/2 {
+			return m.f.errorf("%s has %d values, want %d (head dimensions / 2)", f.tensor, len(v), headDim/2)
+		}
+		for _, x := range v {
+			factors[f.hf] = append(factors[f.hf], float64(x))
+		}
+	}
+	orig, ok, err := m.intKey(key("rope.scaling.original_context_length"))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return m.metaError("LongRoPE factors without %s", key("rope.scaling.original_context_length"))
+	}
+	scaling := map[string]any{"type": "longrope", "short_factor": factors["short_factor"], "long_factor": factors["long_factor"]}
+	if a, ok, err := m.floatKey(key("rope.scaling.attn_factor")); err != nil {
+		return err
+	} else if ok {
+		scaling["attention_factor"] = a
+	}
+	cfg["rope_scaling"], cfg["original_max_position_embeddings"] = scaling, orig
+	return nil
 }
 
 // ropeLinear reads the rope scaling keys: the factor of linear scaling
@@ -480,7 +520,7 @@ func (m *Model) checkTensors() error {
 		m.names[g] = spec.Name
 	}
 	for _, t := range m.f.Tensors {
-		if _, ok := m.names[t.Name]; !ok && t.Name != KeyRopeFreqs {
+		if _, ok := m.names[t.Name]; !ok && t.Name != KeyRopeFreqs && t.Name != KeyRopeFactorsLong && t.Name != KeyRopeFactorsShort {
 			return m.f.errorf("tensor %s is not part of the %s model the metadata describes", t.Name, m.arch)
 		}
 	}

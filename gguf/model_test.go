@@ -880,8 +880,8 @@ func TestWriteModel(t *testing.T) {
 
 // TestPhi3GGUF: a Phi-3 model is written with llama.cpp's phi3 layout
 // (fused attn_qkv and ffn_up, q and k not permuted, the sliding window)
-// and read back to the same config and logits, in F32 and Q8_0; a file
-// with LongRoPE's factors is refused.
+// and read back to the same config and logits, in F32 and Q8_0, LongRoPE
+// included; a file with only one of LongRoPE's factor tensors is refused.
 func TestPhi3GGUF(t *testing.T) {
 	tok := trainedTokenizer(t)
 	spec := smallSpec(model.ArchPhi3, tok.VocabSize())
@@ -956,7 +956,38 @@ func TestPhi3GGUF(t *testing.T) {
 	if err := WriteFile(bad, kvs, tensors); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenModel(bad); err == nil || !strings.Contains(err.Error(), "LongRoPE") {
-		t.Errorf("a LongRoPE file: %v", err)
+	if _, err := OpenModel(bad); err == nil || !strings.Contains(err.Error(), "LongRoPE needs both") {
+		t.Errorf("a file with one of LongRoPE's factor tensors: %v", err)
+	}
+
+	// LongRoPE (Phi-3.5): the factors as tensors, the original context and
+	// the attention factor as keys, the model's context uncapped.
+	short, long := make([]float64, 32), make([]float64, 32)
+	for i := range short {
+		short[i], long[i] = 1+float64(i)/8, 2+float64(i)/4
+	}
+	spec.MaxPositions, spec.LongRopeOriginal, spec.LongRopeShort, spec.LongRopeLong = 1024, 128, short, long
+	src, dir = randomSource(t, spec)
+	path = filepath.Join(t.TempDir(), "longrope.gguf")
+	if err := WriteModel(path, src, tok, F32); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	ctx, _ := f.Get("phi3.context_length")
+	orig, _ := f.Get("phi3.rope.scaling.original_context_length")
+	f.Close()
+	if ctx.String() != "1024" || orig.String() != "128" {
+		t.Errorf("context_length %v, original_context_length %v", ctx, orig)
+	}
+	gm := loadGGUF(t, path)
+	hm = loadDir(t, dir)
+	if lr := gm.Config.LongRope; lr == nil || gm.Config.MaxPositions != 128 || !slices.Equal(lr.LongFactor, long) ||
+		math.Abs(lr.AttnFactor-hm.Config.LongRope.AttnFactor) > 1e-6 {
+		t.Errorf("read back: context %d, LongRope %+v", gm.Config.MaxPositions, lr)
+	}
+	if d := maxDiff(logits(t, gm, testTokens), logits(t, hm, testTokens)); d > 1e-4 {
+		t.Errorf("LongRoPE: logits differ by %g", d)
 	}
 }

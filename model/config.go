@@ -55,6 +55,8 @@ type Config struct {
 	// interpolated, rope_scaling type "linear": DeepSeek Coder's 4, Code
 	// Llama's and many long-context fine-tunes'); 0 for none.
 	RopeLinear float64
+	// LongRope is Phi-3's LongRoPE scaling, or nil.
+	LongRope *LongRope
 
 	TieWordEmbeddings bool
 	QKVBias           bool // q, k and v projections have a bias (Qwen2; attention_bias)
@@ -74,6 +76,20 @@ type RopeScaling struct {
 	LowFreqFactor        float64
 	HighFreqFactor       float64
 	OriginalMaxPositions int
+}
+
+// LongRope is Phi-3's LongRoPE ("longrope", formerly "su"; Phi-3 mini
+// 128k, Phi-3.5 mini): each rotary frequency divided by its factor, and
+// cos and sin multiplied by AttnFactor. The short factors apply to
+// sequences within OriginalMaxPositions and the long ones beyond, as
+// Hugging Face switches them by the sequence's length; clawrl runs the
+// short ones only, so Config.MaxPositions is capped to
+// OriginalMaxPositions, and the long factors are kept for exports.
+type LongRope struct {
+	ShortFactor, LongFactor []float64
+	OriginalMaxPositions    int     // original_max_position_embeddings
+	MaxPositions            int     // max_position_embeddings, before the cap
+	AttnFactor              float64 // attention_factor, or √(1 + ln(max/original)/ln(original))
 }
 
 // configJSON mirrors config.json; pointers tell absent from zero.
@@ -99,6 +115,7 @@ type configJSON struct {
 	SlidingWindow     *int            `json:"sliding_window"`
 	HiddenAct         *string         `json:"hidden_act"`
 	PartialRotary     *float64        `json:"partial_rotary_factor"`
+	OriginalMaxPos    *int            `json:"original_max_position_embeddings"`
 	BOSTokenID        json.RawMessage `json:"bos_token_id"`
 	EOSTokenID        json.RawMessage `json:"eos_token_id"`
 	TorchDType        string          `json:"torch_dtype"`
@@ -112,7 +129,66 @@ type ropeJSON struct {
 	Factor                        *float64 `json:"factor"`
 	LowFreqFactor                 *float64 `json:"low_freq_factor"`
 	HighFreqFactor                *float64 `json:"high_freq_factor"`
-	OriginalMaxPositionEmbeddings *int     `json:"original_max_position_embeddings"`
+	OriginalMaxPositionEmbeddings *int      `json:"original_max_position_embeddings"`
+	ShortFactor                   []float64 `json:"short_factor"`
+	LongFactor                    []float64 `json:"long_factor"`
+	AttentionFactor               *float64  `json:"attention_factor"`
+}
+
+// parseLongRope reads LongRoPE's factors (one per pair of head
+// dimensions, each positive) and lengths, and works out the attention
+// factor as Hugging Face does: the config's attention_factor, or from the
+// ratio of max_position_embeddings to original_max_position_embeddings
+// (the top-level key, as Phi-3 has it, or rope_scaling's).
+func parseLongRope(r ropeJSON, topOrig *int, c *Config) (*LongRope, error) {
+	half := c.HeadDim / 2
+	for _, f := range []struct {
+		name string
+		v    []float64
+	}{{"short_factor", r.ShortFactor}, {"long_factor", r.LongFactor}} {
+		if len(f.v) != half {
+			return nil, fmt.Errorf("rope_scaling longrope: %s has %d values, want head_dim/2 = %d", f.name, len(f.v), half)
+		}
+		for _, x := range f.v {
+			if !(x > 0) || math.IsInf(x, 0) {
+				return nil, fmt.Errorf("rope_scaling longrope: %s holds %g; factors must be positive and finite", f.name, x)
+			}
+		}
+	}
+	lr := &LongRope{ShortFactor: r.ShortFactor, LongFactor: r.LongFactor, MaxPositions: c.MaxPositions}
+	factor := 1.0
+	switch {
+	case topOrig != nil:
+		lr.OriginalMaxPositions = *topOrig
+		if *topOrig > 0 {
+			factor = float64(c.MaxPositions) / float64(*topOrig)
+		}
+	case r.OriginalMaxPositionEmbeddings != nil:
+		lr.OriginalMaxPositions = *r.OriginalMaxPositionEmbeddings
+		if *r.OriginalMaxPositionEmbeddings > 0 {
+			factor = float64(c.MaxPositions) / float64(*r.OriginalMaxPositionEmbeddings)
+		}
+	default:
+		lr.OriginalMaxPositions = c.MaxPositions
+		if r.Factor != nil {
+			factor = *r.Factor
+		}
+	}
+	if lr.OriginalMaxPositions <= 0 {
+		return nil, fmt.Errorf("rope_scaling longrope: original_max_position_embeddings must be positive, got %d", lr.OriginalMaxPositions)
+	}
+	switch {
+	case r.AttentionFactor != nil:
+		lr.AttnFactor = *r.AttentionFactor
+	case factor <= 1:
+		lr.AttnFactor = 1
+	default:
+		lr.AttnFactor = math.Sqrt(1 + math.Log(factor)/math.Log(float64(lr.OriginalMaxPositions)))
+	}
+	if !(lr.AttnFactor > 0) || math.IsInf(lr.AttnFactor, 0) {
+		return nil, fmt.Errorf("rope_scaling longrope: attention factor %g must be positive and finite", lr.AttnFactor)
+	}
+	return lr, nil
 }
 
 // LoadConfig reads and checks dir/config.json.
@@ -266,8 +342,15 @@ func ParseConfig(data []byte) (*Config, error) {
 			if *r.Factor > 1 {
 				c.RopeLinear = *r.Factor
 			}
+		case "longrope", "su":
+			lr, err := parseLongRope(r, j.OriginalMaxPos, c)
+			if err != nil {
+				return nil, err
+			}
+			c.LongRope = lr
+			c.MaxPositions = min(c.MaxPositions, lr.OriginalMaxPositions)
 		default:
-			return nil, fmt.Errorf("rope_scaling type %q is not supported (want llama3, linear or default)", kind)
+			return nil, fmt.Errorf("rope_scaling type %q is not supported (want llama3, linear, longrope or default)", kind)
 		}
 	}
 	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {

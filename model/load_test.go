@@ -307,9 +307,35 @@ func TestParseConfig(t *testing.T) {
 		{"phi3 partial rotary refused", func(c map[string]any) {
 			c["architectures"], c["partial_rotary_factor"] = []any{"Phi3ForCausalLM"}, 0.75
 		}, nil, "partial_rotary_factor 0.75 is not supported"},
-		{"phi3 longrope refused", func(c map[string]any) {
+		{"phi3.5 longrope", func(c map[string]any) {
+			eight := []any{1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7}
+			c["architectures"], c["max_position_embeddings"], c["original_max_position_embeddings"] = []any{"Phi3ForCausalLM"}, 131072, 4096
+			c["rope_scaling"], c["sliding_window"] = map[string]any{"type": "longrope", "short_factor": eight, "long_factor": eight}, 262144
+		}, func(t *testing.T, c *Config) {
+			lr := c.LongRope
+			if lr == nil || c.MaxPositions != 4096 || lr.MaxPositions != 131072 || lr.OriginalMaxPositions != 4096 || c.SlidingWindow != 0 ||
+				math.Abs(lr.AttnFactor-math.Sqrt(1+math.Log(32)/math.Log(4096))) > 1e-12 || c.RopeScale() != lr.AttnFactor {
+				t.Errorf("got %+v, LongRope %+v", c, lr)
+			}
+			if f := c.RopeFrequencies(); math.Abs(f[1]-math.Pow(10000, -2.0/16)/1.1) > 1e-15 {
+				t.Errorf("frequency 1: %v", f[1])
+			}
+		}, ""},
+		{"su with attention_factor", func(c map[string]any) {
+			eight := []any{1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}
+			c["architectures"], c["rope_scaling"] = []any{"Phi3ForCausalLM"}, map[string]any{"type": "su", "short_factor": eight, "long_factor": eight, "attention_factor": 1.5}
+		}, func(t *testing.T, c *Config) {
+			if c.LongRope == nil || c.LongRope.AttnFactor != 1.5 {
+				t.Errorf("LongRope %+v", c.LongRope)
+			}
+		}, ""},
+		{"longrope factors of the wrong length", func(c map[string]any) {
 			c["architectures"], c["rope_scaling"] = []any{"Phi3ForCausalLM"}, map[string]any{"type": "longrope", "short_factor": []any{1.0}, "long_factor": []any{2.0}}
-		}, nil, `rope_scaling type "longrope" is not supported`},
+		}, nil, "short_factor has 1 values, want head_dim/2 = 8"},
+		{"longrope factor zero", func(c map[string]any) {
+			eight := []any{1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0}
+			c["architectures"], c["rope_scaling"] = []any{"Phi3ForCausalLM"}, map[string]any{"type": "longrope", "short_factor": eight, "long_factor": eight}
+		}, nil, "factors must be positive"},
 		{"mistral as llama", func(c map[string]any) {
 			c["architectures"], c["model_type"], c["sliding_window"] = []any{"MistralForCausalLM"}, "mistral", nil
 		}, func(t *testing.T, c *Config) {

@@ -105,7 +105,7 @@ func LoadFrom(b compute.Backend, src Source) (*Model, error) {
 	m := &Model{Config: c, b: b, src: src, w: w}
 	m.base = newBaseWeights(m, w, made)
 	half := c.HeadDim / 2
-	cos, sin := ropeTables(c.RopeFrequencies(), c.MaxPositions)
+	cos, sin := ropeTables(c.RopeFrequencies(), c.MaxPositions, c.RopeScale())
 	for _, tab := range []struct {
 		dst  *compute.Tensor
 		vals []float32

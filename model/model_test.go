@@ -116,6 +116,12 @@ func TestForwardMatchesReference(t *testing.T) {
 		{"qwen3 f32 tied", func(s *RandomSpec) { s.Arch, s.Tied = ArchQwen3, true }},
 		{"qwen3 bf16 untied sharded", func(s *RandomSpec) { s.Arch, s.DType, s.Shards = ArchQwen3, "bfloat16", 2 }},
 		{"qwen3 f16 tied head_dim 16", func(s *RandomSpec) { s.Arch, s.DType, s.Tied, s.HeadDim = ArchQwen3, "float16", true, 16 }},
+		{"llama f32 linear rope", func(s *RandomSpec) { s.RopeLinear = 4 }},
+		{"phi3 bf16 fused", func(s *RandomSpec) { s.Arch, s.DType = ArchPhi3, "bfloat16" }},
+		{"phi3 f32 longrope", func(s *RandomSpec) {
+			s.Arch, s.MaxPositions, s.LongRopeOriginal = ArchPhi3, 256, 32
+			s.LongRopeShort, s.LongRopeLong = []float64{1, 1.5, 2.5, 4}, []float64{2, 3, 5, 8}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

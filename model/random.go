@@ -31,6 +31,11 @@ type RandomSpec struct {
 	RopeTheta            float64      // default 10000 (Qwen: 1e6)
 	RopeScaling          *RopeScaling // Llama 3 scaling, or nil
 	RopeLinear           float64      // linear rope scaling's factor (Llama), or 0
+	// LongRope, with Arch ArchPhi3, writes LongRoPE's rope_scaling with
+	// these factors (head_dim/2 each) and original_max_position_embeddings
+	// LongRopeOriginal.
+	LongRopeShort, LongRopeLong []float64
+	LongRopeOriginal            int
 	RMSNormEps           float64      // default 1e-6
 	DType                string       // "float32", "bfloat16" (default) or "float16"
 	Tied                 bool         // tie_word_embeddings: no lm_head.weight
@@ -184,6 +189,10 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 		cfg["pad_token_id"] = s.EOSTokenIDs[0]
 		cfg["resid_pdrop"] = pyFloat(0)
 		cfg["embd_pdrop"] = pyFloat(0)
+		if s.LongRopeShort != nil {
+			cfg["rope_scaling"] = map[string]any{"type": "longrope", "short_factor": s.LongRopeShort, "long_factor": s.LongRopeLong}
+			cfg["original_max_position_embeddings"] = s.LongRopeOriginal
+		}
 	case ArchQwen2:
 		cfg["model_type"] = "qwen2"
 		cfg["max_window_layers"] = s.Layers
@@ -198,6 +207,9 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 		cfg["use_sliding_window"] = false
 	default:
 		return nil, fmt.Errorf("architecture %q is not supported", s.Arch)
+	}
+	if s.LongRopeShort != nil && s.Arch != ArchPhi3 {
+		return nil, errors.New("LongRoPE is only generated for Phi-3")
 	}
 	if (s.RopeScaling != nil || s.RopeLinear != 0) && s.Arch != ArchLlama {
 		return nil, errors.New("rope_scaling is only generated for Llama")

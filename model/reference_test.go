@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/clawrl/clawrl/compute"
@@ -20,6 +21,7 @@ type refModel struct {
 	hidden, inter, layers, heads, kvHeads, hd, vocab int
 	eps                                              float64
 	invFreq                                          []float64
+	ropeScale                                        float64 // cos and sin multiplied (LongRoPE)
 	w                                                map[string][]float64
 
 	// roundInputs rounds the input of every product with a BF16 weight
@@ -90,6 +92,24 @@ func loadRef(t *testing.T, dir string) *refModel {
 	for i := 0; i < r.hd; i += 2 {
 		r.invFreq = append(r.invFreq, 1/math.Pow(theta, float64(i)/float64(r.hd)))
 	}
+	r.ropeScale = 1
+	if rs, ok := cfg["rope_scaling"].(map[string]any); ok && (rs["type"] == "linear" || rs["rope_type"] == "linear") {
+		for i := range r.invFreq {
+			r.invFreq[i] /= rs["factor"].(float64)
+		}
+	}
+	if rs, ok := cfg["rope_scaling"].(map[string]any); ok && rs["type"] == "longrope" {
+		// Phi-3's LongRoPE within original_max_position_embeddings: the
+		// short factors, cos and sin scaled by √(1 + ln s / ln orig).
+		short := rs["short_factor"].([]any)
+		for i := range r.invFreq {
+			r.invFreq[i] = 1 / (short[i].(float64) * math.Pow(theta, float64(2*i)/float64(r.hd)))
+		}
+		orig := num("original_max_position_embeddings")
+		if s := num("max_position_embeddings") / orig; s > 1 {
+			r.ropeScale = math.Sqrt(1 + math.Log(s)/math.Log(orig))
+		}
+	}
 	if rs, ok := cfg["rope_scaling"].(map[string]any); ok && rs["rope_type"] == "llama3" {
 		factor, lo, hi := rs["factor"].(float64), rs["low_freq_factor"].(float64), rs["high_freq_factor"].(float64)
 		old := rs["original_max_position_embeddings"].(float64)
@@ -121,6 +141,20 @@ func loadRef(t *testing.T, dir string) *refModel {
 		r.w[name] = w
 		if _, info, err := ck.Find(name); err == nil && info.DType == safetensors.BF16 {
 			r.bf16[name] = true
+		}
+	}
+	// Phi-3's fused projections, split as its modeling code splits them:
+	// the first heads·head_dim rows are the queries, then the keys, then
+	// the values; gate_up's first half is the gate.
+	for name, w := range r.w {
+		q, kv := r.heads*r.hd*r.hidden, r.kvHeads*r.hd*r.hidden
+		if p, ok := strings.CutSuffix(name, "qkv_proj.weight"); ok {
+			r.w[p+"q_proj.weight"], r.w[p+"k_proj.weight"], r.w[p+"v_proj.weight"] = w[:q], w[q:q+kv], w[q+kv:]
+			r.bf16[p+"q_proj.weight"], r.bf16[p+"k_proj.weight"], r.bf16[p+"v_proj.weight"] = r.bf16[name], r.bf16[name], r.bf16[name]
+		}
+		if p, ok := strings.CutSuffix(name, "gate_up_proj.weight"); ok {
+			r.w[p+"gate_proj.weight"], r.w[p+"up_proj.weight"] = w[:len(w)/2], w[len(w)/2:]
+			r.bf16[p+"gate_proj.weight"], r.bf16[p+"up_proj.weight"] = r.bf16[name], r.bf16[name]
 		}
 	}
 	if _, ok := r.w["lm_head.weight"]; !ok {
@@ -263,7 +297,7 @@ func (r *refModel) rope(x []float64, pos int) {
 			} else {
 				rot = head[j-half]
 			}
-			x[h+j] = head[j]*math.Cos(a) + rot*math.Sin(a)
+			x[h+j] = (head[j]*math.Cos(a) + rot*math.Sin(a)) * r.ropeScale
 		}
 	}
 }

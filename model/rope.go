@@ -8,7 +8,8 @@ import "math"
 // original_max_position_embeddings/low_freq_factor are stretched by factor,
 // wavelengths shorter than original_max_position_embeddings/high_freq_factor
 // are kept, and those between are blended smoothly. Linear scaling
-// (RopeLinear) divides every frequency by its factor.
+// (RopeLinear) divides every frequency by its factor, LongRoPE each by
+// its short factor.
 func (c *Config) RopeFrequencies() []float64 {
 	half := c.HeadDim / 2
 	f := make([]float64, half)
@@ -16,6 +17,9 @@ func (c *Config) RopeFrequencies() []float64 {
 		f[i] = math.Pow(c.RopeTheta, -float64(2*i)/float64(c.HeadDim))
 		if c.RopeLinear > 1 {
 			f[i] /= c.RopeLinear
+		}
+		if lr := c.LongRope; lr != nil {
+			f[i] /= lr.ShortFactor[i]
 		}
 	}
 	s := c.RopeScaling
@@ -39,11 +43,21 @@ func (c *Config) RopeFrequencies() []float64 {
 	return f
 }
 
-// ropeTables fills cos and sin tables of [positions, headDim/2]. The angle
-// of position p and frequency f is computed the way the reference
-// implementation does, as a float32 product of float32 values, so long
-// contexts see the same angles the model was trained with.
-func ropeTables(freqs []float64, positions int) (cos, sin []float32) {
+// RopeScale is the factor cos and sin are multiplied by: LongRoPE's
+// attention factor, 1 otherwise.
+func (c *Config) RopeScale() float64 {
+	if lr := c.LongRope; lr != nil {
+		return lr.AttnFactor
+	}
+	return 1
+}
+
+// ropeTables fills cos and sin tables of [positions, headDim/2], each value
+// multiplied by scale. The angle of position p and frequency f is computed
+// the way the reference implementation does, as a float32 product of
+// float32 values, so long contexts see the same angles the model was
+// trained with.
+func ropeTables(freqs []float64, positions int, scale float64) (cos, sin []float32) {
 	half := len(freqs)
 	cos, sin = make([]float32, positions*half), make([]float32, positions*half)
 	f32 := make([]float32, half)
@@ -54,8 +68,8 @@ func ropeTables(freqs []float64, positions int) (cos, sin []float32) {
 		row := p * half
 		for i, f := range f32 {
 			a := float64(float32(p) * f)
-			cos[row+i] = float32(math.Cos(a))
-			sin[row+i] = float32(math.Sin(a))
+			cos[row+i] = float32(math.Cos(a) * scale)
+			sin[row+i] = float32(math.Sin(a) * scale)
 		}
 	}
 	return cos, sin
