@@ -123,12 +123,12 @@ type configJSON struct {
 }
 
 type ropeJSON struct {
-	RopeType                      string   `json:"rope_type"`
-	Type                          string   `json:"type"`
-	RopeTheta                     *float64 `json:"rope_theta"`
-	Factor                        *float64 `json:"factor"`
-	LowFreqFactor                 *float64 `json:"low_freq_factor"`
-	HighFreqFactor                *float64 `json:"high_freq_factor"`
+	RopeType                      string    `json:"rope_type"`
+	Type                          string    `json:"type"`
+	RopeTheta                     *float64  `json:"rope_theta"`
+	Factor                        *float64  `json:"factor"`
+	LowFreqFactor                 *float64  `json:"low_freq_factor"`
+	HighFreqFactor                *float64  `json:"high_freq_factor"`
 	OriginalMaxPositionEmbeddings *int      `json:"original_max_position_embeddings"`
 	ShortFactor                   []float64 `json:"short_factor"`
 	LongFactor                    []float64 `json:"long_factor"`
