@@ -8,7 +8,8 @@ import (
 // regexPre is a pre-tokenizer that is nothing but Split regexes, each
 // isolating its matches within the pieces the one before it left, and then
 // the byte-level mapping: how llama.cpp runs the pre-tokenizers of
-// DeepSeek's, Falcon's and Mistral's Tekken tokenizers, and how their
+// DeepSeek's, Falcon's, Mistral's Tekken and OpenAI's o200k tokenizers,
+// and how their
 // tokenizer.json files describe them (a Sequence of Split pre-tokenizers,
 // behavior Isolated, before a ByteLevel one without its own regex).
 type regexPre struct {
@@ -17,11 +18,11 @@ type regexPre struct {
 }
 
 // regexPres are the pre-tokenizers of this kind, by their GGUF names. The
-// patterns are those of llama.cpp's llama-vocab.cpp (the Tekken one as
-// the tokenizer.json has it, which regexp2 runs without llama.cpp's
-// rewrite); its vocabulary test files for the first three pass
-// (gguf.TestLlamaCppVocabFiles) and llama-tokenize splits as this package
-// does for all four (gguf.TestLlamaCppRegexPres).
+// patterns are those of llama.cpp's llama-vocab.cpp (Tekken's and o200k's
+// as the tokenizer.json has them, which regexp2 runs without llama.cpp's
+// rewrite); its vocabulary test files for DeepSeek's and Falcon's pass
+// (gguf.TestLlamaCppVocabFiles), and llama-tokenize splits as this
+// package does for every one (gguf.TestLlamaCppPreTokenizers).
 var regexPres = map[string]regexPre{
 	// DeepSeek LLM 7B and 67B (Llama's architecture).
 	"deepseek-llm": {patterns: []string{
@@ -54,6 +55,11 @@ var regexPres = map[string]regexPre{
 		`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`,
 		`\p{N}+`,
 		`[0-9][0-9][0-9]`,
+	}},
+	// OpenAI's o200k split (Phi-4-mini, GPT-4o's tokenizer): Tekken's
+	// words with English contractions kept on, digits by three.
+	"gpt-4o": {patterns: []string{
+		`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"`,
 	}},
 	// Mistral's Tekken (Mistral NeMo, Ministral, Pixtral's text model):
 	// words split before an upper-case letter that follows a lower-case

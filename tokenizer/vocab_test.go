@@ -228,6 +228,7 @@ func TestVocabPreNames(t *testing.T) {
 	}{
 		{"tekken", "HelloWorld iPhone", []string{"Hello", "World", " i", "Phone"}},
 		{"tekken", "a/b//c 42", []string{"a", "/b", "//", "c", " ", "4", "2"}},
+		{"gpt-4o", "HelloWorld DON'T 12345", []string{"Hello", "World", " DON'T", " ", "123", "45"}},
 		{"deepseek-coder", "x 12\ny", []string{"x", " ", "1", "2", "\n", "y"}},
 		{"deepseek-llm", "x 123,y 東京", []string{"x", " ", "123", ",", "y", " ", "東京"}},
 		{"falcon", "a 1234567!", []string{"a", " ", "123", "456", "7", "!"}},
