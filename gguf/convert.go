@@ -1,6 +1,7 @@
 package gguf
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -79,7 +80,7 @@ func WriteModelMix(path string, src model.Source, tok *tokenizer.Tokenizer, mix 
 		{k("attention.head_count_kv"), Uint32(uint32(c.NumKVHeads))},
 		{k("attention.key_length"), Uint32(uint32(c.HeadDim))},
 		{k("attention.value_length"), Uint32(uint32(c.HeadDim))},
-		{k("rope.dimension_count"), Uint32(uint32(c.HeadDim))},
+		{k("rope.dimension_count"), Uint32(uint32(cmp.Or(c.RotaryDim, c.HeadDim)))},
 		{k("rope.freq_base"), Float32(float32(c.RopeTheta))},
 		{k("attention.layer_norm_rms_epsilon"), Float32(float32(c.RMSNormEps))},
 	}

@@ -270,11 +270,15 @@ func (m *Model) readConfig() error {
 		}
 		return m.f.errorf("value heads of %d (%s) differ from key heads of %d: not supported", v, key("attention.value_length"), headDim)
 	}
-	if r, ok, err := m.intKey(key("rope.dimension_count")); err != nil || ok && r != headDim {
-		if err != nil {
-			return err
+	rotary := headDim
+	if r, ok, err := m.intKey(key("rope.dimension_count")); err != nil {
+		return err
+	} else if ok && r != headDim {
+		if arch != "phi3" || r <= 0 || r > headDim || r%2 != 0 {
+			return m.f.errorf("rotary embedding over %d of %d head dimensions (%s): partial rotary is supported for phi3 only, over an even number of dimensions", r, headDim, key("rope.dimension_count"))
 		}
-		return m.f.errorf("rotary embedding over %d of %d head dimensions (%s): partial rotary is not supported", r, headDim, key("rope.dimension_count"))
+		rotary = r
+		cfg["partial_rotary_factor"] = float64(r) / float64(headDim)
 	}
 	eps, ok := m.f.Get(key("attention.layer_norm_rms_epsilon"))
 	if !ok {
@@ -330,7 +334,7 @@ func (m *Model) readConfig() error {
 			cfg["sliding_window"] = w
 		}
 		if has(KeyRopeFactorsLong) || has(KeyRopeFactorsShort) {
-			if err := m.longRope(cfg, key, headDim); err != nil {
+			if err := m.longRope(cfg, key, rotary); err != nil {
 				return err
 			}
 		}
@@ -365,15 +369,15 @@ func (m *Model) readConfig() error {
 
 // longRope reads LongRoPE's factors and keys (Phi-3 128k, Phi-3.5) into
 // config.json's rope_scaling and original_max_position_embeddings.
-func (m *Model) longRope(cfg map[string]any, key func(string) string, headDim int) error {
+func (m *Model) longRope(cfg map[string]any, key func(string) string, rotary int) error {
 	factors := map[string][]float64{}
 	for _, f := range []struct{ tensor, hf string }{{KeyRopeFactorsShort, "short_factor"}, {KeyRopeFactorsLong, "long_factor"}} {
 		v, err := m.f.Float32(f.tensor)
 		if err != nil {
 			return m.f.errorf("LongRoPE needs both %s and %s: %v", KeyRopeFactorsShort, KeyRopeFactorsLong, err)
 		}
-		if len(v) != headDim/2 {
-			return m.f.errorf("%s has %d values, want %d (head dimensions / 2)", f.tensor, len(v), headDim/2)
+		if len(v) != rotary/2 {
+			return m.f.errorf("%s has %d values, want %d (rotated head dimensions / 2)", f.tensor, len(v), rotary/2)
 		}
 		for _, x := range v {
 			factors[f.hf] = append(factors[f.hf], float64(x))

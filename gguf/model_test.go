@@ -960,6 +960,43 @@ func TestPhi3GGUF(t *testing.T) {
 		t.Errorf("a file with one of LongRoPE's factor tensors: %v", err)
 	}
 
+	// Partial rotary (Phi-4-mini): rope.dimension_count below the head's.
+	pspec := smallSpec(model.ArchPhi3, tok.VocabSize())
+	pspec.PartialRotary = 0.75
+	psrc, pdir := randomSource(t, pspec)
+	path = filepath.Join(t.TempDir(), "partial.gguf")
+	if err := WriteModel(path, psrc, tok, Q8_0); err != nil {
+		t.Fatal(err)
+	}
+	if f, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	nrot, _ := f.Get("phi3.rope.dimension_count")
+	f.Close()
+	if nrot.String() != "48" {
+		t.Errorf("rope.dimension_count %v, want 48 of 64", nrot)
+	}
+	pm := loadGGUF(t, path)
+	own, err := model.OpenDir(pdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := model.Quantize(own, compute.Q8_0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qm, err := model.LoadFrom(cpu.New(), qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qm.Close()
+	if pm.Config.RotaryDim != 48 {
+		t.Errorf("read back rotating %d dimensions", pm.Config.RotaryDim)
+	}
+	if d := maxDiff(logits(t, pm, testTokens), logits(t, qm, testTokens)); d > 1e-4 {
+		t.Errorf("partial rotary Q8_0: logits differ by %g from the checkpoint quantized on load", d)
+	}
+
 	// LongRoPE (Phi-3.5): the factors as tensors, the original context and
 	// the attention factor as keys, the model's context uncapped.
 	short, long := make([]float64, 32), make([]float64, 32)

@@ -40,8 +40,15 @@ type Config struct {
 	NumHeads         int
 	NumKVHeads       int
 	HeadDim          int
-	VocabSize        int
-	MaxPositions     int // max_position_embeddings: positions must stay below it
+	// RotaryDim is how many dimensions of each query and key head RoPE
+	// rotates: HeadDim, or fewer with partial_rotary_factor (Phi-4-mini's
+	// 0.75), the first RotaryDim as Hugging Face rotates them, the rest
+	// passed through. The model computes with each head's dimensions
+	// reordered (Config.HeadPerm) so that its rotation, which pairs
+	// dimension i with i+HeadDim/2, pairs them as Hugging Face does.
+	RotaryDim    int
+	VocabSize    int
+	MaxPositions int // max_position_embeddings: positions must stay below it
 	// SlidingWindow is a Mistral or Phi-3 model's attention window when
 	// it is shorter than max_position_embeddings (Mistral 7B v0.1's 4096
 	// of 32768, Phi-3 mini's 2047 of 4096). Attention here sees every earlier position, which equals
@@ -130,6 +137,7 @@ type ropeJSON struct {
 	LowFreqFactor                 *float64  `json:"low_freq_factor"`
 	HighFreqFactor                *float64  `json:"high_freq_factor"`
 	OriginalMaxPositionEmbeddings *int      `json:"original_max_position_embeddings"`
+	PartialRotaryFactor           *float64  `json:"partial_rotary_factor"`
 	ShortFactor                   []float64 `json:"short_factor"`
 	LongFactor                    []float64 `json:"long_factor"`
 	AttentionFactor               *float64  `json:"attention_factor"`
@@ -141,13 +149,13 @@ type ropeJSON struct {
 // ratio of max_position_embeddings to original_max_position_embeddings
 // (the top-level key, as Phi-3 has it, or rope_scaling's).
 func parseLongRope(r ropeJSON, topOrig *int, c *Config) (*LongRope, error) {
-	half := c.HeadDim / 2
+	half := c.RotaryDim / 2
 	for _, f := range []struct {
 		name string
 		v    []float64
 	}{{"short_factor", r.ShortFactor}, {"long_factor", r.LongFactor}} {
 		if len(f.v) != half {
-			return nil, fmt.Errorf("rope_scaling longrope: %s has %d values, want head_dim/2 = %d", f.name, len(f.v), half)
+			return nil, fmt.Errorf("rope_scaling longrope: %s has %d values, want one per pair of rotated dimensions, %d", f.name, len(f.v), half)
 		}
 		for _, x := range f.v {
 			if !(x > 0) || math.IsInf(x, 0) {
@@ -247,9 +255,6 @@ func ParseConfig(data []byte) (*Config, error) {
 	if deref(j.UseSlidingWindow, false) {
 		return nil, fmt.Errorf("use_sliding_window is not supported")
 	}
-	if r := deref(j.PartialRotary, 1); r != 1 {
-		return nil, fmt.Errorf("partial_rotary_factor %g is not supported: clawrl rotates every dimension of a head", r)
-	}
 	if act := deref(j.HiddenAct, "silu"); act != "silu" {
 		return nil, fmt.Errorf("hidden_act %q is not supported (want silu)", act)
 	}
@@ -291,6 +296,29 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if c.HeadDim <= 0 || c.HeadDim%2 != 0 {
 		return nil, fmt.Errorf("head_dim must be positive and even, got %d", c.HeadDim)
+	}
+	c.RotaryDim = c.HeadDim
+	partial := j.PartialRotary
+	if !isNull(j.RopeParameters) {
+		var r ropeJSON
+		if json.Unmarshal(j.RopeParameters, &r) == nil && r.PartialRotaryFactor != nil {
+			partial = r.PartialRotaryFactor
+		}
+	}
+	if partial != nil && *partial != 1 {
+		// Hugging Face's int(head_dim · factor), kept from rounding down
+		// a product that is whole but for the float's last bit.
+		f := *partial
+		if c.Architecture != ArchPhi3 {
+			return nil, fmt.Errorf("partial_rotary_factor %g: clawrl runs partial rotary for %s only (Hugging Face's %s ignores it)", f, ArchPhi3, c.Architecture)
+		}
+		if !(f > 0 && f < 1) {
+			return nil, fmt.Errorf("partial_rotary_factor must be in (0, 1], got %g", f)
+		}
+		c.RotaryDim = int(float64(c.HeadDim)*f + 1e-9)
+		if c.RotaryDim <= 0 || c.RotaryDim%2 != 0 {
+			return nil, fmt.Errorf("partial_rotary_factor %g rotates %d of %d head dimensions; it must be a positive even number", f, c.RotaryDim, c.HeadDim)
+		}
 	}
 	c.MaxPositions = deref(j.MaxPositions, defaultMaxPos)
 	if c.MaxPositions <= 0 {

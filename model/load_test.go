@@ -304,9 +304,33 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("file specs %v", specs[:6])
 			}
 		}, ""},
-		{"phi3 partial rotary refused", func(c map[string]any) {
+		{"phi4-mini partial rotary", func(c map[string]any) {
 			c["architectures"], c["partial_rotary_factor"] = []any{"Phi3ForCausalLM"}, 0.75
-		}, nil, "partial_rotary_factor 0.75 is not supported"},
+		}, func(t *testing.T, c *Config) {
+			if c.RotaryDim != 12 || c.HeadDim != 16 {
+				t.Errorf("rotary %d of %d", c.RotaryDim, c.HeadDim)
+			}
+			f := c.RopeFrequencies() // six rotated pairs, θ^(−2i/12), then two that stay
+			if len(f) != 8 || f[1] != math.Pow(10000, -2.0/12) || f[6] != 0 || f[7] != 0 {
+				t.Errorf("frequencies %v", f)
+			}
+			if p := c.HeadPerm(); !slices.Equal(p, []int{0, 1, 2, 3, 4, 5, 12, 13, 6, 7, 8, 9, 10, 11, 14, 15}) {
+				t.Errorf("head permutation %v", p)
+			}
+		}, ""},
+		{"partial rotary in rope_parameters", func(c map[string]any) {
+			c["architectures"] = []any{"Phi3ForCausalLM"}
+			c["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+		}, func(t *testing.T, c *Config) {
+			if c.RotaryDim != 8 {
+				t.Errorf("rotary %d", c.RotaryDim)
+			}
+		}, ""},
+		{"partial rotary odd", func(c map[string]any) {
+			c["architectures"], c["partial_rotary_factor"] = []any{"Phi3ForCausalLM"}, 0.3125
+		}, nil, "rotates 5 of 16"},
+		{"partial rotary above 1", func(c map[string]any) { c["architectures"], c["partial_rotary_factor"] = []any{"Phi3ForCausalLM"}, 1.5 }, nil, "must be in (0, 1]"},
+		{"partial rotary of llama", func(c map[string]any) { c["partial_rotary_factor"] = 0.5 }, nil, "partial rotary for Phi3ForCausalLM only"},
 		{"phi3.5 longrope", func(c map[string]any) {
 			eight := []any{1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7}
 			c["architectures"], c["max_position_embeddings"], c["original_max_position_embeddings"] = []any{"Phi3ForCausalLM"}, 131072, 4096
@@ -331,7 +355,7 @@ func TestParseConfig(t *testing.T) {
 		}, ""},
 		{"longrope factors of the wrong length", func(c map[string]any) {
 			c["architectures"], c["rope_scaling"] = []any{"Phi3ForCausalLM"}, map[string]any{"type": "longrope", "short_factor": []any{1.0}, "long_factor": []any{2.0}}
-		}, nil, "short_factor has 1 values, want head_dim/2 = 8"},
+		}, nil, "short_factor has 1 values, want one per pair of rotated dimensions, 8"},
 		{"longrope factor zero", func(c map[string]any) {
 			eight := []any{1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0}
 			c["architectures"], c["rope_scaling"] = []any{"Phi3ForCausalLM"}, map[string]any{"type": "longrope", "short_factor": eight, "long_factor": eight}

@@ -118,6 +118,11 @@ func TestForwardMatchesReference(t *testing.T) {
 		{"qwen3 f16 tied head_dim 16", func(s *RandomSpec) { s.Arch, s.DType, s.Tied, s.HeadDim = ArchQwen3, "float16", true, 16 }},
 		{"llama f32 linear rope", func(s *RandomSpec) { s.RopeLinear = 4 }},
 		{"phi3 bf16 fused", func(s *RandomSpec) { s.Arch, s.DType = ArchPhi3, "bfloat16" }},
+		{"phi4-mini f32 partial rotary tied", func(s *RandomSpec) { s.Arch, s.PartialRotary, s.Tied = ArchPhi3, 0.5, true }},
+		{"phi4-mini bf16 partial rotary longrope", func(s *RandomSpec) {
+			s.Arch, s.DType, s.PartialRotary, s.MaxPositions, s.LongRopeOriginal = ArchPhi3, "bfloat16", 0.5, 256, 32
+			s.LongRopeShort, s.LongRopeLong = []float64{1, 3}, []float64{2, 5}
+		}},
 		{"phi3 f32 longrope", func(s *RandomSpec) {
 			s.Arch, s.MaxPositions, s.LongRopeOriginal = ArchPhi3, 256, 32
 			s.LongRopeShort, s.LongRopeLong = []float64{1, 1.5, 2.5, 4}, []float64{2, 3, 5, 8}

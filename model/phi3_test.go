@@ -204,3 +204,51 @@ func abs32(x float32) float32 {
 	}
 	return x
 }
+
+// TestPartialRotaryFiles: with partial rotary the model keeps each query
+// and key head's dimensions reordered (HeadPerm), and writes them back in
+// Hugging Face's order: FileTensors equals the checkpoint file, a model
+// loaded from it computes the same logits, and quantized on load its
+// blocks are the file's rows reordered (logits near the float model's).
+func TestPartialRotaryFiles(t *testing.T) {
+	spec := tiny(ArchPhi3)
+	spec.PartialRotary = 0.5
+	m, dir := writeAndLoad(t, spec)
+	if m.Config.RotaryDim != 4 || m.Config.HeadPerm() == nil {
+		t.Fatalf("rotary %d of %d", m.Config.RotaryDim, m.Config.HeadDim)
+	}
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	for _, ft := range m.Weights().FileTensors() {
+		got, err := ft.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ck.Float32(ft.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: FileTensors differs from the file", ft.Name)
+		}
+	}
+	toks := testTokens(20, spec.Vocab)
+	want := fullLogits(t, m, toks)
+	again, err := LoadFrom(cpu.New(), m.Weights().Source("set", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if got := fullLogits(t, again, toks); !slices.Equal(got, want) {
+		t.Errorf("reloaded from FileTensors: logits differ by %g", maxAbsDiff(got, want))
+	}
+	q := loadQuantized(t, dir, compute.Q8_0)
+	// Q8_0's rounding moves these logits by about 0.1 with or without
+	// partial rotary; rows reordered wrongly would move them by units.
+	if d := maxAbsDiff(fullLogits(t, q, toks), want); d > 0.25 {
+		t.Errorf("Q8_0 on load: logits differ by %g", d)
+	}
+}

@@ -36,16 +36,18 @@ type RandomSpec struct {
 	// LongRopeOriginal.
 	LongRopeShort, LongRopeLong []float64
 	LongRopeOriginal            int
-	RMSNormEps                  float64 // default 1e-6
-	DType                       string  // "float32", "bfloat16" (default) or "float16"
-	Tied                        bool    // tie_word_embeddings: no lm_head.weight
-	AttentionBias               bool    // Llama and Qwen3 attention_bias (Qwen2 always has q/k/v biases)
-	MLPBias                     bool    // Llama mlp_bias
-	Shards                      int     // >1 writes model-0000i-of-0000n.safetensors and an index
-	Seed                        uint64
-	InitStd                     float64 // standard deviation of matrix weights, default 0.02
-	BOSTokenID                  *int    // default 1 (Llama) or Vocab−2 (Qwen)
-	EOSTokenIDs                 []int   // default [2] (Llama) or [Vocab−1] (Qwen)
+	// PartialRotary, with Arch ArchPhi3, is partial_rotary_factor (0: 1).
+	PartialRotary float64
+	RMSNormEps    float64 // default 1e-6
+	DType         string  // "float32", "bfloat16" (default) or "float16"
+	Tied          bool    // tie_word_embeddings: no lm_head.weight
+	AttentionBias bool    // Llama and Qwen3 attention_bias (Qwen2 always has q/k/v biases)
+	MLPBias       bool    // Llama mlp_bias
+	Shards        int     // >1 writes model-0000i-of-0000n.safetensors and an index
+	Seed          uint64
+	InitStd       float64 // standard deviation of matrix weights, default 0.02
+	BOSTokenID    *int    // default 1 (Llama) or Vocab−2 (Qwen)
+	EOSTokenIDs   []int   // default [2] (Llama) or [Vocab−1] (Qwen)
 	// ExtraFiles are written beside the checkpoint (e.g. "tokenizer.json").
 	ExtraFiles map[string][]byte
 }
@@ -189,6 +191,9 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 		cfg["pad_token_id"] = s.EOSTokenIDs[0]
 		cfg["resid_pdrop"] = pyFloat(0)
 		cfg["embd_pdrop"] = pyFloat(0)
+		if s.PartialRotary != 0 {
+			cfg["partial_rotary_factor"] = pyFloat(s.PartialRotary)
+		}
 		if s.LongRopeShort != nil {
 			cfg["rope_scaling"] = map[string]any{"type": "longrope", "short_factor": s.LongRopeShort, "long_factor": s.LongRopeLong}
 			cfg["original_max_position_embeddings"] = s.LongRopeOriginal

@@ -22,6 +22,7 @@ type refModel struct {
 	eps                                              float64
 	invFreq                                          []float64
 	ropeScale                                        float64 // cos and sin multiplied (LongRoPE)
+	rot                                              int     // head dimensions RoPE rotates (the first ones)
 	w                                                map[string][]float64
 
 	// roundInputs rounds the input of every product with a BF16 weight
@@ -89,8 +90,12 @@ func loadRef(t *testing.T, dir string) *refModel {
 	}
 	// inv_freq[i] = theta^(-2i/d), then Llama 3's piecewise rescaling.
 	theta := num("rope_theta")
-	for i := 0; i < r.hd; i += 2 {
-		r.invFreq = append(r.invFreq, 1/math.Pow(theta, float64(i)/float64(r.hd)))
+	r.rot = r.hd
+	if f, ok := cfg["partial_rotary_factor"].(float64); ok {
+		r.rot = int(float64(r.hd) * f)
+	}
+	for i := 0; i < r.rot; i += 2 {
+		r.invFreq = append(r.invFreq, 1/math.Pow(theta, float64(i)/float64(r.rot)))
 	}
 	r.ropeScale = 1
 	if rs, ok := cfg["rope_scaling"].(map[string]any); ok && (rs["type"] == "linear" || rs["rope_type"] == "linear") {
@@ -103,7 +108,7 @@ func loadRef(t *testing.T, dir string) *refModel {
 		// short factors, cos and sin scaled by √(1 + ln s / ln orig).
 		short := rs["short_factor"].([]any)
 		for i := range r.invFreq {
-			r.invFreq[i] = 1 / (short[i].(float64) * math.Pow(theta, float64(2*i)/float64(r.hd)))
+			r.invFreq[i] = 1 / (short[i].(float64) * math.Pow(theta, float64(2*i)/float64(r.rot)))
 		}
 		orig := num("original_max_position_embeddings")
 		if s := num("max_position_embeddings") / orig; s > 1 {
@@ -284,12 +289,14 @@ func (r *refModel) rmsnorm(x, w []float64) []float64 {
 	return out
 }
 
-// rope applies rotate-half RoPE to every head of x at position pos.
+// rope applies rotate-half RoPE to every head of x at position pos: to
+// its first rot dimensions, pairing j with j+rot/2, as Hugging Face's
+// Phi-3 does with partial rotary; the others pass through.
 func (r *refModel) rope(x []float64, pos int) {
-	half := r.hd / 2
+	half := r.rot / 2
 	for h := 0; h < len(x); h += r.hd {
 		head := append([]float64(nil), x[h:h+r.hd]...)
-		for j := 0; j < r.hd; j++ {
+		for j := 0; j < r.rot; j++ {
 			a := float64(pos) * r.invFreq[j%half]
 			var rot float64
 			if j < half {

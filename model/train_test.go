@@ -245,6 +245,8 @@ var gradSpecs = []struct {
 	{"qwen2 untied biases", func(s *RandomSpec) { s.Arch = ArchQwen2 }, true},
 	{"qwen3 tied qk-norm", func(s *RandomSpec) { s.Arch, s.Tied = ArchQwen3, true }, true},
 	{"qwen3 untied mqa", func(s *RandomSpec) { s.Arch, s.KVHeads = ArchQwen3, 1 }, false},
+	{"phi3 fused", func(s *RandomSpec) { s.Arch = ArchPhi3 }, false},
+	{"phi4-mini partial rotary", func(s *RandomSpec) { s.Arch, s.PartialRotary = ArchPhi3, 0.5 }, false},
 }
 
 // forceLogitTiles makes the training forward compute the logits 3 rows at
@@ -284,6 +286,13 @@ func TestFullGradientsMatchReference(t *testing.T) {
 				t.Fatalf("%d trainable tensors, checkpoint has %d", len(grads), len(m.Config.TensorSpecs()))
 			}
 			checkAgainstReference(t, ref, samples, c64, grads, func(name string, i int, delta float64) {
+				if rows := m.Config.headRows(name); rows != nil {
+					// The model keeps a query or key head's dimensions
+					// reordered (partial rotary); the reference, as
+					// Hugging Face has them.
+					cols := len(ref.w[name]) / len(rows)
+					i = rows[i/cols]*cols + i%cols
+				}
 				ref.w[name][i] += delta // a tied lm_head shares the embedding's slice
 			})
 		})

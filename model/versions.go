@@ -342,8 +342,24 @@ func (w *Weights) FileTensors() []FileTensor {
 		if dt.Quantized() || ad != nil {
 			dt = compute.F32
 		}
-		out = append(out, FileTensor{Name: name, Shape: slices.Clone(t.Shape()), DType: dt,
-			Read: func() ([]float32, error) { return w.readFile(t, ad) }})
+		read := func() ([]float32, error) { return w.readFile(t, ad) }
+		if rows := w.m.Config.headRows(name); rows != nil {
+			// Back to Hugging Face's order of head dimensions.
+			inv := make([]int, len(rows))
+			for i, r := range rows {
+				inv[r] = i
+			}
+			cols := compute.Len(t) / len(rows)
+			inner := read
+			read = func() ([]float32, error) {
+				vals, err := inner()
+				if err != nil {
+					return nil, err
+				}
+				return gatherRows(vals, inv, cols), nil
+			}
+		}
+		out = append(out, FileTensor{Name: name, Shape: slices.Clone(t.Shape()), DType: dt, Read: read})
 		return nil
 	})
 	return fuseFileTensors(w.m.Config, out)

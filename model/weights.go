@@ -164,9 +164,111 @@ func (c *Config) FileParts(file string) []string {
 }
 
 // sourceTensor reads the tensor name (of TensorSpecs) from src, which
-// holds tensors as FileTensorSpecs names them: a part of a fused tensor
-// is its rows.
+// holds tensors as FileTensorSpecs names them and in Hugging Face's
+// order: a part of a fused tensor is its rows, and with partial rotary a
+// query or key tensor's head dimensions are reordered (HeadPerm).
 func sourceTensor(c *Config, src Source, name string) (SourceTensor, error) {
+	st, err := fusedSourceTensor(c, src, name)
+	if err != nil {
+		return st, err
+	}
+	if rows := c.headRows(name); rows != nil {
+		if len(st.Shape) == 0 || st.Shape[0] != len(rows) {
+			return SourceTensor{}, fmt.Errorf("%s: tensor %q has shape %s, not %d rows", st.Path, name, compute.ShapeString(st.Shape), len(rows))
+		}
+		st = permuteRows(st, rows)
+	}
+	return st, nil
+}
+
+// headRows is, for a tensor whose rows (or elements) are query or key
+// head dimensions, the order the model keeps them in, as indices into
+// Hugging Face's: HeadPerm within each head. nil for any other tensor,
+// and for every tensor without partial rotary.
+func (c *Config) headRows(name string) []int {
+	p := c.HeadPerm()
+	if p == nil {
+		return nil
+	}
+	heads := 0
+	switch {
+	case strings.HasSuffix(name, "self_attn.q_proj.weight"), strings.HasSuffix(name, "self_attn.q_proj.bias"):
+		heads = c.NumHeads
+	case strings.HasSuffix(name, "self_attn.k_proj.weight"), strings.HasSuffix(name, "self_attn.k_proj.bias"):
+		heads = c.NumKVHeads
+	case strings.HasSuffix(name, "self_attn.q_norm.weight"), strings.HasSuffix(name, "self_attn.k_norm.weight"):
+		heads = 1
+	default:
+		return nil
+	}
+	rows := make([]int, 0, heads*len(p))
+	for h := range heads {
+		for _, i := range p {
+			rows = append(rows, h*len(p)+i)
+		}
+	}
+	return rows
+}
+
+// permuteRows is the tensor whose row i is st's row rows[i] (of a
+// matrix; the element, of a vector), in every form st comes in, copied.
+func permuteRows(st SourceTensor, rows []int) SourceTensor {
+	n := st.Shape[0]
+	cols := 1
+	for _, d := range st.Shape[1:] {
+		cols *= d
+	}
+	out := st
+	out.View = false
+	if st.BF16 != nil {
+		out.BF16 = gatherRows(st.BF16, rows, cols)
+	}
+	if st.Blocks != nil {
+		out.Blocks = gatherRows(st.Blocks, rows, len(st.Blocks)/n)
+	}
+	if f := st.Float32; f != nil {
+		out.Float32 = func() ([]float32, bool, error) {
+			vals, _, err := f()
+			if err != nil {
+				return nil, false, err
+			}
+			return gatherRows(vals, rows, cols), false, nil
+		}
+	}
+	if r := st.Reblock; r != nil {
+		out.Reblock = func() (compute.DType, []byte, error) {
+			dt, b, err := r()
+			if err != nil {
+				return dt, nil, err
+			}
+			return dt, gatherRows(b, rows, len(b)/n), nil
+		}
+	}
+	if r := st.Rows; r != nil {
+		out.Rows = func(dst []float32, lo, hi int) error {
+			for i := lo; i < hi; i++ {
+				if err := r(dst[(i-lo)*cols:(i-lo+1)*cols], rows[i], rows[i]+1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	return out
+}
+
+// gatherRows returns the rows of x (of width each) in the order rows.
+func gatherRows[T any](x []T, rows []int, width int) []T {
+	out := make([]T, 0, len(rows)*width)
+	for _, r := range rows {
+		out = append(out, x[r*width:(r+1)*width]...)
+	}
+	return out
+}
+
+// fusedSourceTensor is sourceTensor before the reordering of head
+// dimensions.
+func fusedSourceTensor(c *Config, src Source, name string) (SourceTensor, error) {
 	file, lo, hi, ok := c.fusedInto(name)
 	if !ok {
 		return src.Tensor(name)
