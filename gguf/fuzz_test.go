@@ -2,9 +2,17 @@ package gguf
 
 import (
 	"bytes"
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"runtime/metrics"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/clawrl/clawrl/cpu"
+	"github.com/clawrl/clawrl/model"
 )
 
 // allocated is the bytes allocated on the heap so far (cheaper to read
@@ -79,5 +87,115 @@ func FuzzParse(f *testing.F) {
 		for _, kv := range h.KV {
 			_ = kv.Value.String()
 		}
+	})
+}
+
+// metaKeys are the metadata keys FuzzModelMetadata sets, with the
+// architecture prefix where {a} stands.
+var metaKeys = []string{
+	"{a}.context_length", "{a}.embedding_length", "{a}.block_count", "{a}.feed_forward_length",
+	"{a}.attention.head_count", "{a}.attention.head_count_kv", "{a}.attention.key_length", "{a}.attention.value_length",
+	"{a}.rope.dimension_count", "{a}.rope.freq_base", "{a}.rope.scaling.type", "{a}.rope.scaling.factor", "{a}.rope.scale_linear",
+	"{a}.rope.scaling.original_context_length", "{a}.rope.scaling.attn_factor", "{a}.attention.sliding_window",
+	"{a}.attention.layer_norm_rms_epsilon", "{a}.expert_count", "general.architecture",
+	KeyTokenizerPre, "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token",
+	"tokenizer.ggml.model", "tokenizer.chat_template",
+}
+
+// FuzzModelMetadata opens small model files (a Phi-3 model with LongRoPE
+// and partial rotary, a Llama with linear rope scaling) with one metadata
+// value replaced by an arbitrary one of any type, or removed: OpenModel
+// must refuse the file with an error or describe a model that loads and
+// runs a forward pass, and never panic. Values that describe a model
+// too large to load in a test (a context of more than 2^20 positions, say)
+// are left to OpenModel's and ParseConfig's own checks.
+func FuzzModelMetadata(f *testing.F) {
+	tok := trainedTokenizer(f)
+	dir := f.TempDir()
+	var files []string
+	for i, edit := range []func(*model.RandomSpec){
+		func(s *model.RandomSpec) {
+			short := make([]float64, 12)
+			for i := range short {
+				short[i] = 1 + float64(i)/8
+			}
+			s.Arch, s.PartialRotary, s.MaxPositions, s.LongRopeOriginal, s.LongRopeShort, s.LongRopeLong = model.ArchPhi3, 0.75, 512, 64, short, short
+		},
+		func(s *model.RandomSpec) { s.RopeLinear = 4 },
+	} {
+		spec := model.RandomSpec{Arch: model.ArchLlama, Hidden: 64, Intermediate: 64, Layers: 1, Heads: 2, KVHeads: 1, HeadDim: 32,
+			Vocab: tok.VocabSize(), MaxPositions: 128, DType: "float32", Seed: 3, InitStd: 0.05}
+		edit(&spec)
+		src, _ := randomSource(f, spec)
+		path := filepath.Join(dir, fmt.Sprintf("m%d.gguf", i))
+		if err := WriteModel(path, src, tok, Q8_0); err != nil {
+			f.Fatal(err)
+		}
+		files = append(files, path)
+	}
+	f.Add(uint8(0), uint8(0), uint8(0), uint64(4096), 1.5, "linear")
+	f.Add(uint8(1), uint8(8), uint8(0), uint64(32), 0.0, "")
+	f.Add(uint8(0), uint8(13), uint8(1), uint64(0), -1.0, "")
+	f.Add(uint8(1), uint8(10), uint8(2), uint64(0), 0.0, "yarn")
+	f.Add(uint8(0), uint8(19), uint8(2), uint64(0), 0.0, "deepseek-coder")
+	f.Add(uint8(0), uint8(14), uint8(1), uint64(0), math.NaN(), "")
+	f.Add(uint8(1), uint8(5), uint8(4), uint64(0), 0.0, "")
+	f.Fuzz(func(t *testing.T, file, key, typ uint8, u uint64, x float64, s string) {
+		src, err := Open(files[int(file)%len(files)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs := slices.Clone(src.KV)
+		var tensors []WriteTensor
+		for _, ti := range src.Tensors {
+			b, _, err := src.Bytes(ti.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tensors = append(tensors, WriteTensor{Name: ti.Name, Type: ti.Type, Shape: ti.Shape(), Data: slices.Clone(b)})
+		}
+		arch, _ := src.Get("general.architecture")
+		src.Close()
+		name := strings.ReplaceAll(metaKeys[int(key)%len(metaKeys)], "{a}", strings.Trim(arch.String(), `"`))
+		var v Value
+		switch typ % 6 {
+		case 0:
+			v = Uint32(uint32(u))
+		case 1:
+			v = Float32(float32(x))
+		case 2:
+			v = String(s)
+		case 3:
+			v = Int32(int32(u))
+		case 4:
+			v = Uint64(u)
+		}
+		kvs = slices.DeleteFunc(kvs, func(kv KV) bool { return kv.Key == name })
+		if typ%6 != 5 {
+			kvs = append(kvs, KV{name, v})
+		}
+		path := filepath.Join(t.TempDir(), "m.gguf")
+		if err := WriteFile(path, kvs, tensors); err != nil {
+			return // a value the writer refuses
+		}
+		m, err := OpenModel(path)
+		if err != nil {
+			return
+		}
+		c := m.Config()
+		if c.MaxPositions > 1<<20 || c.NumParams() > 1<<24 {
+			m.Close()
+			return // too large for a test to load, not wrong
+		}
+		if _, err := m.Tokenizer(); err != nil {
+			m.Close()
+			return
+		}
+		lm, err := model.LoadFrom(cpu.New(), m)
+		if err != nil {
+			return
+		}
+		defer lm.Close()
+		logits(t, lm, []int32{1, 2, 3}[:min(3, c.MaxPositions)])
 	})
 }

@@ -213,6 +213,12 @@ func LoadConfig(dir string) (*Config, error) {
 	return c, nil
 }
 
+// maxContext bounds max_position_embeddings: 2^24 positions, above the
+// longest context of any model clawrl runs (Qwen2.5-1M's 1,010,000) by far;
+// a larger value is a damaged config, whose rotary tables alone would not
+// fit in memory.
+const maxContext = 1 << 24
+
 // ParseConfig parses and checks the contents of a config.json.
 func ParseConfig(data []byte) (*Config, error) {
 	var j configJSON
@@ -321,8 +327,8 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 	}
 	c.MaxPositions = deref(j.MaxPositions, defaultMaxPos)
-	if c.MaxPositions <= 0 {
-		return nil, fmt.Errorf("max_position_embeddings must be positive, got %d", c.MaxPositions)
+	if c.MaxPositions <= 0 || c.MaxPositions > maxContext {
+		return nil, fmt.Errorf("max_position_embeddings must be from 1 to %d, got %d", maxContext, c.MaxPositions)
 	}
 	if w := deref(j.SlidingWindow, 0); windowed && w > 0 && w < c.MaxPositions {
 		c.SlidingWindow, c.MaxPositions = w, w

@@ -428,6 +428,7 @@ func TestParseConfig(t *testing.T) {
 		{"eos string", func(c map[string]any) { c["eos_token_id"] = "</s>" }, nil, "eos_token_id must be an integer"},
 		{"bad eps", func(c map[string]any) { c["rms_norm_eps"] = 0 }, nil, "rms_norm_eps"},
 		{"negative theta", func(c map[string]any) { c["rope_theta"] = -1 }, nil, "rope_theta must be positive"},
+		{"implausible context", func(c map[string]any) { c["max_position_embeddings"] = 1 << 30 }, nil, "max_position_embeddings must be from 1 to 16777216"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
