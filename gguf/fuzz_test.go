@@ -141,21 +141,13 @@ func FuzzModelMetadata(f *testing.F) {
 	f.Add(uint8(0), uint8(14), uint8(1), uint64(0), math.NaN(), "")
 	f.Add(uint8(1), uint8(5), uint8(4), uint64(0), 0.0, "")
 	f.Fuzz(func(t *testing.T, file, key, typ uint8, u uint64, x float64, s string) {
-		src, err := Open(files[int(file)%len(files)])
-		if err != nil {
-			t.Fatal(err)
-		}
-		kvs := slices.Clone(src.KV)
-		var tensors []WriteTensor
-		for _, ti := range src.Tensors {
-			b, _, err := src.Bytes(ti.Name)
-			if err != nil {
-				t.Fatal(err)
+		kvs, tensors := readBack(t, files[int(file)%len(files)])
+		var arch Value
+		for _, kv := range kvs {
+			if kv.Key == "general.architecture" {
+				arch = kv.Value
 			}
-			tensors = append(tensors, WriteTensor{Name: ti.Name, Type: ti.Type, Shape: ti.Shape(), Data: slices.Clone(b)})
 		}
-		arch, _ := src.Get("general.architecture")
-		src.Close()
 		name := strings.ReplaceAll(metaKeys[int(key)%len(metaKeys)], "{a}", strings.Trim(arch.String(), `"`))
 		var v Value
 		switch typ % 6 {

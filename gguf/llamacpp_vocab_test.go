@@ -3,6 +3,7 @@ package gguf
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,15 +122,9 @@ func TestLlamaCppTokenizesSPMExport(t *testing.T) {
 		if c.Text == "" {
 			continue
 		}
-		os.WriteFile(in, []byte(c.Text), 0o644)
-		out, err := exec.Command(tool, "-m", path, "-f", in, "--ids", "--no-bos", "--no-escape", "--log-disable").Output()
+		want, err := llamaTokenize(tool, path, in, c.Text)
 		if err != nil {
-			t.Fatalf("llama-tokenize: %v", err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		var want []int32
-		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &want); err != nil {
-			t.Fatalf("llama-tokenize's output %q: %v", lines[len(lines)-1], err)
+			t.Fatal(err)
 		}
 		if got := tok.Encode(c.Text); !slices.Equal(got, want) {
 			t.Errorf("%s: clawrl %v, llama.cpp %v", c.Name, got, want)
@@ -198,22 +193,14 @@ func TestLlamaCppPreTokenizers(t *testing.T) {
 				if text == "" || tokenizer.PreNormalizes(name) && !norm.NFC.IsNormalString(text) {
 					continue
 				}
-				if err := os.WriteFile(in, []byte(text), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				out, err := exec.Command(tool, "-m", path, "-f", in, "--ids", "--no-bos", "--no-escape", "--log-disable").Output()
-				if err != nil && checked == 0 {
+				want, err := llamaTokenize(tool, path, in, text)
+				if errors.Is(err, errRefused) && checked == 0 {
 					// Older converters' names ("gpt2") that llama.cpp no
 					// longer reads.
 					t.Skipf("llama-tokenize refuses the name: %v", err)
 				}
 				if err != nil {
-					t.Fatalf("llama-tokenize: %v", err)
-				}
-				lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-				var want []int32
-				if err := json.Unmarshal([]byte(lines[len(lines)-1]), &want); err != nil {
-					t.Fatalf("llama-tokenize's output %q: %v", lines[len(lines)-1], err)
+					t.Fatal(err)
 				}
 				if got := tok.Encode(text); !slices.Equal(got, want) {
 					t.Errorf("%q: clawrl %v, llama.cpp %v", text, got, want)
@@ -223,4 +210,26 @@ func TestLlamaCppPreTokenizers(t *testing.T) {
 			t.Logf("%d texts split alike", checked)
 		})
 	}
+}
+
+// errRefused is llamaTokenize's error when llama-tokenize fails.
+var errRefused = errors.New("llama-tokenize failed")
+
+// llamaTokenize runs llama.cpp's llama-tokenize (tool) on text, written to
+// the file in first, with the vocabulary of the GGUF file model, and
+// returns its ids (no BOS added).
+func llamaTokenize(tool, model, in, text string) ([]int32, error) {
+	if err := os.WriteFile(in, []byte(text), 0o644); err != nil {
+		return nil, err
+	}
+	out, err := exec.Command(tool, "-m", model, "-f", in, "--ids", "--no-bos", "--no-escape", "--log-disable").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errRefused, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var ids []int32
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ids); err != nil {
+		return nil, fmt.Errorf("llama-tokenize's output %q: %v", lines[len(lines)-1], err)
+	}
+	return ids, nil
 }

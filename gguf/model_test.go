@@ -164,6 +164,46 @@ type converted struct {
 	decoded map[string][]float32
 }
 
+// loadQ8_0 loads the checkpoint in dir quantized to Q8_0 on load (closed
+// when the test ends).
+func loadQ8_0(t testing.TB, dir string) *model.Model {
+	t.Helper()
+	src, err := model.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := model.Quantize(src, compute.Q8_0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.LoadFrom(cpu.New(), qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// readBack reads the GGUF file at path as what WriteFile would write it
+// from: its metadata and its tensors, copied.
+func readBack(t testing.TB, path string) ([]KV, []WriteTensor) {
+	t.Helper()
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var tensors []WriteTensor
+	for _, ti := range f.Tensors {
+		b, _, err := f.Bytes(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tensors = append(tensors, WriteTensor{Name: ti.Name, Type: ti.Type, Shape: ti.Shape(), Data: slices.Clone(b)})
+	}
+	return slices.Clone(f.KV), tensors
+}
+
 // setKV sets (or adds) a metadata value of a converted file.
 func setKV(cv *converted, key string, v Value) {
 	for i := range cv.kvs {
@@ -913,20 +953,7 @@ func TestPhi3GGUF(t *testing.T) {
 		}
 		ref := want
 		if typ == Q8_0 { // against the checkpoint quantized on load
-			own, err := model.OpenDir(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			qs, err := model.Quantize(own, compute.Q8_0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			qm, err := model.LoadFrom(cpu.New(), qs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ref = logits(t, qm, testTokens)
-			qm.Close()
+			ref = logits(t, loadQ8_0(t, dir), testTokens)
 		}
 		if d := maxDiff(logits(t, gm, testTokens), ref); d > 1e-4 {
 			t.Errorf("%v: logits differ by %g", typ, d)
@@ -937,20 +964,7 @@ func TestPhi3GGUF(t *testing.T) {
 	if err := WriteModel(path, src, tok, F32); err != nil {
 		t.Fatal(err)
 	}
-	f, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kvs := slices.Clone(f.KV)
-	var tensors []WriteTensor
-	for _, ti := range f.Tensors {
-		b, _, err := f.Bytes(ti.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tensors = append(tensors, WriteTensor{Name: ti.Name, Type: ti.Type, Shape: ti.Shape(), Data: slices.Clone(b)})
-	}
-	f.Close()
+	kvs, tensors := readBack(t, path)
 	tensors = append(tensors, WriteTensor{Name: "rope_factors_long.weight", Type: F32, Shape: []int{32}, Data: make([]byte, 128)})
 	bad := filepath.Join(t.TempDir(), "longrope.gguf")
 	if err := WriteFile(bad, kvs, tensors); err != nil {
@@ -968,7 +982,8 @@ func TestPhi3GGUF(t *testing.T) {
 	if err := WriteModel(path, psrc, tok, Q8_0); err != nil {
 		t.Fatal(err)
 	}
-	if f, err = Open(path); err != nil {
+	f, err := Open(path)
+	if err != nil {
 		t.Fatal(err)
 	}
 	nrot, _ := f.Get("phi3.rope.dimension_count")
@@ -976,20 +991,7 @@ func TestPhi3GGUF(t *testing.T) {
 	if nrot.String() != "48" {
 		t.Errorf("rope.dimension_count %v, want 48 of 64", nrot)
 	}
-	pm := loadGGUF(t, path)
-	own, err := model.OpenDir(pdir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qs, err := model.Quantize(own, compute.Q8_0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qm, err := model.LoadFrom(cpu.New(), qs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qm.Close()
+	pm, qm := loadGGUF(t, path), loadQ8_0(t, pdir)
 	if pm.Config.RotaryDim != 48 {
 		t.Errorf("read back rotating %d dimensions", pm.Config.RotaryDim)
 	}
