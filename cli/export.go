@@ -58,7 +58,7 @@ the tokenizer's vocabulary and chat template in the file's metadata.`,
 			}
 			switch format {
 			case "gguf":
-				return a.exportGGUF(cmd, args, out, ckpt, qtype, adapter, force)
+				return a.exportGGUF(cmd, args, out, ckpt, qtype, baseName, adapter, force)
 			case "hf":
 			default:
 				return fmt.Errorf("export: --format %q: use hf (a Hugging Face directory) or gguf (one file for llama.cpp and Ollama)", format)
@@ -107,7 +107,7 @@ the tokenizer's vocabulary and chat template in the file's metadata.`,
 	f.BoolVar(&force, "force", false, "replace an earlier export at --out")
 	f.StringVar(&ckpt, "checkpoint", "", "export this checkpoint directory (a vNNNNNNNN under any checkpoint root) instead of a version of the configured lineage")
 	f.StringVar(&shard, "max-shard-size", "5GB", "split weights larger than this into model-0000i-of-0000n.safetensors with an index, as transformers does (0: one file)")
-	f.StringVar(&baseName, "base-name", "", "name of the base model in the model card and adapter_config.json (default: the configured model's directory)")
+	f.StringVar(&baseName, "base-name", "", "name of the base model in the model card, adapter_config.json and a GGUF file's general.name (default: the configured model's directory, or its GGUF file's name)")
 	dataDirFlag(f)
 	f.StringVar(&format, "format", "hf", "hf: a Hugging Face model directory; gguf: one GGUF file (llama.cpp, Ollama)")
 	f.StringVar(&qtype, "type", "bf16", "with --format gguf: the matrices' type (bf16, f16, f32, q8_0, q4_0, q4_k, q6_k, ...) or llama-quantize's mix q4_k_m or q5_k_m")
@@ -115,7 +115,7 @@ the tokenizer's vocabulary and chat template in the file's metadata.`,
 }
 
 // exportGGUF is `clawrl export --format gguf`.
-func (a *app) exportGGUF(cmd *cobra.Command, args []string, out, ckpt, qtype string, adapter, force bool) error {
+func (a *app) exportGGUF(cmd *cobra.Command, args []string, out, ckpt, qtype, baseName string, adapter, force bool) error {
 	if adapter {
 		return errors.New("export: --adapter writes a PEFT directory; --format gguf writes a merged model")
 	}
@@ -127,7 +127,7 @@ func (a *app) exportGGUF(cmd *cobra.Command, args []string, out, ckpt, qtype str
 	if err != nil {
 		return err
 	}
-	opts := export.Options{Force: force, Merged: merged(c)}
+	opts := export.Options{Force: force, BaseName: baseName, Merged: merged(c)}
 	if base, err := engine.ModelDir(a.cfg, "", a.log); err == nil {
 		opts.BaseDir = base
 	}

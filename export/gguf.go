@@ -57,7 +57,14 @@ func GGUF(c *weights.Checkpoint, out string, mix gguf.Mix, opts Options) (Result
 	if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
 		return Result{}, fmt.Errorf("export: %w", err)
 	}
-	if err := gguf.WriteModelMix(abs, src, tok, mix); err != nil {
+	name := opts.BaseName
+	if name == "" && opts.BaseDir != "" {
+		name = gguf.ModelName(opts.BaseDir)
+	}
+	if name == "" {
+		name = gguf.ModelName(src.String())
+	}
+	if err := gguf.WriteModelAs(abs, name, src, tok, mix); err != nil {
 		return Result{}, fmt.Errorf("export: %w", err)
 	}
 	st, err := os.Stat(abs)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"strings"
 
 	"github.com/clawrl/clawrl/model"
@@ -54,6 +55,32 @@ func WriteModel(path string, src model.Source, tok *tokenizer.Tokenizer, typ Ten
 // WriteModelMix is WriteModel with the matrices' types from mix (a
 // K-quant mix gives some matrices more bits; see Mix).
 func WriteModelMix(path string, src model.Source, tok *tokenizer.Tokenizer, mix Mix) error {
+	return WriteModelAs(path, ModelName(src.String()), src, tok, mix)
+}
+
+// ModelName is the general.name a GGUF file of the model at path gets: a
+// GGUF file's own general.name, else the base name of the path
+// ("Phi-3-mini-4k-instruct"). llama.cpp reads some models' tokenizers by
+// it (Phi-3's special tokens swallow the whitespace after them when the
+// name says phi3), so an export keeps its base model's.
+func ModelName(path string) string {
+	path = strings.TrimSuffix(path, "/")
+	if strings.EqualFold(filepath.Ext(path), ".gguf") {
+		if f, err := Open(path); err == nil {
+			defer f.Close()
+			if v, ok := f.Get("general.name"); ok {
+				if s, ok := v.Str(); ok && s != "" {
+					return s
+				}
+			}
+		}
+		return strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	return filepath.Base(path)
+}
+
+// WriteModelAs is WriteModelMix with general.name set to name.
+func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer, mix Mix) error {
 	if _, ok := quantizers[mix.base]; !ok {
 		return fmt.Errorf("gguf: %s: cannot write %s tensors", path, mix.base)
 	}
@@ -70,7 +97,7 @@ func WriteModelMix(path string, src model.Source, tok *tokenizer.Tokenizer, mix 
 	k := func(s string) string { return arch + "." + s }
 	kvs := []KV{
 		{"general.architecture", String(arch)},
-		{"general.name", String(strings.TrimSuffix(src.String(), "/"))},
+		{"general.name", String(name)},
 		{"general.file_type", Uint32(mix.fileType)},
 		{k("context_length"), Uint32(uint32(c.MaxPositions))},
 		{k("embedding_length"), Uint32(uint32(c.HiddenSize))},

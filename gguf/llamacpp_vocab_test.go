@@ -233,3 +233,38 @@ func llamaTokenize(tool, model, in, text string) ([]int32, error) {
 	}
 	return ids, nil
 }
+
+// TestLlamaCppPhi3Specials: in a Phi-3 file (models/ggml-vocab-phi-3.gguf
+// of LLAMA_CPP_SRC, general.name "Phi3") the special tokens swallow the
+// whitespace after them as llama.cpp's llama-tokenize (LLAMA_CPP_BIN)
+// has them do: chat prompts split into the same ids.
+func TestLlamaCppPhi3Specials(t *testing.T) {
+	src, bin := os.Getenv("LLAMA_CPP_SRC"), os.Getenv("LLAMA_CPP_BIN")
+	if src == "" || bin == "" {
+		t.Skip("LLAMA_CPP_SRC and LLAMA_CPP_BIN are not both set")
+	}
+	path := filepath.Join(src, "models", "ggml-vocab-phi-3.gguf")
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ReadTokenizer(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(t.TempDir(), "text")
+	for _, text := range []string{
+		"<|user|>\nHello<|end|>\n<|assistant|>\n",
+		"<|system|>\nBe brief.<|end|>\n<|user|>\n  2+2?<|end|>\n<|assistant|>\n4<|end|>\n<|endoftext|> x",
+		"</s>  <s> a",
+	} {
+		want, err := llamaTokenize(filepath.Join(bin, "llama-tokenize"), path, in, text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tok.Encode(text); !slices.Equal(got, want) {
+			t.Errorf("%q: clawrl %v, llama.cpp %v", text, got, want)
+		}
+	}
+}

@@ -1030,3 +1030,60 @@ func TestPhi3GGUF(t *testing.T) {
 		t.Errorf("LongRoPE: logits differ by %g", d)
 	}
 }
+
+// TestPhi3RStrip: a SentencePiece file named as Phi-3 (general.name holding
+// "phi3" or "phi-3") has its special tokens, but <unk>, <s> and
+// <|endoftext|>, swallow the whitespace after them, as llama.cpp reads it
+// (and as Phi-3's tokenizer.json says): the "\n" after <|user|> and
+// <|end|> is not a token. Under another name it is. (llama.cpp's own
+// Phi-3 file agrees: TestLlamaCppPhi3Specials.) ModelName gives an export
+// its base model's name.
+func TestPhi3RStrip(t *testing.T) {
+	v, err := spmTokenizer(t).Vocab(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"<|endoftext|>", "<|user|>", "<|end|>", "<|assistant|>"} {
+		v.Tokens, v.Types, v.Scores = append(v.Tokens, s), append(v.Types, tokenizer.TokenControl), append(v.Scores, 0)
+	}
+	read := func(name string) *tokenizer.Tokenizer {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "vocab.gguf")
+		if err := WriteFile(path, append([]KV{{"general.name", String(name)}}, TokenizerMetadata(v)...), nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := ModelName(path); got != name {
+			t.Errorf("ModelName %q, want %q", got, name)
+		}
+		f, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		tok, err := ReadTokenizer(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	text := "<|user|>\nHi<|end|>\n<|assistant|>\n<|endoftext|>\n"
+	newlines := func(tok *tokenizer.Tokenizer) (n int) {
+		for _, id := range tok.Encode(text) {
+			if strings.Contains(tok.TokenString(id), "<0x0A>") {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name string
+		want int
+	}{{"Phi3", 1}, {"Phi-3-mini-4k-instruct", 1}, {"Llama 2", 4}} {
+		if n := newlines(read(c.name)); n != c.want {
+			t.Errorf("%s: %d newline tokens in %q, want %d", c.name, n, text, c.want)
+		}
+	}
+	if got := ModelName("/models/Phi-3-mini-4k-instruct/"); got != "Phi-3-mini-4k-instruct" {
+		t.Errorf("ModelName of a directory: %q", got)
+	}
+}

@@ -25,6 +25,33 @@ const (
 	KeyAddBOS         = "tokenizer.ggml.add_bos_token"
 )
 
+// phi3RStrip gives Phi-3's special tokens the rstrip of its
+// tokenizer.json, which GGUF files do not hold, as llama.cpp gives it them:
+// by the model's name (general.name holding "phi3" or "phi-3", in any
+// case), every control and user-defined token but <unk>, <s> and
+// <|endoftext|> swallows the whitespace after it, so that the "\n" a chat
+// template writes after <|user|> or <|end|> is not a token of the prompt.
+func phi3RStrip(f *File, v *tokenizer.Vocab) {
+	nv, ok := f.Get("general.name")
+	if !ok {
+		return
+	}
+	name, ok := nv.Str()
+	if lower := strings.ToLower(name); !ok || !strings.Contains(lower, "phi3") && !strings.Contains(lower, "phi-3") {
+		return
+	}
+	v.RStrip = map[int32]bool{}
+	for i, s := range v.Tokens {
+		typ := tokenizer.TokenNormal
+		if v.Types != nil {
+			typ = v.Types[i]
+		}
+		if (typ == tokenizer.TokenControl || typ == tokenizer.TokenUserDefined || s == "</s>") && s != "<unk>" && s != "<s>" && s != "<|endoftext|>" {
+			v.RStrip[int32(i)] = true
+		}
+	}
+}
+
 // Tokenizer builds the tokenizer the file holds (see ReadTokenizer).
 func (m *Model) Tokenizer() (*tokenizer.Tokenizer, error) { return ReadTokenizer(m.f) }
 
@@ -114,6 +141,7 @@ func ReadTokenizer(f *File) (*tokenizer.Tokenizer, error) {
 			*s.dst = int32(id)
 		}
 	}
+	phi3RStrip(f, &v)
 	// A raw prompt gets BOS first where llama.cpp puts it there: as the
 	// file says, or by default for SentencePiece and Llama 3's split.
 	v.AddBOS = kind == tokenizer.ModelSPM || tokenizer.PreAddsBOS(v.Pre)

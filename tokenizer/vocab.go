@@ -72,6 +72,11 @@ type Vocab struct {
 	AddBOS bool
 	// ChatTemplates by name; "default" is the chat template.
 	ChatTemplates map[string]string
+	// RStrip lists added tokens (control or user-defined) that swallow
+	// the whitespace after them where they are matched in text, as
+	// tokenizer.json's rstrip says; GGUF files do not hold it, and
+	// llama.cpp sets it by the model's name (Phi-3's).
+	RStrip map[int32]bool
 }
 
 // preTokenizer is how a pre-tokenizer name is run.
@@ -184,7 +189,7 @@ func (f *fileJSON) addTokens(v Vocab, unkSpecial bool) (normal map[string]int32,
 			return fmt.Errorf("added token %q has two ids, %d and %d", s, prev, id)
 		}
 		addedAt[s] = id
-		f.AddedTokens = append(f.AddedTokens, addedToken{ID: id, Content: s, Special: special})
+		f.AddedTokens = append(f.AddedTokens, addedToken{ID: id, Content: s, Special: special, RStrip: v.RStrip[id]})
 		return nil
 	}
 	for i, s := range v.Tokens {
