@@ -15,6 +15,10 @@ import (
 type regexPre struct {
 	patterns     []string
 	ignoreMerges bool
+	// total says the one pattern matches every character of any text, so
+	// that a Split that keeps only its matches (behavior Removed, invert
+	// true, as o200k's tokenizer.json has it) splits as Isolated does.
+	total bool
 }
 
 // regexPres are the pre-tokenizers of this kind, by their GGUF names. The
@@ -58,13 +62,13 @@ var regexPres = map[string]regexPre{
 	}},
 	// OpenAI's o200k split (Phi-4-mini, GPT-4o's tokenizer): Tekken's
 	// words with English contractions kept on, digits by three.
-	"gpt-4o": {patterns: []string{
-		`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"`,
+	"gpt-4o": {total: true, patterns: []string{
+		`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
 	}},
 	// Mistral's Tekken (Mistral NeMo, Ministral, Pixtral's text model):
 	// words split before an upper-case letter that follows a lower-case
 	// one, single digits, "/" kept with a run of punctuation.
-	"tekken": {ignoreMerges: true, patterns: []string{
+	"tekken": {ignoreMerges: true, total: true, patterns: []string{
 		`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
 	}},
 }
@@ -103,6 +107,7 @@ func (t *Tokenizer) regexPreName() (string, bool) {
 		return "", false
 	}
 	patterns := make([]string, 0, len(steps))
+	keepOnly := false // a Split that keeps only its matches
 	for _, s := range steps {
 		if d, ok := s.(digitsStep); ok {
 			// A Digits pre-tokenizer isolates what these patterns do
@@ -111,7 +116,12 @@ func (t *Tokenizer) regexPreName() (string, bool) {
 			continue
 		}
 		sp, ok := s.(splitStep)
-		if !ok || sp.behavior != behaviorIsolated || sp.invert {
+		switch {
+		case !ok:
+			return "", false
+		case sp.behavior == behaviorRemoved && sp.invert:
+			keepOnly = true
+		case sp.behavior != behaviorIsolated || sp.invert:
 			return "", false
 		}
 		re, ok := sp.m.(regexMatcher)
@@ -124,7 +134,7 @@ func (t *Tokenizer) regexPreName() (string, bool) {
 		return "", false
 	}
 	for name, p := range regexPres {
-		if p.ignoreMerges == t.model.ignoreMerges && slices.Equal(p.patterns, patterns) {
+		if p.ignoreMerges == t.model.ignoreMerges && slices.Equal(p.patterns, patterns) && (!keepOnly || p.total && len(patterns) == 1) {
 			return name, true
 		}
 	}
