@@ -373,6 +373,14 @@ type LinearOut struct {
 	Dst, W, Bias Tensor
 }
 
+// SlidingWindow is implemented by a backend whose Attention (and, for a
+// Trainer, DenseAttention) honour a sliding window (Attention.Window).
+// A model loaded on another backend caps its context to the window
+// instead, where attending over every earlier position is the same.
+type SlidingWindow interface {
+	SlidingWindow() bool
+}
+
 // Attention describes one batched attention call.
 //
 // The batch holds Seqs sequences. Sequence s owns query rows
@@ -391,6 +399,11 @@ type LinearOut struct {
 type Attention struct {
 	Heads, KVHeads, HeadDim int
 	Scale                   float32 // usually 1/sqrt(HeadDim)
+	// Window, when positive, is a sliding window: the query at position p
+	// attends to positions max(0, p−Window+1) through p only (Mistral's,
+	// Phi-3's sliding_window). Only a backend that implements
+	// SlidingWindow honours it; others refuse it.
+	Window int
 	BlockSize               int     // tokens per cache block
 	Seqs                    int     // sequences in the batch
 	MaxBlocks               int     // row length of BlockTable
@@ -516,6 +529,7 @@ type Trainer interface {
 type DenseAttention struct {
 	Heads, KVHeads, HeadDim int
 	Scale                   float32 // usually 1/sqrt(HeadDim)
+	Window                  int     // as Attention.Window
 	Seqs                    int
 	SeqStart                Tensor // I32 [Seqs+1], SeqStart[0] = 0, SeqStart[Seqs] = rows
 }

@@ -112,6 +112,8 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		shapePanic("Attention", "metadata lengths %d, %d, %d for %d sequences of %d blocks", len(qstart), len(ctxLen), len(table), a.Seqs, a.MaxBlocks)
 	case a.Seqs > 0 && (qstart[0] != 0 || int(qstart[a.Seqs]) != qs.shape[0]):
 		shapePanic("Attention", "query rows %d..%d for q of %d rows", qstart[0], qstart[a.Seqs], qs.shape[0])
+	case a.Window < 0:
+		shapePanic("Attention", "window %d", a.Window)
 	}
 	nBlocks := kc.shape[0] / bs
 	for s := 0; s < a.Seqs; s++ {
@@ -133,8 +135,10 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		q: qs.f32, out: out.f32, k: kc.f32, v: vc.f32, k16: kc.u16, v16: vc.u16, k8: kc.kv8, v8: vc.kv8,
 		bf16: kc.dt == compute.BF16, q8: kc.dt == compute.Q8_0, geo: a, table: table,
 		hd: hd, bs: bs, group: a.Heads / a.KVHeads, qdim: qdim, kvdim: kvdim,
-		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles,
-		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512,
+		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles, window: a.Window,
+		// A sliding window takes the Sgemm path, whose masks have a lower
+		// bound; the assembly kernels mask causally only.
+		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512 && a.Window == 0,
 		tasks: f.tasks[:0], work: f.work[:0],
 	}
 	f.pool = b.pool
@@ -206,6 +210,7 @@ type flashCall struct {
 	qdim, kvdim  int
 	maxBlocks    int
 	scale        float32
+	window       int // sliding window (0: none): a query at p sees keys from p−window+1
 	tl           flashTiles
 	asm          bool          // the AVX-512 kernels (attention_asm.go)
 	pool         *kernels.Pool // the backend's threads
@@ -273,7 +278,8 @@ type flashTask struct {
 	r0     int // row of q (and dst) of token i0
 	first  int // cache position of token i0
 	tokens int // i1 − i0
-	keys   int // keys visible to the last token: positions [0, keys)
+	keys   int // keys visible to the last token: positions [lo, keys)
+	lo     int // the first key visible to token i0 (0 without a sliding window)
 	parts  int // pieces its keys are split into (1: not split)
 	part0  int // offset of its partial results in flashCall.part (parts > 1)
 }
@@ -302,9 +308,12 @@ func (f *flashCall) plan(a *compute.Attention, qstart, ctxLen []int32) {
 					s: s, g: g, r0: int(qstart[s]) + i0, first: c - n + i0,
 					tokens: i1 - i0, keys: c - n + i1, parts: 1,
 				}
+				if f.window > 0 {
+					task.lo = max(0, task.first-f.window+1)
+				}
 				f.tasks = append(f.tasks, task)
 				f.maxRows = max(f.maxRows, task.tokens*f.group)
-				total += task.cost(0, task.keys, f.group)
+				total += task.cost(task.lo, task.keys, f.group)
 			}
 		}
 	}
@@ -318,8 +327,8 @@ func (f *flashCall) plan(a *compute.Attention, qstart, ctxLen []int32) {
 		per := max(1, total/want)
 		for i := range f.tasks {
 			t := &f.tasks[i]
-			tilesIn := (t.keys + f.tl.keys - 1) / f.tl.keys
-			p := min(t.cost(0, t.keys, f.group)/per, t.keys/max(1, f.tl.minSplit), tilesIn)
+			tilesIn := (t.keys - t.lo + f.tl.keys - 1) / f.tl.keys
+			p := min(t.cost(t.lo, t.keys, f.group)/per, (t.keys-t.lo)/max(1, f.tl.minSplit), tilesIn)
 			if p > 1 {
 				t.parts = p
 				t.part0 = f.partials
@@ -328,10 +337,10 @@ func (f *flashCall) plan(a *compute.Attention, qstart, ctxLen []int32) {
 		}
 	}
 	for i, t := range f.tasks {
-		tilesIn := (t.keys + f.tl.keys - 1) / f.tl.keys
+		tilesIn := (t.keys - t.lo + f.tl.keys - 1) / f.tl.keys
 		for p := range t.parts {
-			k0 := p * tilesIn / t.parts * f.tl.keys
-			k1 := min(t.keys, (p+1)*tilesIn/t.parts*f.tl.keys)
+			k0 := t.lo + p*tilesIn/t.parts*f.tl.keys
+			k1 := min(t.keys, t.lo+(p+1)*tilesIn/t.parts*f.tl.keys)
 			f.work = append(f.work, flashWork{task: i, part: p, k0: k0, k1: k1, cost: t.cost(k0, k1, f.group)})
 		}
 	}

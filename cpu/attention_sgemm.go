@@ -47,13 +47,18 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 			valid := nk
 			if masked {
 				valid = min(nk, t.first+i/group-k0+1)
-				if valid <= 0 {
-					clear(row)
-					continue
-				}
-				clear(row[valid:])
 			}
-			row = row[:valid]
+			lo := 0 // a sliding window hides the keys before lo
+			if f.window > 0 {
+				lo = max(0, t.first+i/group-f.window+1-k0)
+			}
+			if valid <= lo {
+				clear(row)
+				continue
+			}
+			clear(row[:lo])
+			clear(row[valid:])
+			row = row[lo:valid]
 			old := mx[i]
 			cur := max(old, kernels.Max(row))
 			if cur > old && old != negInf32 {

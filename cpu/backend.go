@@ -171,6 +171,11 @@ func Float32s(t compute.Tensor) []float32 { return must(t, compute.F32, "Float32
 
 // Name reports the backend, its thread count and, when not float32, the
 // precision of its BF16 products.
+// SlidingWindow reports that Attention and DenseAttention honour a
+// sliding window (compute.SlidingWindow): the Sgemm path masks the keys
+// before it.
+func (b *Backend) SlidingWindow() bool { return true }
+
 func (b *Backend) Name() string {
 	if b.opts.Precision != kernels.PrecisionF32 {
 		return fmt.Sprintf("cpu (%d threads, %v products)", b.pool.Threads(), b.opts.Precision)

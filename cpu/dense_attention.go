@@ -51,6 +51,8 @@ func denseCheck(op string, q, k, v, out compute.Tensor, a *compute.DenseAttentio
 		shapePanic(op, "k %s, v %s for %d rows of %d kv heads of %d", compute.ShapeString(ks.shape), compute.ShapeString(vs.shape), rows, a.KVHeads, hd)
 	case len(start) != a.Seqs+1 || (a.Seqs > 0 && (start[0] != 0 || int(start[a.Seqs]) != rows)):
 		shapePanic(op, "%d sequence starts for %d sequences over %d rows", len(start), a.Seqs, rows)
+	case a.Window < 0:
+		shapePanic(op, "window %d", a.Window)
 	}
 	for s := range a.Seqs {
 		if start[s+1] < start[s] {
@@ -58,6 +60,15 @@ func denseCheck(op string, q, k, v, out compute.Tensor, a *compute.DenseAttentio
 		}
 	}
 	return qs, ks, vs, ot, start
+}
+
+// windowLo is the first key position the query at position p sees under
+// a sliding window of w (0: none).
+func windowLo(p, w int) int {
+	if w <= 0 {
+		return 0
+	}
+	return max(0, p-w+1)
 }
 
 // attnItem is a block of query rows [i0, i1) (positions in sequence s) of
@@ -104,11 +115,12 @@ func (b *Backend) DenseAttention(dst, lse, q, k, v compute.Tensor, a *compute.De
 		b.pool.Sgemm(false, true, m, n, hd, a.Scale, qs.f32[qOff:], qdim, ks.f32[kvOff:], kvdim, 0, S, n)
 		for i := range m {
 			row := S[i*n : (i+1)*n]
-			valid := w.i0 + i + 1
-			mx := kernels.Max(row[:valid])
-			sum := kernels.ExpSub(row[:valid], row[:valid], mx)
+			lo, valid := windowLo(w.i0+i, a.Window), w.i0+i+1
+			mx := kernels.Max(row[lo:valid])
+			sum := kernels.ExpSub(row[lo:valid], row[lo:valid], mx)
 			ls[(r0+w.i0+i)*H+w.h] = mx + float32(math.Log(float64(sum)))
-			kernels.Scale(1/sum, row[:valid])
+			kernels.Scale(1/sum, row[lo:valid])
+			clear(row[:lo])
 			clear(row[valid:])
 		}
 		b.pool.Sgemm(false, false, m, hd, n, 1, S, n, vs.f32[kvOff:], kvdim, 0, out.f32[qOff:], qdim)
@@ -162,15 +174,17 @@ func (b *Backend) DenseAttentionBackward(dq, dk, dv, dOut, out, lse, q, k, v com
 				b.pool.Sgemm(false, true, m, n, hd, a.Scale, qs.f32[qOff:], qdim, ks.f32[kvOff:], kvdim, 0, P, n)
 				b.pool.Sgemm(false, true, m, n, hd, 1, dos[qOff:], qdim, vs.f32[kvOff:], kvdim, 0, dP, n)
 				for i := range m {
-					valid := i0 + i + 1
+					lo, valid := windowLo(i0+i, a.Window), i0+i+1
 					pr, dr := P[i*n:(i+1)*n], dP[i*n:(i+1)*n]
-					kernels.ExpSub(pr[:valid], pr[:valid], ls[(r0+i0+i)*H+h])
+					kernels.ExpSub(pr[lo:valid], pr[lo:valid], ls[(r0+i0+i)*H+h])
+					clear(pr[:lo])
 					clear(pr[valid:])
 					o := qOff + i*qdim
 					D := kernels.Dot(dos[o:o+hd], ot.f32[o:o+hd])
-					for j := range valid {
+					for j := lo; j < valid; j++ {
 						dr[j] = pr[j] * (dr[j] - D)
 					}
+					clear(dr[:lo])
 					clear(dr[valid:])
 				}
 				b.pool.Sgemm(true, false, n, hd, m, 1, P, n, dos[qOff:], qdim, 1, dvs[kvOff:], kvdim)

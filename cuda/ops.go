@@ -208,6 +208,8 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		shapePanic("Attention", "heads %d, kv heads %d, head dim %d, block size %d", a.Heads, a.KVHeads, hd, bs)
 	case hd > 256:
 		shapePanic("Attention", "head dim %d (at most 256)", hd)
+	case a.Window > 0:
+		shapePanic("Attention", "a sliding window of %d: not supported on the GPU (the model caps its context instead)", a.Window)
 	case compute.Cols(qs) != qdim || compute.Cols(out) != qdim || out.shape[0] != qs.shape[0]:
 		shapePanic("Attention", "q %s, dst %s for %d heads of %d", compute.ShapeString(qs.shape), compute.ShapeString(out.shape), a.Heads, hd)
 	case compute.Cols(kc) != kvdim || kc.shape[0]%bs != 0 || vc.dt != kc.dt || !slices.Equal(vc.shape, kc.shape):

@@ -198,9 +198,12 @@ func (e *Engine) open() error {
 	}
 	ev.Dur("load", time.Since(start)).Msg("model loaded")
 	e.warnMergedAdapters(m)
-	if w := c.SlidingWindow; w > 0 {
-		e.log.Warn().Int("sliding_window", w).Int("context", c.MaxPositions).
-			Msg("the model attends over a sliding window shorter than its context; clawrl attends over every earlier position, which is the same within the window, so the context is capped to the window")
+	switch c := m.Config; {
+	case c.CappedToWindow:
+		e.log.Warn().Int("sliding_window", c.MaxPositions).Str("backend", m.Backend().Name()).
+			Msg("the model attends over a sliding window shorter than its context, which this backend does not run; it attends over every earlier position, the same within the window, so the context is capped to the window")
+	case c.SlidingWindow > 0:
+		e.log.Info().Int("sliding_window", c.SlidingWindow).Int("context", c.MaxPositions).Msg("attention over a sliding window")
 	}
 	if lr := c.LongRope; lr != nil && lr.MaxPositions > c.MaxPositions {
 		e.log.Warn().Int("model_context", lr.MaxPositions).Int("context", c.MaxPositions).

@@ -51,9 +51,14 @@ type Config struct {
 	MaxPositions int // max_position_embeddings: positions must stay below it
 	// SlidingWindow is a Mistral or Phi-3 model's attention window when
 	// it is shorter than max_position_embeddings (Mistral 7B v0.1's 4096
-	// of 32768, Phi-3 mini's 2047 of 4096). Attention here sees every earlier position, which equals
-	// the window's within it, so MaxPositions is capped to the window.
-	SlidingWindow int
+	// of 32768, Phi-3 mini's 2047 of 4096): the query at position p
+	// attends to positions p−SlidingWindow+1 through p. A model loaded on
+	// a backend whose attention has no window (compute.SlidingWindow: the
+	// GPU's) runs with MaxPositions capped to the window instead, where
+	// attending over every earlier position is the same, and
+	// CappedToWindow set.
+	SlidingWindow  int
+	CappedToWindow bool
 
 	RMSNormEps  float64
 	RopeTheta   float64
@@ -331,7 +336,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("max_position_embeddings must be from 1 to %d, got %d", maxContext, c.MaxPositions)
 	}
 	if w := deref(j.SlidingWindow, 0); windowed && w > 0 && w < c.MaxPositions {
-		c.SlidingWindow, c.MaxPositions = w, w
+		c.SlidingWindow = w
 	}
 	c.RMSNormEps = deref(j.RMSNormEps, 1e-6)
 	if !(c.RMSNormEps > 0) || c.RMSNormEps > 1 {

@@ -297,7 +297,7 @@ func TestParseConfig(t *testing.T) {
 			c["architectures"], c["model_type"], c["sliding_window"], c["max_position_embeddings"] = []any{"Phi3ForCausalLM"}, "phi3", 2047, 4096
 			c["original_max_position_embeddings"], c["rope_scaling"] = 4096, nil
 		}, func(t *testing.T, c *Config) {
-			if c.Architecture != ArchPhi3 || c.SlidingWindow != 2047 || c.MaxPositions != 2047 || c.QKVBias || c.MLPBias {
+			if c.Architecture != ArchPhi3 || c.SlidingWindow != 2047 || c.MaxPositions != 4096 || c.QKVBias || c.MLPBias {
 				t.Errorf("got %+v", c)
 			}
 			if specs := c.FileTensorSpecs(); specs[4].Name != "model.layers.0.self_attn.qkv_proj.weight" || !slices.Equal(specs[4].Shape, []int{64 + 2*64, 64}) {
@@ -367,10 +367,10 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("got %+v", c)
 			}
 		}, ""},
-		{"mistral's window caps the context", func(c map[string]any) {
+		{"mistral's sliding window", func(c map[string]any) {
 			c["architectures"], c["sliding_window"], c["max_position_embeddings"] = []any{"MistralForCausalLM"}, 4096, 32768
 		}, func(t *testing.T, c *Config) {
-			if c.MaxPositions != 4096 || c.SlidingWindow != 4096 {
+			if c.MaxPositions != 32768 || c.SlidingWindow != 4096 {
 				t.Errorf("got %+v", c)
 			}
 		}, ""},

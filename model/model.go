@@ -97,6 +97,11 @@ func Load(b compute.Backend, dir string) (*Model, error) {
 // or at once when loading fails.
 func LoadFrom(b compute.Backend, src Source) (*Model, error) {
 	c := src.Config()
+	if sw, ok := b.(compute.SlidingWindow); c.SlidingWindow > 0 && (!ok || !sw.SlidingWindow()) {
+		capped := *c
+		capped.MaxPositions, capped.SlidingWindow, capped.CappedToWindow = c.SlidingWindow, 0, true
+		c = &capped
+	}
 	w, made, err := loadWeights(b, c, src, false)
 	if err != nil {
 		src.Close()
@@ -363,7 +368,7 @@ func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 	attn := &s.attn
 	*attn = compute.Attention{
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Scale:     float32(1 / math.Sqrt(float64(c.HeadDim))),
+		Scale:     float32(1 / math.Sqrt(float64(c.HeadDim))), Window: c.SlidingWindow,
 		BlockSize: bs, Seqs: len(steps), MaxBlocks: maxBlocks,
 		QueryStart: views.qstart, ContextLen: views.ctx, BlockTable: views.table,
 	}

@@ -123,6 +123,8 @@ func TestForwardMatchesReference(t *testing.T) {
 			s.Arch, s.DType, s.PartialRotary, s.MaxPositions, s.LongRopeOriginal = ArchPhi3, "bfloat16", 0.5, 256, 32
 			s.LongRopeShort, s.LongRopeLong = []float64{1, 3}, []float64{2, 5}
 		}},
+		{"mistral f32 sliding window 5", func(s *RandomSpec) { s.Arch, s.SlidingWindow = ArchMistral, 5 }},
+		{"phi3 bf16 sliding window 4", func(s *RandomSpec) { s.Arch, s.DType, s.SlidingWindow = ArchPhi3, "bfloat16", 4 }},
 		{"phi3 f32 longrope", func(s *RandomSpec) {
 			s.Arch, s.MaxPositions, s.LongRopeOriginal = ArchPhi3, 256, 32
 			s.LongRopeShort, s.LongRopeLong = []float64{1, 1.5, 2.5, 4}, []float64{2, 3, 5, 8}

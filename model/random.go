@@ -38,6 +38,9 @@ type RandomSpec struct {
 	LongRopeOriginal            int
 	// PartialRotary, with Arch ArchPhi3, is partial_rotary_factor (0: 1).
 	PartialRotary float64
+	// SlidingWindow, with Arch ArchMistral or ArchPhi3, is sliding_window
+	// (0: none).
+	SlidingWindow int
 	RMSNormEps    float64 // default 1e-6
 	DType         string  // "float32", "bfloat16" (default) or "float16"
 	Tied          bool    // tie_word_embeddings: no lm_head.weight
@@ -184,10 +187,20 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 		if s.RopeLinear != 0 {
 			cfg["rope_scaling"] = map[string]any{"type": "linear", "factor": pyFloat(s.RopeLinear)}
 		}
+	case ArchMistral:
+		cfg["model_type"] = "mistral"
+		cfg["head_dim"] = s.HeadDim
+		cfg["sliding_window"] = nil
+		if s.SlidingWindow > 0 {
+			cfg["sliding_window"] = s.SlidingWindow
+		}
 	case ArchPhi3:
 		cfg["model_type"] = "phi3"
 		cfg["original_max_position_embeddings"] = s.MaxPositions
 		cfg["sliding_window"] = nil
+		if s.SlidingWindow > 0 {
+			cfg["sliding_window"] = s.SlidingWindow
+		}
 		cfg["pad_token_id"] = s.EOSTokenIDs[0]
 		cfg["resid_pdrop"] = pyFloat(0)
 		cfg["embd_pdrop"] = pyFloat(0)

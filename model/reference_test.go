@@ -22,6 +22,7 @@ type refModel struct {
 	eps                                              float64
 	invFreq                                          []float64
 	ropeScale                                        float64 // cos and sin multiplied (LongRoPE)
+	window                                           int     // sliding window (Mistral, Phi-3), 0: none
 	rot                                              int     // head dimensions RoPE rotates (the first ones)
 	w                                                map[string][]float64
 
@@ -98,6 +99,10 @@ func loadRef(t *testing.T, dir string) *refModel {
 		r.invFreq = append(r.invFreq, 1/math.Pow(theta, float64(i)/float64(r.rot)))
 	}
 	r.ropeScale = 1
+	if w, ok := cfg["sliding_window"].(float64); ok && w < num("max_position_embeddings") &&
+		(cfg["architectures"].([]any)[0] == "MistralForCausalLM" || cfg["architectures"].([]any)[0] == "Phi3ForCausalLM") {
+		r.window = int(w) // Hugging Face masks keys more than window−1 positions back
+	}
 	if rs, ok := cfg["rope_scaling"].(map[string]any); ok && (rs["type"] == "linear" || rs["rope_type"] == "linear") {
 		for i := range r.invFreq {
 			r.invFreq[i] /= rs["factor"].(float64)
@@ -355,6 +360,10 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 				scores := make([]float64, i+1)
 				m := math.Inf(-1)
 				for j := 0; j <= i; j++ {
+					if r.window > 0 && j <= i-r.window {
+						scores[j] = math.Inf(-1) // outside the sliding window
+						continue
+					}
 					d := 0.0
 					for e := range r.hd {
 						d += q[e] * ks[j][g*r.hd+e]

@@ -685,7 +685,7 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 	b.WriteInt32(p.targets, hTargets)
 	p.attn = compute.DenseAttention{
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Seqs: len(hStart) - 1, SeqStart: start,
+		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Window: c.SlidingWindow, Seqs: len(hStart) - 1, SeqStart: start,
 	}
 
 	// The pass holds the machine a part of a layer at a time (see Slicer).

@@ -246,6 +246,7 @@ var gradSpecs = []struct {
 	{"qwen3 tied qk-norm", func(s *RandomSpec) { s.Arch, s.Tied = ArchQwen3, true }, true},
 	{"qwen3 untied mqa", func(s *RandomSpec) { s.Arch, s.KVHeads = ArchQwen3, 1 }, false},
 	{"phi3 fused", func(s *RandomSpec) { s.Arch = ArchPhi3 }, false},
+	{"mistral sliding window 3", func(s *RandomSpec) { s.Arch, s.SlidingWindow = ArchMistral, 3 }, true},
 	{"phi4-mini partial rotary", func(s *RandomSpec) { s.Arch, s.PartialRotary = ArchPhi3, 0.5 }, false},
 }
 

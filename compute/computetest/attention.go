@@ -16,18 +16,25 @@ type pagedCase struct {
 	name                          string
 	heads, kvHeads, hd, blockSize int
 	seqs                          []pagedSeq
+	window                        int // sliding window (0: none); for compute.SlidingWindow backends
 }
 
 var pagedCases = []pagedCase{
-	{"mha-bs1", 2, 2, 8, 1, []pagedSeq{{5, 5}, {3, 1}}},
-	{"gqa-bs4", 4, 2, 8, 4, []pagedSeq{{9, 9}, {6, 1}, {13, 3}}},
-	{"mqa-bs16", 4, 1, 16, 16, []pagedSeq{{20, 1}, {40, 7}, {1, 1}, {17, 17}}},
-	{"decode-batch-d32", 6, 2, 32, 16, []pagedSeq{{33, 1}, {17, 1}, {2, 1}, {64, 1}}},
-	{"prefill-chunk-d64", 4, 2, 64, 16, []pagedSeq{{70, 70}, {50, 13}}},
-	{"d128-bs4", 4, 1, 128, 4, []pagedSeq{{30, 5}, {9, 1}}},
-	{"empty-sequence", 4, 2, 16, 4, []pagedSeq{{20, 0}, {12, 3}}},
-	{"long-decode-d64", 2, 1, 64, 16, []pagedSeq{{300, 1}}},
-	{"short-chunks-d64", 4, 2, 64, 16, []pagedSeq{{25, 3}, {40, 4}, {17, 2}}}, // a few tokens after context (speculative decoding)
+	{"mha-bs1", 2, 2, 8, 1, []pagedSeq{{5, 5}, {3, 1}}, 0},
+	{"gqa-bs4", 4, 2, 8, 4, []pagedSeq{{9, 9}, {6, 1}, {13, 3}}, 0},
+	{"mqa-bs16", 4, 1, 16, 16, []pagedSeq{{20, 1}, {40, 7}, {1, 1}, {17, 17}}, 0},
+	{"decode-batch-d32", 6, 2, 32, 16, []pagedSeq{{33, 1}, {17, 1}, {2, 1}, {64, 1}}, 0},
+	{"prefill-chunk-d64", 4, 2, 64, 16, []pagedSeq{{70, 70}, {50, 13}}, 0},
+	{"d128-bs4", 4, 1, 128, 4, []pagedSeq{{30, 5}, {9, 1}}, 0},
+	{"empty-sequence", 4, 2, 16, 4, []pagedSeq{{20, 0}, {12, 3}}, 0},
+	{"long-decode-d64", 2, 1, 64, 16, []pagedSeq{{300, 1}}, 0},
+	{"short-chunks-d64", 4, 2, 64, 16, []pagedSeq{{25, 3}, {40, 4}, {17, 2}}, 0}, // a few tokens after context (speculative decoding)
+	// Sliding windows: shorter than the context, within and across blocks,
+	// decode and prefill, a window of one.
+	{"window-decode-d64", 4, 2, 64, 16, []pagedSeq{{300, 1}, {33, 1}, {5, 1}}, 20},
+	{"window-prefill-bs4", 4, 2, 16, 4, []pagedSeq{{40, 40}, {30, 7}, {9, 9}}, 6},
+	{"window-one-mqa", 4, 1, 8, 16, []pagedSeq{{17, 17}, {20, 1}}, 1},
+	{"window-long-d32", 2, 1, 32, 16, []pagedSeq{{600, 200}}, 100},
 }
 
 // Values of the cache slots that no sequence owns (spare blocks, and the
@@ -56,7 +63,11 @@ const (
 // error a backend may add is that of its float32 sums, as for BF16.
 func checkAttention(h *harness) {
 	_, q8 := h.b.(compute.QuantKVBackend)
+	sw, _ := h.b.(compute.SlidingWindow)
 	for _, c := range pagedCases {
+		if c.window > 0 && (sw == nil || !sw.SlidingWindow()) {
+			continue
+		}
 		for _, dt := range []compute.DType{compute.F32, compute.BF16, compute.Q8_0} {
 			if dt == compute.Q8_0 && (!q8 || c.hd%compute.QK != 0) {
 				continue
@@ -221,7 +232,7 @@ func (h *harness) pagedAttention(c pagedCase, dt compute.DType) {
 	a := &compute.Attention{
 		Heads: c.heads, KVHeads: c.kvHeads, HeadDim: hd,
 		Scale: float32(1 / math.Sqrt(float64(hd))), BlockSize: bs,
-		Seqs: len(c.seqs), MaxBlocks: maxBlocks,
+		Seqs: len(c.seqs), MaxBlocks: maxBlocks, Window: c.window,
 		QueryStart: h.ids(qstart), ContextLen: h.ids(ctxLen), BlockTable: h.ids(table),
 	}
 	h.b.Attention(dst, q, kc, vc, a)
@@ -243,7 +254,7 @@ func (h *harness) pagedAttention(c pagedCase, dt compute.DType) {
 	if h.opt.BF16Products && dt == compute.BF16 {
 		qr = roundBF16(qv)
 	}
-	want, _ := refAttention(widen(qr), rows, seqs, attnGeom{c.heads, c.kvHeads, hd, float64(a.Scale)})
+	want, _ := refAttention(widen(qr), rows, seqs, attnGeom{c.heads, c.kvHeads, hd, float64(a.Scale), c.window})
 	h.near(desc+": dst", []int{rows, qdim}, h.read(dst), want, h.tol(hd+maxCtx))
 	h.unchanged(desc+": q", q, qv)
 	if got, ok := h.readAny(kc); ok {

@@ -259,11 +259,21 @@ type attnSeq struct {
 type attnGeom struct {
 	heads, kvHeads, hd int
 	scale              float64
+	window             int // sliding window (0: none): query at p sees keys from p−window+1
+}
+
+// lo is the first key the query at position pos sees.
+func (g attnGeom) lo(pos int) int {
+	if g.window <= 0 {
+		return 0
+	}
+	return max(0, pos-g.window+1)
 }
 
 // refAttention is causal grouped-query attention: for every query row and
-// head h, the softmax over positions 0..own of scale·q·k (key/value head
-// h/(heads/kvHeads)) weighting the values. It returns the output rows
+// head h, the softmax over positions 0..own (g.lo(own)..own with a
+// sliding window) of scale·q·k (key/value head h/(heads/kvHeads))
+// weighting the values. It returns the output rows
 // (rows × heads·hd) and the log of each softmax denominator (rows × heads).
 func refAttention(q []float64, rows int, seqs []attnSeq, g attnGeom) (out, lse []float64) {
 	qdim, kvdim, group := g.heads*g.hd, g.kvHeads*g.hd, g.heads/g.kvHeads
@@ -274,19 +284,22 @@ func refAttention(q []float64, rows int, seqs []attnSeq, g attnGeom) (out, lse [
 			for h := range g.heads {
 				kh := h / group
 				qv := q[r*qdim+h*g.hd : r*qdim+(h+1)*g.hd]
-				sc := make([]float64, pos+1)
-				for p := range sc {
+				lo := g.lo(pos)
+				sc := make([]float64, pos+1-lo)
+				for i := range sc {
+					p := lo + i
 					kv := s.k[p*kvdim+kh*g.hd : p*kvdim+(kh+1)*g.hd]
 					d := 0.0
 					for j := range qv {
 						d += qv[j] * kv[j]
 					}
-					sc[p] = d * g.scale
+					sc[i] = d * g.scale
 				}
 				l := refLSE(sc)
 				lse[r*g.heads+h] = l
 				o := out[r*qdim+h*g.hd : r*qdim+(h+1)*g.hd]
-				for p, v := range sc {
+				for i, v := range sc {
+					p := lo + i
 					w := math.Exp(v - l)
 					vv := s.v[p*kvdim+kh*g.hd : p*kvdim+(kh+1)*g.hd]
 					for j := range o {
@@ -319,11 +332,12 @@ func refDenseAttentionBackward(dOut, q, k, v []float64, starts []int32, g attnGe
 				do := dOut[i*qdim+h*g.hd : i*qdim+(h+1)*g.hd]
 				keyAt := func(j int) []float64 { return k[j*kvdim+kh*g.hd : j*kvdim+(kh+1)*g.hd] }
 				valAt := func(j int) []float64 { return v[j*kvdim+kh*g.hd : j*kvdim+(kh+1)*g.hd] }
-				n := i - r0 + 1
+				first := r0 + g.lo(i-r0) // the first key row the query sees
+				n := i - first + 1
 				p, dp := make([]float64, n), make([]float64, n)
 				for j := range n {
 					for e, x := range qv {
-						p[j] += x * keyAt(r0 + j)[e]
+						p[j] += x * keyAt(first + j)[e]
 					}
 					p[j] *= g.scale
 				}
@@ -332,13 +346,13 @@ func refDenseAttentionBackward(dOut, q, k, v []float64, starts []int32, g attnGe
 				for j := range n {
 					p[j] = math.Exp(p[j] - l)
 					for e, x := range do {
-						dp[j] += x * valAt(r0 + j)[e]
+						dp[j] += x * valAt(first + j)[e]
 					}
 					sum += p[j] * dp[j]
 				}
 				for j := range n {
 					ds := p[j] * (dp[j] - sum)
-					r := r0 + j
+					r := first + j
 					for e := range g.hd {
 						dq[i*qdim+h*g.hd+e] += g.scale * ds * keyAt(r)[e]
 						dk[r*kvdim+kh*g.hd+e] += g.scale * ds * qv[e]

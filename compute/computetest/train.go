@@ -447,19 +447,27 @@ func checkRoPEBackward(h *harness) {
 // DenseAttentionBackward (dq, dk, dv), the latter given the reference's
 // out and lse, so that its errors are its own.
 func checkDenseAttention(h *harness) {
+	sw, _ := h.tr.(compute.SlidingWindow)
 	for _, c := range []struct {
 		lens               []int
 		heads, kvHeads, hd int
+		window             int // sliding window, for compute.SlidingWindow backends
 	}{
-		{[]int{7}, 2, 2, 4},
-		{[]int{9, 1, 6}, 4, 2, 4},
-		{[]int{5, 10}, 3, 1, 6},
-		{[]int{4, 0, 3}, 2, 1, 8},
-		{[]int{70, 13}, 4, 2, 16},
-		{[]int{20, 33}, 4, 2, 64},
+		{[]int{7}, 2, 2, 4, 0},
+		{[]int{9, 1, 6}, 4, 2, 4, 0},
+		{[]int{5, 10}, 3, 1, 6, 0},
+		{[]int{4, 0, 3}, 2, 1, 8, 0},
+		{[]int{70, 13}, 4, 2, 16, 0},
+		{[]int{20, 33}, 4, 2, 64, 0},
+		{[]int{9, 1, 6}, 4, 2, 4, 3},
+		{[]int{70, 13}, 4, 2, 16, 20},
+		{[]int{12}, 2, 1, 8, 1},
 	} {
-		h.run(fmt.Sprintf("lens%v/h%d_kv%d_d%d", c.lens, c.heads, c.kvHeads, c.hd), func(h *harness) {
-			desc := fmt.Sprintf("DenseAttention of sequences %v, %d heads, %d kv heads of %d", c.lens, c.heads, c.kvHeads, c.hd)
+		if c.window > 0 && (sw == nil || !sw.SlidingWindow()) {
+			continue
+		}
+		h.run(fmt.Sprintf("lens%v/h%d_kv%d_d%d_w%d", c.lens, c.heads, c.kvHeads, c.hd, c.window), func(h *harness) {
+			desc := fmt.Sprintf("DenseAttention of sequences %v, %d heads, %d kv heads of %d, window %d", c.lens, c.heads, c.kvHeads, c.hd, c.window)
 			starts := []int32{0}
 			maxLen := 0
 			for _, n := range c.lens {
@@ -470,8 +478,8 @@ func checkDenseAttention(h *harness) {
 			qdim, kvdim := c.heads*c.hd, c.kvHeads*c.hd
 			qv, kv, vv := h.randn(rows*qdim, 2), h.randn(rows*kvdim, 1), h.randn(rows*kvdim, 1)
 			scale := float32(1 / math.Sqrt(float64(c.hd)))
-			g := attnGeom{c.heads, c.kvHeads, c.hd, float64(scale)}
-			a := &compute.DenseAttention{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.hd, Scale: scale, Seqs: len(c.lens), SeqStart: h.ids(starts)}
+			g := attnGeom{c.heads, c.kvHeads, c.hd, float64(scale), c.window}
+			a := &compute.DenseAttention{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.hd, Scale: scale, Window: c.window, Seqs: len(c.lens), SeqStart: h.ids(starts)}
 			q, k, v := h.input(qv, rows, qdim), h.input(kv, rows, kvdim), h.input(vv, rows, kvdim)
 			out, lse := h.output(rows, qdim), h.output(rows, c.heads)
 			h.tr.DenseAttention(out, lse, q, k, v, a)
