@@ -61,6 +61,9 @@ func TestLlamaCppPerplexity(t *testing.T) {
 		// Phi-3's special tokens attributes when the model's name says
 		// phi3, and fails on a vocabulary without them.)
 		{"fused matrices", func(s *model.RandomSpec) { s.Arch = model.ArchPhi3 }, nil},
+		// (Not Phi-3's sliding window: llama.cpp reads the key and turns it
+		// off, "Phi SWA is currently disabled", where Hugging Face and
+		// clawrl apply it.)
 		// Phi-3.5's LongRoPE within its original context (llama.cpp picks
 		// the short factors for a context of 128 ≤ 256, as Hugging Face
 		// does for a sequence that long): the short factors and the

@@ -252,3 +252,48 @@ func TestPartialRotaryFiles(t *testing.T) {
 		t.Errorf("Q8_0 on load: logits differ by %g", d)
 	}
 }
+
+// noWindow is the CPU backend without sliding windows, as the GPU's is.
+type noWindow struct{ *cpu.Backend }
+
+func (noWindow) SlidingWindow() bool { return false }
+
+// TestSlidingWindowCap: on a backend whose attention has no sliding window
+// a model with one is loaded with its context capped to the window
+// (CappedToWindow), where attending over every earlier position is the
+// same: its logits equal the windowed model's within the window, and a
+// longer sequence is refused; on the CPU the window applies and the
+// context stays the model's.
+func TestSlidingWindowCap(t *testing.T) {
+	spec := tiny(ArchMistral)
+	spec.SlidingWindow = 8
+	m, dir := writeAndLoad(t, spec)
+	if m.Config.SlidingWindow != 8 || m.Config.MaxPositions != spec.MaxPositions || m.Config.CappedToWindow {
+		t.Fatalf("on the CPU: window %d, context %d, capped %v", m.Config.SlidingWindow, m.Config.MaxPositions, m.Config.CappedToWindow)
+	}
+	src, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped, err := LoadFrom(noWindow{cpu.New()}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer capped.Close()
+	if c := capped.Config; !c.CappedToWindow || c.MaxPositions != 8 || c.SlidingWindow != 0 {
+		t.Fatalf("without windows: window %d, context %d, capped %v", c.SlidingWindow, c.MaxPositions, c.CappedToWindow)
+	}
+	if src.Config().MaxPositions != spec.MaxPositions {
+		t.Error("capping changed the source's config")
+	}
+	toks := testTokens(8, spec.Vocab)
+	if got, want := fullLogits(t, capped, toks), fullLogits(t, m, toks); maxAbsDiff(got, want) > 1e-5 {
+		t.Errorf("within the window the capped model's logits differ by %g", maxAbsDiff(got, want))
+	}
+	kv := newCache(t, capped, 4, 16)
+	seq := kv.NewSequence()
+	defer seq.Free()
+	if _, err := capped.Forward([]Step{{seq, testTokens(9, spec.Vocab)}}, LastLogits, nil); err == nil {
+		t.Error("a capped model took 9 tokens in a window of 8")
+	}
+}
