@@ -403,13 +403,13 @@ type Attention struct {
 	// attends to positions max(0, p−Window+1) through p only (Mistral's,
 	// Phi-3's sliding_window). Only a backend that implements
 	// SlidingWindow honours it; others refuse it.
-	Window int
-	BlockSize               int     // tokens per cache block
-	Seqs                    int     // sequences in the batch
-	MaxBlocks               int     // row length of BlockTable
-	QueryStart              Tensor  // I32 [Seqs+1]
-	ContextLen              Tensor  // I32 [Seqs]
-	BlockTable              Tensor  // I32 [Seqs·MaxBlocks]
+	Window     int
+	BlockSize  int    // tokens per cache block
+	Seqs       int    // sequences in the batch
+	MaxBlocks  int    // row length of BlockTable
+	QueryStart Tensor // I32 [Seqs+1]
+	ContextLen Tensor // I32 [Seqs]
+	BlockTable Tensor // I32 [Seqs·MaxBlocks]
 }
 
 // KVIndex is the element of a cache tensor at which key/value head g of

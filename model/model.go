@@ -368,7 +368,7 @@ func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 	attn := &s.attn
 	*attn = compute.Attention{
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Scale:     float32(1 / math.Sqrt(float64(c.HeadDim))), Window: c.SlidingWindow,
+		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Window: c.SlidingWindow,
 		BlockSize: bs, Seqs: len(steps), MaxBlocks: maxBlocks,
 		QueryStart: views.qstart, ContextLen: views.ctx, BlockTable: views.table,
 	}
