@@ -116,6 +116,14 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		shapePanic("Attention", "window %d", a.Window)
 	}
 	nBlocks := kc.shape[0] / bs
+	window := a.Window
+	longest := 0
+	for s := 0; s < a.Seqs; s++ {
+		longest = max(longest, int(ctxLen[s]))
+	}
+	if window >= longest {
+		window = 0 // no query reaches past the window: plain causal attention
+	}
 	for s := 0; s < a.Seqs; s++ {
 		n, c := int(qstart[s+1]-qstart[s]), int(ctxLen[s])
 		if n < 0 || c < n || (c+bs-1)/bs > a.MaxBlocks {
@@ -135,10 +143,10 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		q: qs.f32, out: out.f32, k: kc.f32, v: vc.f32, k16: kc.u16, v16: vc.u16, k8: kc.kv8, v8: vc.kv8,
 		bf16: kc.dt == compute.BF16, q8: kc.dt == compute.Q8_0, geo: a, table: table,
 		hd: hd, bs: bs, group: a.Heads / a.KVHeads, qdim: qdim, kvdim: kvdim,
-		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles, window: a.Window,
-		// A sliding window takes the Sgemm path, whose masks have a lower
-		// bound; the assembly kernels mask causally only.
-		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512 && a.Window == 0,
+		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles, window: window,
+		// A sliding window that hides keys takes the Sgemm path, whose
+		// masks have a lower bound; the assembly kernels mask causally only.
+		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512 && window == 0,
 		tasks: f.tasks[:0], work: f.work[:0],
 	}
 	f.pool = b.pool
