@@ -144,9 +144,7 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		bf16: kc.dt == compute.BF16, q8: kc.dt == compute.Q8_0, geo: a, table: table,
 		hd: hd, bs: bs, group: a.Heads / a.KVHeads, qdim: qdim, kvdim: kvdim,
 		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles, window: window,
-		// A sliding window that hides keys takes the Sgemm path, whose
-		// masks have a lower bound; the assembly kernels mask causally only.
-		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512 && window == 0,
+		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512,
 		tasks: f.tasks[:0], work: f.work[:0],
 	}
 	f.pool = b.pool
@@ -369,6 +367,12 @@ func (t *flashTask) cost(k0, k1, group int) int {
 func (f *flashCall) run(w flashWork, sc *flashScratch) {
 	m := f.tasks[w.task].tokens * f.group
 	switch {
+	case f.window > 0 && f.tasks[w.task].tokens > 1:
+		// Under a sliding window the tokens of a task see different first
+		// keys; only the Sgemm path masks below. A task of one token sees
+		// exactly its keys [lo, keys) and takes the kernels below, which
+		// mask causally only.
+		f.runSgemm(w, sc)
 	case f.asm && m <= decRows && f.hd%64 == 0:
 		f.runDecode(w, sc)
 	case f.asm:
