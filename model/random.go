@@ -141,6 +141,14 @@ func pyFloat(f float64) json.Number {
 	return json.Number(s)
 }
 
+// slidingWindow is config.json's sliding_window: the window, or null.
+func slidingWindow(w int) any {
+	if w > 0 {
+		return w
+	}
+	return nil
+}
+
 // configJSON returns config.json as transformers writes it for the spec's
 // architecture (sorted keys, two-space indent).
 func (s RandomSpec) configJSON() ([]byte, error) {
@@ -190,17 +198,11 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 	case ArchMistral:
 		cfg["model_type"] = "mistral"
 		cfg["head_dim"] = s.HeadDim
-		cfg["sliding_window"] = nil
-		if s.SlidingWindow > 0 {
-			cfg["sliding_window"] = s.SlidingWindow
-		}
+		cfg["sliding_window"] = slidingWindow(s.SlidingWindow)
 	case ArchPhi3:
 		cfg["model_type"] = "phi3"
 		cfg["original_max_position_embeddings"] = s.MaxPositions
-		cfg["sliding_window"] = nil
-		if s.SlidingWindow > 0 {
-			cfg["sliding_window"] = s.SlidingWindow
-		}
+		cfg["sliding_window"] = slidingWindow(s.SlidingWindow)
 		cfg["pad_token_id"] = s.EOSTokenIDs[0]
 		cfg["resid_pdrop"] = pyFloat(0)
 		cfg["embd_pdrop"] = pyFloat(0)
