@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"regexp"
@@ -244,6 +245,31 @@ func TestReaderPanicBecomesError(t *testing.T) {
 	o := s.runSafe(&generation{job: job{index: 3, chat: true}, events: events, cancel: func() {}}, nil)
 	if o.index != 3 || o.err == nil || !strings.Contains(o.err.Error(), "internal error") {
 		t.Fatalf("output = %+v", o)
+	}
+}
+
+// TestCancelledWithoutFinal: a cancelled generation whose channel ends
+// without its final event (the mailbox offers it without waiting, and a
+// reader far behind may miss it) ends as cancelled, which a shutdown then
+// reports as cut; without a cancellation the missing event is an error.
+func TestCancelledWithoutFinal(t *testing.T) {
+	e := newEnv(t)
+	for _, cancelled := range []bool{true, false} {
+		ctx, cancel := context.WithCancel(context.Background())
+		if cancelled {
+			cancel()
+		}
+		events := make(chan rollout.Event, 2)
+		events <- rollout.Event{Token: 5, HasToken: true}
+		close(events)
+		o := e.srv.runSafe(&generation{job: job{chat: true}, events: events, ctx: ctx, cancel: cancel}, nil)
+		cancel()
+		switch {
+		case cancelled && (o.err != nil || o.finish != ""):
+			t.Errorf("cancelled: err %v, finish %q; want neither (cancelled)", o.err, o.finish)
+		case !cancelled && (o.err == nil || !strings.Contains(o.err.Error(), "without a final event")):
+			t.Errorf("not cancelled: err %v", o.err)
+		}
 	}
 }
 

@@ -34,6 +34,7 @@ type job struct {
 type generation struct {
 	job
 	events <-chan rollout.Event
+	ctx    context.Context // the generation's, which cancel ends
 	cancel context.CancelFunc
 }
 
@@ -93,7 +94,7 @@ func (s *Server) start(ctx context.Context, jobs []job) ([]*generation, *apiErro
 			}
 			return nil, s.generateError(err)
 		}
-		gens = append(gens, &generation{job: j, events: ch, cancel: cancel})
+		gens = append(gens, &generation{job: j, events: ch, ctx: gctx, cancel: cancel})
 	}
 	return gens, nil
 }
@@ -253,8 +254,12 @@ func (s *Server) run(g *generation, emit func(delta) bool) *output {
 		if o.err == nil {
 			o.err = errors.New("generation failed")
 		}
-	case final == rollout.FinishCancelled:
-		o.finish = "" // the client went away
+	case final == rollout.FinishCancelled, final == "" && g.ctx != nil && g.ctx.Err() != nil:
+		// The client went away, or the shutdown cut the generation. (A
+		// cancelled generation's final event is offered to its channel
+		// without waiting: a reader that lags 16 events behind may not
+		// see it, only the channel's end.)
+		o.finish = ""
 	default:
 		o.err = errors.New("generation ended without a final event")
 	}
