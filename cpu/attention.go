@@ -286,6 +286,11 @@ type flashTask struct {
 	tokens int // i1 − i0
 	keys   int // keys visible to the last token: positions [lo, keys)
 	lo     int // the first key visible to token i0 (0 without a sliding window)
+	// band ends the keys [lo, band) that some of the task's tokens see and
+	// others do not (a sliding window's lower edge): they take the Sgemm
+	// path, whose masks have a lower bound, as a part of their own; keys
+	// from band on need the causal mask only. band = lo: none.
+	band int
 	parts  int // pieces its keys are split into (1: not split)
 	part0  int // offset of its partial results in flashCall.part (parts > 1)
 }
@@ -293,7 +298,8 @@ type flashTask struct {
 // flashWork is one piece of work: keys [k0, k1) of task, part part of it.
 type flashWork struct {
 	task, part, k0, k1 int
-	cost               int // (query row, key) pairs: for ordering
+	cost               int  // (query row, key) pairs: for ordering
+	sgemm              bool // the band of a sliding window (flashTask.band)
 }
 
 // plan cuts the call into tasks and pieces of work (see Attention) and
@@ -317,6 +323,10 @@ func (f *flashCall) plan(a *compute.Attention, qstart, ctxLen []int32) {
 				if f.window > 0 {
 					task.lo = max(0, task.first-f.window+1)
 				}
+				task.band = task.lo
+				if f.window > 0 && task.tokens > 1 {
+					task.band = max(task.lo, task.first+task.tokens-f.window) // the last token's first key
+				}
 				f.tasks = append(f.tasks, task)
 				f.maxRows = max(f.maxRows, task.tokens*f.group)
 				total += task.cost(task.lo, task.keys, f.group)
@@ -333,21 +343,32 @@ func (f *flashCall) plan(a *compute.Attention, qstart, ctxLen []int32) {
 		per := max(1, total/want)
 		for i := range f.tasks {
 			t := &f.tasks[i]
-			tilesIn := (t.keys - t.lo + f.tl.keys - 1) / f.tl.keys
-			p := min(t.cost(t.lo, t.keys, f.group)/per, (t.keys-t.lo)/max(1, f.tl.minSplit), tilesIn)
-			if p > 1 {
+			tilesIn := (t.keys - t.band + f.tl.keys - 1) / f.tl.keys
+			if p := min(t.cost(t.band, t.keys, f.group)/per, (t.keys-t.band)/max(1, f.tl.minSplit), tilesIn); p > 1 {
 				t.parts = p
-				t.part0 = f.partials
-				f.partials += p * t.tokens * f.group * (f.hd + 2)
 			}
 		}
 	}
-	for i, t := range f.tasks {
-		tilesIn := (t.keys - t.lo + f.tl.keys - 1) / f.tl.keys
-		for p := range t.parts {
-			k0 := t.lo + p*tilesIn/t.parts*f.tl.keys
-			k1 := min(t.keys, t.lo+(p+1)*tilesIn/t.parts*f.tl.keys)
-			f.work = append(f.work, flashWork{task: i, part: p, k0: k0, k1: k1, cost: t.cost(k0, k1, f.group)})
+	for i := range f.tasks {
+		t := &f.tasks[i]
+		rest := t.parts // parts of the keys from band on
+		if t.band > t.lo {
+			t.parts++ // and the band, part 0
+		}
+		if t.parts > 1 {
+			t.part0 = f.partials
+			f.partials += t.parts * t.tokens * f.group * (f.hd + 2)
+		}
+		p0 := 0
+		if t.band > t.lo {
+			f.work = append(f.work, flashWork{task: i, part: 0, k0: t.lo, k1: t.band, cost: t.cost(t.lo, t.band, f.group), sgemm: true})
+			p0 = 1
+		}
+		tilesIn := (t.keys - t.band + f.tl.keys - 1) / f.tl.keys
+		for p := range rest {
+			k0 := t.band + p*tilesIn/rest*f.tl.keys
+			k1 := min(t.keys, t.band+(p+1)*tilesIn/rest*f.tl.keys)
+			f.work = append(f.work, flashWork{task: i, part: p0 + p, k0: k0, k1: k1, cost: t.cost(k0, k1, f.group)})
 		}
 	}
 	slices.SortStableFunc(f.work, func(x, y flashWork) int { return cmp.Compare(y.cost, x.cost) })
@@ -367,11 +388,11 @@ func (t *flashTask) cost(k0, k1, group int) int {
 func (f *flashCall) run(w flashWork, sc *flashScratch) {
 	m := f.tasks[w.task].tokens * f.group
 	switch {
-	case f.window > 0 && f.tasks[w.task].tokens > 1:
-		// Under a sliding window the tokens of a task see different first
-		// keys; only the Sgemm path masks below. A task of one token sees
-		// exactly its keys [lo, keys) and takes the kernels below, which
-		// mask causally only.
+	case w.sgemm:
+		// The band of a sliding window, whose keys some of the task's
+		// tokens see and others do not: only the Sgemm path masks below.
+		// Keys from the band on are seen by every token up to its own
+		// position and take the kernels below, which mask causally only.
 		f.runSgemm(w, sc)
 	case f.asm && m <= decRows && f.hd%64 == 0:
 		f.runDecode(w, sc)
