@@ -290,9 +290,9 @@ type flashTask struct {
 	// others do not (a sliding window's lower edge): they take the Sgemm
 	// path, whose masks have a lower bound, as a part of their own; keys
 	// from band on need the causal mask only. band = lo: none.
-	band int
-	parts  int // pieces its keys are split into (1: not split)
-	part0  int // offset of its partial results in flashCall.part (parts > 1)
+	band  int
+	parts int // pieces its keys are split into (1: not split)
+	part0 int // offset of its partial results in flashCall.part (parts > 1)
 }
 
 // flashWork is one piece of work: keys [k0, k1) of task, part part of it.
