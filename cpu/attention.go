@@ -79,6 +79,14 @@ import (
 // (BenchmarkPagedAttention, F32): decode at 16K with 8 key/value heads of
 // 128, 10.8 → 23 GB/s; 8 sequences at 4K, 19 → 28 GB/s.
 //
+// A sliding window (compute.Attention.Window) starts a task's keys at its
+// first token's window. The keys that some of its tokens see and others
+// do not (the band below its last token's window) run on the Sgemm path,
+// whose masks have a lower bound, as a part of their own; the keys from
+// there on, which every token sees up to its own position, run on the
+// kernels above, which mask causally only; the parts merge as split tasks
+// do (below). A decode task's one token sees exactly its keys.
+//
 // When there are fewer tasks than the threads want (decode of one or a few
 // long sequences), the keys of a task are split into parts of whole key
 // tiles that run on different threads (flash-decoding); each part leaves

@@ -215,7 +215,11 @@ func (p *pagedProblem) referenceRounded(roundQ bool) []float64 {
 				}
 				w = w[:0]
 				m := math.Inf(-1)
-				for t := 0; t <= pos; t++ {
+				lo := 0 // a sliding window's first key
+				if p.attn.Window > 0 {
+					lo = max(0, pos-p.attn.Window+1)
+				}
+				for t := lo; t <= pos; t++ {
 					k := p.keys[s][t*kvdim+g*sh.hd : t*kvdim+(g+1)*sh.hd]
 					d := 0.0
 					for j, x := range qv {
@@ -230,7 +234,8 @@ func (p *pagedProblem) referenceRounded(roundQ bool) []float64 {
 					z += w[t]
 				}
 				o := out[r*qdim+h*sh.hd : r*qdim+(h+1)*sh.hd]
-				for t, wt := range w {
+				for i, wt := range w {
+					t := lo + i
 					v := p.vals[s][t*kvdim+g*sh.hd : t*kvdim+(g+1)*sh.hd]
 					for j := range o {
 						o[j] += wt / z * float64(v[j])
@@ -251,9 +256,10 @@ func (p *pagedProblem) referenceRounded(roundQ bool) []float64 {
 func TestPagedAttention(t *testing.T) {
 	mixed := []pagedSeq{{ctx: 1, nNew: 1}, {ctx: 37, nNew: 37}, {ctx: 300, nNew: 1}, {ctx: 150, nNew: 61}, {ctx: 2, nNew: 1}, {ctx: 75, nNew: 75}}
 	for _, tt := range []struct {
-		name string
-		sh   pagedShape
-		tile *flashTiles // nil: the defaults
+		name   string
+		sh     pagedShape
+		tile   *flashTiles // nil: the defaults
+		window int         // sliding window (0: none)
 	}{
 		{name: "gqa-d64-bs16-mixed-batch", sh: pagedShape{6, 2, 64, 16, mixed, "scattered"}},
 		{name: "gqa-d64-bs16-contiguous", sh: pagedShape{6, 2, 64, 16, mixed, "contiguous"}},
@@ -279,6 +285,15 @@ func TestPagedAttention(t *testing.T) {
 		{name: "split-many-parts", sh: pagedShape{6, 2, 64, 16, []pagedSeq{{ctx: 1500, nNew: 1}}, "scattered"},
 			tile: &flashTiles{rows: 256, keys: 16, minSplit: 16, pieces: 400}},
 		{name: "empty-sequence", sh: pagedShape{6, 2, 64, 16, []pagedSeq{{ctx: 20, nNew: 0}, {ctx: 40, nNew: 3}}, "scattered"}},
+		// Sliding windows: a prefill task's band of keys on the Sgemm path
+		// and the rest on the kernels, merged; decode on the kernels.
+		{name: "window-mixed-batch", sh: pagedShape{6, 2, 64, 16, mixed, "scattered"}, window: 20},
+		{name: "window-small-tiles-split", sh: pagedShape{6, 2, 64, 16, mixed, "mixed"}, window: 33,
+			tile: &flashTiles{rows: 8, keys: 24, minSplit: 24, pieces: 100}},
+		{name: "window-split-prefill-d128", sh: pagedShape{16, 8, 128, 16, []pagedSeq{{ctx: 300, nNew: 40}, {ctx: 41, nNew: 1}}, "mixed"}, window: 50,
+			tile: &flashTiles{rows: 48, keys: 32, minSplit: 32, pieces: 100}},
+		{name: "window-full-prefill", sh: pagedShape{6, 2, 64, 16, []pagedSeq{{ctx: 1100, nNew: 1100}}, "contiguous"}, window: 300},
+		{name: "window-one", sh: pagedShape{4, 2, 32, 16, mixed, "scattered"}, window: 1},
 	} {
 		// Every case on an F32 and a BF16 cache; with the BF16 cache also
 		// at PrecisionBF16, where the queries are rounded to BF16 (and the
@@ -297,6 +312,7 @@ func TestPagedAttention(t *testing.T) {
 			}
 			p := newPagedProblemOf(t, New(), rand.New(rand.NewPCG(3, uint64(len(tt.name)))), tt.sh, pc.dt)
 			p.prec = pc.prec
+			p.attn.Window = tt.window
 			want := p.referenceRounded(pc.prec == kernels.PrecisionBF16 && pc.dt == compute.BF16)
 			for _, v := range attnVariants() {
 				if v.set == kernels.KernelsGeneric && tt.sh.work() > 1e7 {
