@@ -74,6 +74,14 @@ func TestTestmodelAndGenerate(t *testing.T) {
 	if g1, g2 := gen("-t", "0", "--prompt", "The quick"), gen("-t", "0", "--prompt", "The quick"); g1 != g2 {
 		t.Errorf("greedy generation differs: %q vs %q", g1, g2)
 	}
+	// A Mistral model with a sliding window shorter than the prompt.
+	sw := filepath.Join(t.TempDir(), "sw")
+	if _, _, err := run(t, "", "testmodel", sw, "--arch", "MistralForCausalLM", "--sliding-window", "8"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := run(t, "", "generate", "--model", sw, "-t", "0", "-n", "12", "--prompt", strings.Repeat("the quick brown fox ", 6)); err != nil || out == "" {
+		t.Errorf("generate with a sliding window: %q, %v", out, err)
+	}
 	// The prompt can come from standard input.
 	if out, _, err := run(t, "The quick", "generate", "--model", dir, "-n", "3"); err != nil || out == "" {
 		t.Errorf("stdin prompt: %q, %v", out, err)
@@ -83,6 +91,8 @@ func TestTestmodelAndGenerate(t *testing.T) {
 		{"generate", "--model", dir, "--prompt", "x", "--max-tokens", "0"},
 		{"generate", "--model", filepath.Join(dir, "missing"), "--prompt", "x"},
 		{"testmodel", t.TempDir(), "--preset", "huge"},
+		{"testmodel", t.TempDir(), "--sliding-window", "8"}, // a Qwen3 has no window
+		{"testmodel", t.TempDir(), "--arch", "MistralForCausalLM", "--sliding-window", "-1"},
 	} {
 		if _, _, err := run(t, "", bad...); err == nil {
 			t.Errorf("%v: no error", bad)

@@ -42,6 +42,7 @@ func presetNames() string {
 func (a *app) testmodelCmd() *cobra.Command {
 	var preset, arch, tokDir, ggufType string
 	var seed uint64
+	var window int
 	cmd := &cobra.Command{
 		Use:   "testmodel DIR",
 		Short: "Write a random-weight checkpoint in Hugging Face layout (to try the engine and benchmark it)",
@@ -65,14 +66,20 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 			}
 			if arch != "" {
 				switch arch {
-				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3:
+				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral:
 				default:
-					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3)
+					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral)
 				}
 				spec.Arch = arch
 			}
 			if cmd.Flags().Changed("seed") {
 				spec.Seed = seed
+			}
+			if window != 0 {
+				if spec.Arch != model.ArchMistral && spec.Arch != model.ArchPhi3 || window < 0 {
+					return fmt.Errorf("--sliding-window %d: a positive window, for --arch %s or %s", window, model.ArchMistral, model.ArchPhi3)
+				}
+				spec.SlidingWindow = window
 			}
 			var mix gguf.Mix
 			if ggufType != "" {
@@ -89,7 +96,8 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 		},
 	}
 	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
-	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3+", "+model.ArchPhi3)
+	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3+", "+model.ArchPhi3+", "+model.ArchMistral)
+	cmd.Flags().IntVar(&window, "sliding-window", 0, "attention window (with --arch "+model.ArchMistral+" or "+model.ArchPhi3+"), shorter than the context")
 	cmd.Flags().StringVar(&tokDir, "tokenizer", "", "copy tokenizer.json and tokenizer_config.json from this directory")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random weights")
 	cmd.Flags().StringVar(&ggufType, "gguf", "", "also write the model as DIR/model-TYPE.gguf in this tensor type (q8_0, q4_0, bf16, ...)")
