@@ -274,6 +274,9 @@ type Model struct {
 	// ChatTemplate replaces the model's chat template: a Jinja template
 	// file, or the template itself (see config.yaml).
 	ChatTemplate string `mapstructure:"chat_template"`
+	// LongContext runs a LongRoPE model (Phi-3 128k, Phi-3.5) over its
+	// whole context with its long factors (see config.yaml).
+	LongContext bool `mapstructure:"long_context"`
 }
 
 // Server configures the OpenAI-compatible API.

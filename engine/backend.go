@@ -114,14 +114,14 @@ func loadHost(cfg *config.Config, path string) (*model.Model, error) {
 func loadHostNoting(cfg *config.Config, path string) (*model.Model, string, error) {
 	b := hostBackend(cfg)
 	if !AutoRequantize(cfg, path) {
-		m, err := loadQuantized(b, path, QuantizeType(cfg))
+		m, err := loadQuantized(b, path, QuantizeType(cfg), cfg)
 		return m, "", err
 	}
 	src, err := gguf.OpenModel(path)
 	if err != nil {
 		return nil, "", err
 	}
-	rq, err := model.Requantize(src, compute.Q8_0)
+	rq, err := model.Requantize(sourceFor(cfg, src), compute.Q8_0)
 	if err != nil {
 		src.Close()
 		return nil, "", err

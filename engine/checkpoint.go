@@ -116,16 +116,27 @@ func IsGGUF(path string) bool {
 	return filepath.Ext(path) == ".gguf"
 }
 
+// sourceFor applies the load-time choices of cfg (nil: none) to src:
+// model.long_context runs a LongRoPE model's long factors over its whole
+// context.
+func sourceFor(cfg *config.Config, src model.Source) model.Source {
+	if cfg != nil && cfg.Model.LongContext && src.Config().LongRope != nil {
+		return model.WithConfig(src, src.Config().LongContext())
+	}
+	return src
+}
+
 // loadModel loads the checkpoint at path (a directory, a GGUF file, or a
 // checkpoint of LoRA adapters only, whose base it loads: OpenAdapted) on
 // backend b.
 func loadModel(b compute.Backend, path string) (*model.Model, error) {
-	return loadQuantized(b, path, 0)
+	return loadQuantized(b, path, 0, nil)
 }
 
 // loadQuantized is loadModel with the checkpoint's matrices quantized to
-// dt as they are read (model.Quantize; 0 loads them as stored).
-func loadQuantized(b compute.Backend, path string, dt compute.DType) (*model.Model, error) {
+// dt as they are read (model.Quantize; 0 loads them as stored), and the
+// load-time choices of cfg (sourceFor; nil: none).
+func loadQuantized(b compute.Backend, path string, dt compute.DType, cfg *config.Config) (*model.Model, error) {
 	var src, adapted model.Source
 	var err error
 	switch {
@@ -140,6 +151,7 @@ func loadQuantized(b compute.Backend, path string, dt compute.DType) (*model.Mod
 	if err != nil {
 		return nil, err
 	}
+	src = sourceFor(cfg, src)
 	if dt != 0 {
 		q, err := model.Quantize(src, dt)
 		if err != nil {

@@ -205,9 +205,12 @@ func (e *Engine) open() error {
 	case c.SlidingWindow > 0:
 		e.log.Info().Int("sliding_window", c.SlidingWindow).Int("context", c.MaxPositions).Msg("attention over a sliding window")
 	}
-	if lr := c.LongRope; lr != nil && lr.MaxPositions > c.MaxPositions {
-		e.log.Warn().Int("model_context", lr.MaxPositions).Int("context", c.MaxPositions).
-			Msg("LongRoPE: clawrl runs the short factors, which apply within original_max_position_embeddings, and not the long ones beyond, so the context is capped to it")
+	switch lr := m.Config.LongRope; {
+	case lr != nil && lr.UseLong:
+		e.log.Info().Int("context", m.Config.MaxPositions).Msg("LongRoPE: the long factors over the whole context (model.long_context)")
+	case lr != nil && lr.MaxPositions > m.Config.MaxPositions:
+		e.log.Warn().Int("model_context", lr.MaxPositions).Int("context", m.Config.MaxPositions).
+			Msg("LongRoPE: the short factors, which apply within original_max_position_embeddings, so the context is capped to it; model.long_context: true runs the long factors over the whole context, as llama.cpp does with a longer context")
 	}
 	return nil
 }

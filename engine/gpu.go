@@ -185,7 +185,7 @@ func (e *Engine) openReplica(g group, gpu int, src *weights.Store, background bo
 		return nil, fmt.Errorf("devices.%s.gpus: GPU %d: %w", g, gpu, err)
 	}
 	e.onClose(func() { b.Close() })
-	m, err := loadModel(b, e.dir)
+	m, err := loadQuantized(b, e.dir, 0, e.cfg)
 	if err != nil {
 		return nil, fmt.Errorf("devices.%s.gpus: GPU %d: %w", g, gpu, err)
 	}

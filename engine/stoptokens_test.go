@@ -48,3 +48,42 @@ func TestStopTokens(t *testing.T) {
 		t.Errorf("StopTokens %v, want %v (EOS, config, generation_config, <|end|>)", got, want)
 	}
 }
+
+// TestLongContext: a LongRoPE model serves its original context with the
+// short factors by default, and its whole context with the long ones
+// under model.long_context; its checkpoints keep the model's config.
+func TestLongContext(t *testing.T) {
+	dir := testCheckpoint(t)
+	spec := model.RandomSpec{Arch: model.ArchPhi3, Hidden: 32, Intermediate: 64, Layers: 1, Heads: 4, KVHeads: 2, HeadDim: 8,
+		MaxPositions: 4096, LongRopeOriginal: 512, LongRopeShort: []float64{1, 1, 2, 2}, LongRopeLong: []float64{4, 4, 8, 8},
+		DType: "float32", Seed: 3}
+	tok, err := LoadTokenizer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Vocab = tok.VocabSize()
+	if err := model.WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, long := range []bool{false, true} {
+		cfg := Defaults()
+		cfg.Model.LongContext = long
+		e, err := Open(cfg, Options{Model: dir, Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := e.Model().Config
+		want := 512
+		if long {
+			want = 4096
+		}
+		if c.MaxPositions != want || c.LongRope == nil || c.LongRope.UseLong != long {
+			t.Errorf("long_context %v: context %d, %+v", long, c.MaxPositions, c.LongRope)
+		}
+		prompt := tok.Encode("the quick brown fox jumps over the lazy dog")
+		if got, _ := greedy(t, e.Scheduler(), prompt, 4); len(got) == 0 {
+			t.Errorf("long_context %v: generated nothing", long)
+		}
+		e.Close()
+	}
+}

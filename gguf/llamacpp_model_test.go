@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/clawrl/clawrl/compute"
+	"github.com/clawrl/clawrl/cpu"
 	"github.com/clawrl/clawrl/model"
 )
 
@@ -54,13 +55,14 @@ func TestLlamaCppPerplexity(t *testing.T) {
 		name    string
 		variant func(*model.RandomSpec)
 		control func(*model.RandomSpec) // the variant undone, nil for none
+		long    bool                    // load with Config.LongContext
 	}{
-		{"linear rope ×4", func(s *model.RandomSpec) { s.RopeLinear = 4 }, func(s *model.RandomSpec) { s.RopeLinear = 0 }},
+		{"linear rope ×4", func(s *model.RandomSpec) { s.RopeLinear = 4 }, func(s *model.RandomSpec) { s.RopeLinear = 0 }, false},
 		// Phi-3's architecture, with its fused matrices, which llama.cpp
 		// splits in its own graph. (Not named after it: llama.cpp gives
 		// Phi-3's special tokens attributes when the model's name says
 		// phi3, and fails on a vocabulary without them.)
-		{"fused matrices", func(s *model.RandomSpec) { s.Arch = model.ArchPhi3 }, nil},
+		{"fused matrices", func(s *model.RandomSpec) { s.Arch = model.ArchPhi3 }, nil, false},
 		// (Not Phi-3's sliding window: llama.cpp reads the key and turns it
 		// off, "Phi SWA is currently disabled", where Hugging Face and
 		// clawrl apply it.)
@@ -74,7 +76,16 @@ func TestLlamaCppPerplexity(t *testing.T) {
 				short[i], long[i] = 1+float64(i)/4, 3+float64(i)
 			}
 			s.Arch, s.MaxPositions, s.LongRopeOriginal, s.LongRopeShort, s.LongRopeLong = model.ArchPhi3, 65536, 256, short, long
-		}, func(s *model.RandomSpec) { s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 256, nil, nil }},
+		}, func(s *model.RandomSpec) { s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 256, nil, nil }, false},
+		// LongRoPE's long factors (model.long_context): the original
+		// context of 64 is below llama.cpp's 128, so it runs them.
+		{"longrope long factors", func(s *model.RandomSpec) {
+			short, long := make([]float64, 32), make([]float64, 32)
+			for i := range short {
+				short[i], long[i] = 1+float64(i)/4, 3+float64(i)
+			}
+			s.Arch, s.MaxPositions, s.LongRopeOriginal, s.LongRopeShort, s.LongRopeLong = model.ArchPhi3, 65536, 64, short, long
+		}, func(s *model.RandomSpec) { s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 256, nil, nil }, true},
 		// Phi-4-mini's partial rotary (the first 48 of 64 head dimensions
 		// rotate), with LongRoPE and tied embeddings as it has them.
 		{"partial rotary", func(s *model.RandomSpec) {
@@ -86,7 +97,7 @@ func TestLlamaCppPerplexity(t *testing.T) {
 			s.MaxPositions, s.LongRopeOriginal, s.LongRopeShort, s.LongRopeLong = 65536, 256, short, long
 		}, func(s *model.RandomSpec) {
 			s.PartialRotary, s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 0, 256, nil, nil
-		}},
+		}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := smallSpec(model.ArchLlama, tok.VocabSize())
@@ -112,7 +123,18 @@ func TestLlamaCppPerplexity(t *testing.T) {
 			last := running[len(running)-1]
 			scored, _ := strconv.Atoi(string(last[1]))
 			theirs, _ := strconv.ParseFloat(string(last[2]), 64)
-			ours := chunkPerplexity(t, loadGGUF(t, path), ids, nCtx, scored)
+			m := loadGGUF(t, path)
+			if c.long {
+				src, err := OpenModel(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m, err = model.LoadFrom(cpu.New(), model.WithConfig(src, src.Config().LongContext())); err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+			}
+			ours := chunkPerplexity(t, m, ids, nCtx, scored)
 			t.Logf("perplexity over %d chunks: llama.cpp %.4f, clawrl %.4f (ratio %.6f)", scored, theirs, ours, ours/theirs)
 			if r := ours / theirs; math.Abs(r-1) > 1e-3 || math.IsNaN(r) {
 				t.Errorf("perplexity llama.cpp %.4f, clawrl %.4f: ratio %.6f beyond 1±1e-3", theirs, ours, r)

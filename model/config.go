@@ -102,6 +102,23 @@ type LongRope struct {
 	OriginalMaxPositions    int     // original_max_position_embeddings
 	MaxPositions            int     // max_position_embeddings, before the cap
 	AttnFactor              float64 // attention_factor, or √(1 + ln(max/original)/ln(original))
+	// UseLong runs the long factors over the whole context
+	// (Config.LongContext) instead of the short ones within the original.
+	UseLong bool
+}
+
+// LongContext is c with a LongRoPE model's long factors and its whole
+// context (MaxPositions uncapped, LongRope.UseLong), as llama.cpp runs
+// such a model with a context above the original; c itself for a model
+// without LongRoPE.
+func (c *Config) LongContext() *Config {
+	if c.LongRope == nil || c.LongRope.UseLong {
+		return c
+	}
+	cc, lr := *c, *c.LongRope
+	lr.UseLong = true
+	cc.LongRope, cc.MaxPositions = &lr, lr.MaxPositions
+	return &cc
 }
 
 // configJSON mirrors config.json; pointers tell absent from zero.

@@ -334,7 +334,8 @@ func TestParseConfig(t *testing.T) {
 		{"phi3.5 longrope", func(c map[string]any) {
 			eight := []any{1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7}
 			c["architectures"], c["max_position_embeddings"], c["original_max_position_embeddings"] = []any{"Phi3ForCausalLM"}, 131072, 4096
-			c["rope_scaling"], c["sliding_window"] = map[string]any{"type": "longrope", "short_factor": eight, "long_factor": eight}, 262144
+			twos := []any{2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0}
+			c["rope_scaling"], c["sliding_window"] = map[string]any{"type": "longrope", "short_factor": eight, "long_factor": twos}, 262144
 		}, func(t *testing.T, c *Config) {
 			lr := c.LongRope
 			if lr == nil || c.MaxPositions != 4096 || lr.MaxPositions != 131072 || lr.OriginalMaxPositions != 4096 || c.SlidingWindow != 0 ||
@@ -343,6 +344,13 @@ func TestParseConfig(t *testing.T) {
 			}
 			if f := c.RopeFrequencies(); math.Abs(f[1]-math.Pow(10000, -2.0/16)/1.1) > 1e-15 {
 				t.Errorf("frequency 1: %v", f[1])
+			}
+			long := c.LongContext() // the long factors over the whole context
+			if long.MaxPositions != 131072 || !long.LongRope.UseLong || c.LongRope.UseLong || c.MaxPositions != 4096 {
+				t.Errorf("LongContext: context %d, %+v; the original %d, %+v", long.MaxPositions, long.LongRope, c.MaxPositions, c.LongRope)
+			}
+			if f := long.RopeFrequencies(); math.Abs(f[1]-math.Pow(10000, -2.0/16)/2) > 1e-15 || long.RopeScale() != lr.AttnFactor {
+				t.Errorf("long frequency 1: %v", f[1])
 			}
 		}, ""},
 		{"su with attention_factor", func(c map[string]any) {

@@ -23,7 +23,9 @@ func (c *Config) RopeFrequencies() []float64 {
 		if c.RopeLinear > 1 {
 			f[i] /= c.RopeLinear
 		}
-		if lr := c.LongRope; lr != nil {
+		if lr := c.LongRope; lr != nil && lr.UseLong {
+			f[i] /= lr.LongFactor[i]
+		} else if lr != nil {
 			f[i] /= lr.ShortFactor[i]
 		}
 	}

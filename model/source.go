@@ -61,6 +61,17 @@ type SourceTensor struct {
 	Rows func(dst []float32, lo, hi int) error
 }
 
+// WithConfig is src with its config replaced by c: a choice made at load
+// (Config.LongContext), its tensors unchanged.
+func WithConfig(src Source, c *Config) Source { return configSource{src, c} }
+
+type configSource struct {
+	Source
+	c *Config
+}
+
+func (s configSource) Config() *Config { return s.c }
+
 // OpenDir opens a checkpoint directory of safetensors files as a Source:
 // config.json and model.safetensors (or its shards).
 func OpenDir(dir string) (Source, error) {
