@@ -70,31 +70,15 @@ func TestLlamaCppPerplexity(t *testing.T) {
 		// the short factors for a context of 128 ≤ 256, as Hugging Face
 		// does for a sequence that long): the short factors and the
 		// attention factor √(1 + ln 256 / ln 256) = √2.
-		{"longrope", func(s *model.RandomSpec) {
-			short, long := make([]float64, 32), make([]float64, 32)
-			for i := range short {
-				short[i], long[i] = 1+float64(i)/4, 3+float64(i)
-			}
-			s.Arch, s.MaxPositions, s.LongRopeOriginal, s.LongRopeShort, s.LongRopeLong = model.ArchPhi3, 65536, 256, short, long
-		}, func(s *model.RandomSpec) { s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 256, nil, nil }, false},
+		{"longrope", func(s *model.RandomSpec) { s.Arch = model.ArchPhi3; withLongRope(s, 32, 256) }, func(s *model.RandomSpec) { s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 256, nil, nil }, false},
 		// LongRoPE's long factors (model.long_context): the original
 		// context of 64 is below llama.cpp's 128, so it runs them.
-		{"longrope long factors", func(s *model.RandomSpec) {
-			short, long := make([]float64, 32), make([]float64, 32)
-			for i := range short {
-				short[i], long[i] = 1+float64(i)/4, 3+float64(i)
-			}
-			s.Arch, s.MaxPositions, s.LongRopeOriginal, s.LongRopeShort, s.LongRopeLong = model.ArchPhi3, 65536, 64, short, long
-		}, func(s *model.RandomSpec) { s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 256, nil, nil }, true},
+		{"longrope long factors", func(s *model.RandomSpec) { s.Arch = model.ArchPhi3; withLongRope(s, 32, 64) }, func(s *model.RandomSpec) { s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 256, nil, nil }, true},
 		// Phi-4-mini's partial rotary (the first 48 of 64 head dimensions
 		// rotate), with LongRoPE and tied embeddings as it has them.
 		{"partial rotary", func(s *model.RandomSpec) {
-			short, long := make([]float64, 24), make([]float64, 24)
-			for i := range short {
-				short[i], long[i] = 1+float64(i)/4, 3+float64(i)
-			}
 			s.Arch, s.PartialRotary, s.Tied = model.ArchPhi3, 0.75, true
-			s.MaxPositions, s.LongRopeOriginal, s.LongRopeShort, s.LongRopeLong = 65536, 256, short, long
+			withLongRope(s, 24, 256)
 		}, func(s *model.RandomSpec) {
 			s.PartialRotary, s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 0, 256, nil, nil
 		}, false},
@@ -123,7 +107,7 @@ func TestLlamaCppPerplexity(t *testing.T) {
 			last := running[len(running)-1]
 			scored, _ := strconv.Atoi(string(last[1]))
 			theirs, _ := strconv.ParseFloat(string(last[2]), 64)
-			m := loadGGUF(t, path)
+			var m *model.Model
 			if c.long {
 				src, err := OpenModel(path)
 				if err != nil {
@@ -133,6 +117,8 @@ func TestLlamaCppPerplexity(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer m.Close()
+			} else {
+				m = loadGGUF(t, path)
 			}
 			ours := chunkPerplexity(t, m, ids, nCtx, scored)
 			t.Logf("perplexity over %d chunks: llama.cpp %.4f, clawrl %.4f (ratio %.6f)", scored, theirs, ours, ours/theirs)
@@ -151,6 +137,17 @@ func TestLlamaCppPerplexity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withLongRope gives s LongRoPE over n pairs of rotated dimensions, an
+// original context of orig and a model context of 65,536: short factors
+// 1, 1.25, 1.5, ... and long ones 3, 4, 5, ...
+func withLongRope(s *model.RandomSpec, n, orig int) {
+	s.LongRopeShort, s.LongRopeLong = make([]float64, n), make([]float64, n)
+	for i := range n {
+		s.LongRopeShort[i], s.LongRopeLong[i] = 1+float64(i)/4, 3+float64(i)
+	}
+	s.MaxPositions, s.LongRopeOriginal = 65536, orig
 }
 
 // writeRandomGGUF writes a random model of spec as an F32 GGUF file with

@@ -11,6 +11,7 @@ import (
 
 	"github.com/clawrl/clawrl/compute"
 	"github.com/clawrl/clawrl/model"
+	"github.com/clawrl/clawrl/tokenizer"
 )
 
 // Architectures maps the GGUF architectures clawrl runs
@@ -439,14 +440,11 @@ func (m *Model) ropeLinear(key func(string) string) (float64, error) {
 	return linear, nil
 }
 
-// eogTexts are the texts of tokens that end a turn in the chat formats of
-// the models clawrl runs; as llama.cpp does, a control token with one of
-// them ends generation even when the file names another EOS.
-var eogTexts = []string{"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "<|end_of_text|>"}
-
 // specialTokens sets bos_token_id and eos_token_id from the tokenizer's
 // metadata: EOS, end of turn and end of message, and the control tokens
-// of eogTexts.
+// that end a turn in a common chat format (tokenizer.IsTurnEnd): as
+// llama.cpp does, they end generation even when the file names another
+// EOS.
 func (m *Model) specialTokens(cfg map[string]any, vocab int) error {
 	bos, ok, err := m.intKey("tokenizer.ggml.bos_token_id")
 	if err != nil {
@@ -472,7 +470,7 @@ func (m *Model) specialTokens(cfg map[string]any, vocab int) error {
 			types, _ = tv.Ints()
 		}
 		for id, s := range tokens {
-			if id < vocab && id < len(types) && types[id] == 3 && slices.Contains(eogTexts, s) && !slices.Contains(eos, id) {
+			if id < vocab && id < len(types) && types[id] == 3 && tokenizer.IsTurnEnd(s) && !slices.Contains(eos, id) {
 				eos = append(eos, id)
 			}
 		}

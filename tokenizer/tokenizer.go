@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // Tokenizer is a byte-level BPE tokenizer with its special tokens and chat
@@ -77,6 +78,9 @@ func (t *Tokenizer) TokenString(id int32) string {
 // and GPT-2's end of text. llama.cpp ends generation at the same ones.
 var turnEndTexts = []string{"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
 	"<｜end▁of▁sentence｜>", "<end_of_turn>", "<|endoftext|>"}
+
+// IsTurnEnd reports whether text is one of those tokens' texts.
+func IsTurnEnd(text string) bool { return slices.Contains(turnEndTexts, text) }
 
 // TurnEnds lists the ids of the special tokens of the tokenizer that end a
 // turn in a common chat format (ChatML's <|im_end|>, Llama 3's <|eot_id|>,
