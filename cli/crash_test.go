@@ -98,6 +98,11 @@ func startDaemonEnv(t *testing.T, bin, cfg string, port int, env ...string) *dae
 func startDaemonArgs(t *testing.T, bin, cfg string, port int, args []string, env ...string) *daemon {
 	t.Helper()
 	d := &daemon{url: fmt.Sprintf("http://127.0.0.1:%d", port), log: &lockedBuffer{}, done: make(chan struct{})}
+	// A port is reused across tests: forget the model an earlier daemon
+	// on it served (servedModel asks once per url).
+	servedMu.Lock()
+	delete(servedModels, d.url)
+	servedMu.Unlock()
 	d.cmd = exec.Command(bin, append([]string{"serve", "--config", cfg, "--port", strconv.Itoa(port)}, args...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	d.cmd.Env = append(append(os.Environ(), "CLAWRL_LOG_FORMAT=json"), env...)
