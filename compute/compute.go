@@ -373,6 +373,26 @@ type LinearOut struct {
 	Dst, W, Bias Tensor
 }
 
+// Gemma is implemented by a backend that runs the ops Gemma's blocks add
+// to Llama's: the GELU-gated MLP and the embedding's scale.
+type Gemma interface {
+	// GELUMul computes dst = gelu(gate)·up elementwise with GELU's tanh
+	// approximation, 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))) (PyTorch's
+	// gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh). dst may be
+	// gate or up.
+	GELUMul(dst, gate, up Tensor)
+	// Scale multiplies an F32 tensor by alpha in place.
+	Scale(x Tensor, alpha float32)
+}
+
+// GemmaTrainer is a Trainer that also runs the backward of Gemma's ops.
+type GemmaTrainer interface {
+	Gemma
+	// GELUMulBackward computes dGate = ∂L/∂gate and dUp = ∂L/∂up of
+	// GELUMul from dy = ∂L/∂dst. dGate may be gate and dUp may be up.
+	GELUMulBackward(dGate, dUp, dy, gate, up Tensor)
+}
+
 // SlidingWindow is implemented by a backend whose Attention (and, for a
 // Trainer, DenseAttention) honour a sliding window (Attention.Window).
 // A model loaded on another backend caps its context to the window

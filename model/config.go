@@ -26,13 +26,27 @@ const (
 	// The model computes with them split (Config.FileParts); checkpoint
 	// files, GGUF files and exports hold them fused, as Phi-3's own do.
 	ArchPhi3 = "Phi3ForCausalLM"
+	// ArchGemma3 is Gemma 3's text model (gemma-3-270m, gemma-3-1b):
+	// Llama's blocks with a norm after attention and after the MLP as
+	// well as before them ("sandwich" norms), per-head q/k norms, norm
+	// weights applied as 1 + w, the embedding scaled by √hidden_size, a
+	// GELU (tanh) gated MLP, and sliding-window layers (five of every six)
+	// with a rotary base of their own. Its multimodal siblings
+	// (Gemma3ForConditionalGeneration, 4B and up) are not run.
+	ArchGemma3 = "Gemma3ForCausalLM"
+)
+
+// Activations of the gated MLP (Config.Activation).
+const (
+	ActSiLU     = "silu"      // SwiGLU: silu(gate)·up
+	ActGELUTanh = "gelu_tanh" // GeGLU with GELU's tanh approximation (Gemma's gelu_pytorch_tanh)
 )
 
 // Config is the part of a Hugging Face config.json that shapes the model,
 // after defaults are applied and the values are checked.
 type Config struct {
-	Architecture string // one of ArchLlama, ArchQwen2, ArchQwen3, ArchPhi3 (ArchMistral reads as ArchLlama)
-	ModelType    string // "llama", "qwen2", "qwen3", "mistral", "phi3"
+	Architecture string // one of ArchLlama, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma3 (ArchMistral reads as ArchLlama)
+	ModelType    string // "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3_text"
 
 	HiddenSize       int
 	IntermediateSize int
@@ -59,6 +73,16 @@ type Config struct {
 	// CappedToWindow set.
 	SlidingWindow  int
 	CappedToWindow bool
+	// WindowLayers, when not nil, says which layers are Gemma 3's
+	// "sliding_attention" layers: they attend over SlidingWindow (when
+	// set: a window shorter than the context) and rotate with
+	// LocalRopeTheta; the others attend over the whole context. nil: every
+	// layer attends over SlidingWindow, when set.
+	WindowLayers []bool
+	// LocalRopeTheta, when positive, is the rotary base of the windowed
+	// layers (Gemma 3's rope_local_base_freq, without scaling); the other
+	// layers use RopeTheta with the scaling.
+	LocalRopeTheta float64
 
 	RMSNormEps  float64
 	RopeTheta   float64
@@ -74,7 +98,29 @@ type Config struct {
 	QKVBias           bool // q, k and v projections have a bias (Qwen2; attention_bias)
 	OBias             bool // the output projection has a bias (attention_bias)
 	MLPBias           bool // gate, up and down projections have a bias (Llama mlp_bias)
-	QKNorm            bool // per-head RMSNorm of queries and keys before RoPE (Qwen3)
+	QKNorm            bool // per-head RMSNorm of queries and keys before RoPE (Qwen3, Gemma 3)
+
+	// Gemma's differences from Llama's block (zero values: Llama's).
+	//
+	// Activation is the gated MLP's: ActSiLU or ActGELUTanh.
+	Activation string
+	// SandwichNorms adds a norm of the attention's output and of the
+	// MLP's output before each is added to the residual stream
+	// (post_attention_layernorm and post_feedforward_layernorm; the MLP's
+	// input norm is then pre_feedforward_layernorm).
+	SandwichNorms bool
+	// NormOffset is added to every norm weight of a checkpoint to give the
+	// weight the model multiplies by: Gemma's RMSNorm computes x̂·(1 + w).
+	// The model holds w + NormOffset; files hold w.
+	NormOffset float64
+	// EmbedScale, when positive, multiplies the embedding's output
+	// (Gemma's √hidden_size); the output projection reads the table as it
+	// is.
+	EmbedScale float64
+	// QueryPreAttnScalar, when positive, makes the attention scale
+	// QueryPreAttnScalar^−½ (Gemma's query_pre_attn_scalar) instead of
+	// HeadDim^−½.
+	QueryPreAttnScalar float64
 
 	BOSTokenID  int   // -1 when absent
 	EOSTokenIDs []int // every id that ends generation
@@ -143,6 +189,13 @@ type configJSON struct {
 	UseSlidingWindow  *bool           `json:"use_sliding_window"`
 	SlidingWindow     *int            `json:"sliding_window"`
 	HiddenAct         *string         `json:"hidden_act"`
+	HiddenActivation  *string         `json:"hidden_activation"`
+	QueryPreAttn      *float64        `json:"query_pre_attn_scalar"`
+	RopeLocalBase     *float64        `json:"rope_local_base_freq"`
+	SlidingPattern    *int            `json:"sliding_window_pattern"`
+	LayerTypes        []string        `json:"layer_types"`
+	AttnSoftcap       *float64        `json:"attn_logit_softcapping"`
+	FinalSoftcap      *float64        `json:"final_logit_softcapping"`
 	PartialRotary     *float64        `json:"partial_rotary_factor"`
 	OriginalMaxPos    *int            `json:"original_max_position_embeddings"`
 	BOSTokenID        json.RawMessage `json:"bos_token_id"`
@@ -277,13 +330,35 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKVBias = deref(j.AttentionBias, false)
 		c.OBias = c.QKVBias
 		c.QKNorm = true
+	case ArchGemma3:
+		defaultMaxPos = 131072
+		c.QKVBias = deref(j.AttentionBias, false)
+		c.OBias = c.QKVBias
+		c.QKNorm, c.SandwichNorms, c.NormOffset = true, true, 1
+		windowed = true
 	default:
-		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3)
+		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma3)
 	}
 	if deref(j.UseSlidingWindow, false) {
 		return nil, fmt.Errorf("use_sliding_window is not supported")
 	}
-	if act := deref(j.HiddenAct, "silu"); act != "silu" {
+	c.Activation = ActSiLU
+	if c.Architecture == ArchGemma3 {
+		// Gemma3TextConfig names it hidden_activation; a hidden_act, if
+		// any, is ignored by Hugging Face's Gemma 3 code.
+		if act := deref(j.HiddenActivation, "gelu_pytorch_tanh"); act != "gelu_pytorch_tanh" {
+			return nil, fmt.Errorf("hidden_activation %q is not supported (want gelu_pytorch_tanh)", act)
+		}
+		c.Activation = ActGELUTanh
+		for _, sc := range []struct {
+			name string
+			v    *float64
+		}{{"attn_logit_softcapping", j.AttnSoftcap}, {"final_logit_softcapping", j.FinalSoftcap}} {
+			if sc.v != nil && *sc.v != 0 {
+				return nil, fmt.Errorf("%s %g is not supported (Gemma 3 has none; Gemma 2's soft-capping is not built)", sc.name, *sc.v)
+			}
+		}
+	} else if act := deref(j.HiddenAct, "silu"); act != "silu" {
 		return nil, fmt.Errorf("hidden_act %q is not supported (want silu)", act)
 	}
 
@@ -360,13 +435,21 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("rms_norm_eps must be in (0, 1], got %g", c.RMSNormEps)
 	}
 	c.RopeTheta = deref(j.RopeTheta, 10000)
-	c.TieWordEmbeddings = deref(j.TieWordEmbeddings, false)
+	c.TieWordEmbeddings = deref(j.TieWordEmbeddings, c.Architecture == ArchGemma3)
+	if c.Architecture == ArchGemma3 {
+		if err := parseGemma3(&j, c); err != nil {
+			return nil, err
+		}
+	}
 
 	// Newer transformers versions move rope_theta and the scaling into
 	// rope_parameters; read either.
 	rope := j.RopeScaling
 	if !isNull(j.RopeParameters) {
 		rope = j.RopeParameters
+		if full, ok := perLayerRope(j.RopeParameters); ok {
+			rope = full
+		}
 	}
 	if !isNull(rope) {
 		var r ropeJSON
@@ -433,6 +516,97 @@ func ParseConfig(data []byte) (*Config, error) {
 	return c, nil
 }
 
+// parseGemma3 reads what Gemma 3's config adds: the attention scale,
+// which layers are windowed (layer_types, or sliding_window_pattern: every
+// sixth layer attends over the whole context, the rest over the window),
+// the windowed layers' rotary base, and the embedding's scale.
+func parseGemma3(j *configJSON, c *Config) error {
+	c.EmbedScale = math.Sqrt(float64(c.HiddenSize))
+	c.QueryPreAttnScalar = deref(j.QueryPreAttn, float64(c.HeadDim))
+	if !(c.QueryPreAttnScalar > 0) || math.IsInf(c.QueryPreAttnScalar, 0) {
+		return fmt.Errorf("query_pre_attn_scalar must be positive, got %g", c.QueryPreAttnScalar)
+	}
+	c.LocalRopeTheta = deref(j.RopeLocalBase, 10000)
+	if !isNull(j.RopeParameters) {
+		var per map[string]ropeJSON
+		if json.Unmarshal(j.RopeParameters, &per) == nil {
+			if r, ok := per["sliding_attention"]; ok && r.RopeTheta != nil {
+				c.LocalRopeTheta = *r.RopeTheta
+				if k := r.RopeType + r.Type; k != "" && k != "default" {
+					return fmt.Errorf("rope_parameters: sliding_attention rope_type %q is not supported (want default)", k)
+				}
+			}
+		}
+	}
+	if !(c.LocalRopeTheta > 0) || math.IsInf(c.LocalRopeTheta, 0) {
+		return fmt.Errorf("rope_local_base_freq must be positive, got %g", c.LocalRopeTheta)
+	}
+	if deref(j.SlidingWindow, 0) <= 0 {
+		return nil // no sliding layers: every layer is global, as llama.cpp reads a file without a window
+	}
+	c.WindowLayers = make([]bool, c.NumLayers)
+	switch {
+	case j.LayerTypes != nil:
+		if len(j.LayerTypes) != c.NumLayers {
+			return fmt.Errorf("layer_types has %d entries for %d layers", len(j.LayerTypes), c.NumLayers)
+		}
+		for i, t := range j.LayerTypes {
+			switch t {
+			case "sliding_attention":
+				c.WindowLayers[i] = true
+			case "full_attention":
+			default:
+				return fmt.Errorf("layer_types[%d] is %q (want sliding_attention or full_attention)", i, t)
+			}
+		}
+	default:
+		p := deref(j.SlidingPattern, 6)
+		if p < 1 {
+			return fmt.Errorf("sliding_window_pattern must be at least 1, got %d", p)
+		}
+		for i := range c.WindowLayers {
+			c.WindowLayers[i] = (i+1)%p != 0
+		}
+	}
+	return nil
+}
+
+// perLayerRope returns the full-attention layers' parameters when
+// rope_parameters holds one set per kind of layer (newer transformers'
+// Gemma 3 configs: "full_attention" and "sliding_attention"; parseGemma3
+// reads the other); they are then read as the model's rope_scaling.
+func perLayerRope(raw json.RawMessage) (json.RawMessage, bool) {
+	var per map[string]json.RawMessage
+	if json.Unmarshal(raw, &per) != nil {
+		return nil, false
+	}
+	full, ok := per["full_attention"]
+	return full, ok
+}
+
+// LayerWindow is the sliding window of layer l's attention: SlidingWindow,
+// or 0 for a layer that attends over the whole context (WindowLayers).
+func (c *Config) LayerWindow(l int) int {
+	if c.WindowLayers != nil && !c.WindowLayers[l] {
+		return 0
+	}
+	return c.SlidingWindow
+}
+
+// localRope reports whether layer l rotates with LocalRopeTheta.
+func (c *Config) localRope(l int) bool {
+	return c.LocalRopeTheta > 0 && c.WindowLayers != nil && c.WindowLayers[l]
+}
+
+// AttentionScale is the factor of the attention scores: HeadDim^−½, or
+// QueryPreAttnScalar^−½.
+func (c *Config) AttentionScale() float32 {
+	if c.QueryPreAttnScalar > 0 {
+		return float32(1 / math.Sqrt(c.QueryPreAttnScalar))
+	}
+	return float32(1 / math.Sqrt(float64(c.HeadDim)))
+}
+
 // tokenIDs reads an id field that may be null, an integer or a list.
 func tokenIDs(name string, raw json.RawMessage) ([]int, error) {
 	if isNull(raw) {
@@ -488,6 +662,9 @@ func (c *Config) NumParams() int64 {
 	}
 	if c.QKNorm {
 		layer += 2 * int64(c.HeadDim)
+	}
+	if c.SandwichNorms {
+		layer += 2 * h
 	}
 	n := int64(c.NumLayers)*layer + int64(c.VocabSize)*h + h
 	if !c.TieWordEmbeddings {

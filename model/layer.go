@@ -26,8 +26,13 @@ type blockIO struct {
 	q, k, v         compute.Tensor // after the q/k norms and RoPE
 	att             compute.Tensor // attention output
 	out             compute.Tensor // o_proj and down_proj outputs
-	gate, up, act   compute.Tensor // MLP projections and silu(gate)·up
-	pos             compute.Tensor // I32 position of every row
+	// With sandwich norms (Gemma): outMLP is down_proj's output (out is
+	// o_proj's), and normed their norms' outputs. Serving points all
+	// three at one tensor (the norms run in place); training keeps out
+	// and outMLP for Backward.
+	outMLP, normed compute.Tensor
+	gate, up, act  compute.Tensor // MLP projections and silu(gate)·up
+	pos            compute.Tensor // I32 position of every row
 }
 
 // proj is one linear layer of a block: dst = x·Wᵀ + bias, for LoRA target
@@ -68,24 +73,43 @@ func (m *Model) block(bp blockPass, l int, w *layer, io *blockIO, ps *[3]proj) {
 		b.RMSNorm(io.q, io.qpre, w.QNorm, eps)
 		b.RMSNorm(io.k, io.kpre, w.KNorm, eps)
 	}
-	b.RoPE(io.q, io.pos, m.cos, m.sin, c.HeadDim)
-	b.RoPE(io.k, io.pos, m.cos, m.sin, c.HeadDim)
+	cos, sin := m.ropeFor(l)
+	b.RoPE(io.q, io.pos, cos, sin, c.HeadDim)
+	b.RoPE(io.k, io.pos, cos, sin, c.HeadDim)
 	bp.yield()
 	bp.attend(l, io.att, io.q, io.k, io.v)
 	*ps = [3]proj{{io.out, w.O, w.OBias, targetO}}
 	bp.project(l, io.att, ps[:1])
-	b.Add(io.xmid, io.xin, io.out)
+	if c.SandwichNorms {
+		b.RMSNorm(io.normed, io.out, w.PostAttnNorm, eps)
+		b.Add(io.xmid, io.xin, io.normed)
+	} else {
+		b.Add(io.xmid, io.xin, io.out)
+	}
 	bp.yield()
 
-	// MLP: normalise, gate·up with SiLU, project down, add to the residual.
+	// MLP: normalise, gate·up with SiLU (GELU), project down, (normalise,)
+	// add to the residual.
 	b.RMSNorm(io.h2, io.xmid, w.MLPNorm, eps)
 	*ps = [3]proj{{io.gate, w.Gate, w.GateBias, targetGate}, {io.up, w.Up, w.UpBias, targetUp}}
 	bp.project(l, io.h2, ps[:2])
-	b.SiLUMul(io.act, io.gate, io.up)
+	if c.Activation == ActGELUTanh {
+		b.(compute.Gemma).GELUMul(io.act, io.gate, io.up)
+	} else {
+		b.SiLUMul(io.act, io.gate, io.up)
+	}
 	bp.yield()
-	*ps = [3]proj{{io.out, w.Down, w.DownBias, targetDown}}
+	out := io.out
+	if c.SandwichNorms {
+		out = io.outMLP
+	}
+	*ps = [3]proj{{out, w.Down, w.DownBias, targetDown}}
 	bp.project(l, io.act, ps[:1])
-	b.Add(io.xout, io.xmid, io.out)
+	if c.SandwichNorms {
+		b.RMSNorm(io.normed, out, w.PostMLPNorm, eps)
+		out = io.normed
+	}
+	b.Add(io.xout, io.xmid, out)
 }
 
 // servePass is a serving pass's blockPass: the linear layers of one input
@@ -96,6 +120,7 @@ func (m *Model) block(bp blockPass, l int, w *layer, io *blockIO, ps *[3]proj) {
 // the same LinearMulti with their x·Aᵀ, and add scale·(x·Aᵀ)·Bᵀ after it.
 type servePass struct {
 	b    compute.Backend
+	c    *Config
 	kv   *KVCache
 	v    *views
 	attn *compute.Attention
@@ -133,6 +158,7 @@ func (s *servePass) project(l int, x compute.Tensor, ps []proj) {
 }
 
 func (s *servePass) attend(l int, dst, q, k, v compute.Tensor) {
+	s.attn.Window = s.c.LayerWindow(l)
 	s.b.StoreKV(s.kv.k[l], s.kv.v[l], k, v, s.v.slots, s.attn)
 	s.b.Attention(dst, q, s.kv.k[l], s.kv.v[l], s.attn)
 }
@@ -155,7 +181,8 @@ func (tp trainPass) project(l int, x compute.Tensor, ps []proj) {
 	}
 }
 
-func (tp trainPass) attend(_ int, dst, q, k, v compute.Tensor) {
+func (tp trainPass) attend(l int, dst, q, k, v compute.Tensor) {
+	tp.p.attn.Window = tp.p.t.m.Config.LayerWindow(l)
 	tp.p.t.tb.DenseAttention(dst, tp.a.lse, q, k, v, &tp.p.attn)
 }
 

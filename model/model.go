@@ -3,7 +3,6 @@ package model
 import (
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -21,12 +20,15 @@ type Model struct {
 	Config *Config
 
 	b        compute.Backend
-	root     *Model           // the loaded model a View runs over; nil for that model
-	src      Source           // the checkpoint, closed by Close
-	w        *weights         // the checkpoint's tensors (base.w)
-	base     *Weights         // the checkpoint's weight set
-	cos, sin compute.Tensor   // [MaxPositions, HeadDim/2]
-	owned    []compute.Tensor // freed by Close
+	root     *Model         // the loaded model a View runs over; nil for that model
+	src      Source         // the checkpoint, closed by Close
+	w        *weights       // the checkpoint's tensors (base.w)
+	base     *Weights       // the checkpoint's weight set
+	cos, sin compute.Tensor // [MaxPositions, HeadDim/2]
+	// cosL, sinL are the windowed layers' tables (Config.LocalRopeTheta);
+	// nil when those layers use cos and sin.
+	cosL, sinL compute.Tensor
+	owned      []compute.Tensor // freed by Close
 
 	mu sync.Mutex
 	s  scratch
@@ -109,12 +111,22 @@ func LoadFrom(b compute.Backend, src Source) (*Model, error) {
 	}
 	m := &Model{Config: c, b: b, src: src, w: w}
 	m.base = newBaseWeights(m, w, made)
+	if err := m.needOps(); err != nil {
+		m.Close()
+		return nil, err
+	}
 	half := c.HeadDim / 2
-	cos, sin := ropeTables(c.RopeFrequencies(), c.MaxPositions, c.RopeScale())
-	for _, tab := range []struct {
+	type table struct {
 		dst  *compute.Tensor
 		vals []float32
-	}{{&m.cos, cos}, {&m.sin, sin}} {
+	}
+	cos, sin := ropeTables(c.RopeFrequencies(), c.MaxPositions, c.RopeScale())
+	tabs := []table{{&m.cos, cos}, {&m.sin, sin}}
+	if c.LocalRopeTheta > 0 && c.WindowLayers != nil {
+		cosL, sinL := ropeTables(c.localRopeFrequencies(), c.MaxPositions, 1)
+		tabs = append(tabs, table{&m.cosL, cosL}, table{&m.sinL, sinL})
+	}
+	for _, tab := range tabs {
 		t, err := b.NewTensor(compute.F32, c.MaxPositions, half)
 		if err != nil {
 			m.Close()
@@ -125,6 +137,27 @@ func LoadFrom(b compute.Backend, src Source) (*Model, error) {
 		m.owned = append(m.owned, t)
 	}
 	return m, nil
+}
+
+// needOps checks that the backend runs the ops the config needs beyond a
+// Llama block's.
+func (m *Model) needOps() error {
+	c := m.Config
+	if c.Activation != ActGELUTanh && c.EmbedScale == 0 {
+		return nil
+	}
+	if _, ok := m.b.(compute.Gemma); !ok {
+		return fmt.Errorf("model: backend %s does not run %s's GELU MLP and embedding scale (compute.Gemma is not built for it)", m.b.Name(), c.Architecture)
+	}
+	return nil
+}
+
+// ropeFor is the rotary tables of layer l.
+func (m *Model) ropeFor(l int) (cos, sin compute.Tensor) {
+	if m.cosL != nil && m.Config.localRope(l) {
+		return m.cosL, m.sinL
+	}
+	return m.cos, m.sin
 }
 
 // View returns a model over m's weights and weight sets that runs on
@@ -138,7 +171,7 @@ func LoadFrom(b compute.Backend, src Source) (*Model, error) {
 // outlive its views.
 func (m *Model) View(b compute.Backend) *Model {
 	r := m.owner()
-	return &Model{Config: r.Config, b: b, root: r, w: r.w, base: r.base, cos: r.cos, sin: r.sin}
+	return &Model{Config: r.Config, b: b, root: r, w: r.w, base: r.base, cos: r.cos, sin: r.sin, cosL: r.cosL, sinL: r.sinL}
 }
 
 // owner is the loaded model: m itself, or the model a view runs over.
@@ -368,16 +401,19 @@ func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 	attn := &s.attn
 	*attn = compute.Attention{
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Window: c.SlidingWindow,
+		Scale: c.AttentionScale(), Window: c.SlidingWindow,
 		BlockSize: bs, Seqs: len(steps), MaxBlocks: maxBlocks,
 		QueryStart: views.qstart, ContextLen: views.ctx, BlockTable: views.table,
 	}
 
 	x := views.x
 	b.Embedding(x, w.Embed, views.ids)
-	sp := &servePass{b: b, kv: kv, v: &views, attn: attn, outs: &s.outs, lora: w.lora, scale: w.loraScale, tb: tb}
+	if c.EmbedScale > 0 {
+		b.(compute.Gemma).Scale(x, float32(c.EmbedScale))
+	}
+	sp := &servePass{b: b, c: c, kv: kv, v: &views, attn: attn, outs: &s.outs, lora: w.lora, scale: w.loraScale, tb: tb}
 	io := &blockIO{xin: x, xmid: x, xout: x, h1: views.h, h2: views.h, qpre: views.q, kpre: views.k, q: views.q, k: views.k,
-		v: views.v, att: views.att, out: views.out, gate: views.gate, up: views.up, act: views.gate, pos: views.pos}
+		v: views.v, att: views.att, out: views.out, outMLP: views.out, normed: views.out, gate: views.gate, up: views.up, act: views.gate, pos: views.pos}
 	for l := range w.Layers {
 		m.block(sp, l, &w.Layers[l], io, &s.projs)
 	}

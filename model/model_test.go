@@ -129,6 +129,13 @@ func TestForwardMatchesReference(t *testing.T) {
 			s.Arch, s.MaxPositions, s.LongRopeOriginal = ArchPhi3, 256, 32
 			s.LongRopeShort, s.LongRopeLong = []float64{1, 1.5, 2.5, 4}, []float64{2, 3, 5, 8}
 		}},
+		{"gemma3 f32 tied window 4 pattern 2", func(s *RandomSpec) {
+			s.Arch, s.Tied, s.SlidingWindow, s.SlidingPattern, s.LocalRopeTheta = ArchGemma3, true, 4, 2, 100
+		}},
+		{"gemma3 bf16 untied mqa query scalar linear rope", func(s *RandomSpec) {
+			s.Arch, s.DType, s.KVHeads, s.QueryPreAttnScalar, s.RopeLinear, s.SlidingWindow = ArchGemma3, "bfloat16", 1, 24, 8, 5
+		}},
+		{"gemma3 f32 no window", func(s *RandomSpec) { s.Arch, s.Tied = ArchGemma3, true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -365,12 +372,15 @@ func TestBF16ProductsWithBF16CacheMatchReference(t *testing.T) {
 }
 
 func TestIncrementalDecodeMatchesFullForward(t *testing.T) {
-	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral} {
+	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral, ArchGemma3} {
 		t.Run(arch, func(t *testing.T) {
 			spec := tiny(arch)
 			spec.DType = "bfloat16"
-			if arch == ArchMistral {
+			if arch == ArchMistral || arch == ArchGemma3 {
 				spec.SlidingWindow = 6 // shorter than the 23 tokens, across blocks of 4
+			}
+			if arch == ArchGemma3 {
+				spec.SlidingPattern = 2 // a windowed layer, then a global one
 			}
 			m, _ := writeAndLoad(t, spec)
 			vocab := spec.Vocab

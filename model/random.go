@@ -21,7 +21,7 @@ import (
 // RandomSpec describes a checkpoint of random weights for tests and
 // benchmarks. Zero fields take the defaults noted.
 type RandomSpec struct {
-	Arch                 string // ArchLlama (default), ArchQwen2 or ArchQwen3
+	Arch                 string // ArchLlama (default), ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3 or ArchGemma3
 	Hidden, Intermediate int
 	Layers               int
 	Heads, KVHeads       int // KVHeads defaults to Heads
@@ -38,19 +38,25 @@ type RandomSpec struct {
 	LongRopeOriginal            int
 	// PartialRotary, with Arch ArchPhi3, is partial_rotary_factor (0: 1).
 	PartialRotary float64
-	// SlidingWindow, with Arch ArchMistral or ArchPhi3, is sliding_window
-	// (0: none).
+	// SlidingWindow, with Arch ArchMistral, ArchPhi3 or ArchGemma3, is
+	// sliding_window (0: none).
 	SlidingWindow int
-	RMSNormEps    float64 // default 1e-6
-	DType         string  // "float32", "bfloat16" (default) or "float16"
-	Tied          bool    // tie_word_embeddings: no lm_head.weight
-	AttentionBias bool    // Llama and Qwen3 attention_bias (Qwen2 always has q/k/v biases)
-	MLPBias       bool    // Llama mlp_bias
-	Shards        int     // >1 writes model-0000i-of-0000n.safetensors and an index
-	Seed          uint64
-	InitStd       float64 // standard deviation of matrix weights, default 0.02
-	BOSTokenID    *int    // default 1 (Llama) or Vocab−2 (Qwen)
-	EOSTokenIDs   []int   // default [2] (Llama) or [Vocab−1] (Qwen)
+	// Gemma 3: sliding_window_pattern (0: 6, every sixth layer global),
+	// query_pre_attn_scalar (0: head_dim) and rope_local_base_freq (0:
+	// 10000).
+	SlidingPattern     int
+	QueryPreAttnScalar float64
+	LocalRopeTheta     float64
+	RMSNormEps         float64 // default 1e-6
+	DType              string  // "float32", "bfloat16" (default) or "float16"
+	Tied               bool    // tie_word_embeddings: no lm_head.weight
+	AttentionBias      bool    // Llama and Qwen3 attention_bias (Qwen2 always has q/k/v biases)
+	MLPBias            bool    // Llama mlp_bias
+	Shards             int     // >1 writes model-0000i-of-0000n.safetensors and an index
+	Seed               uint64
+	InitStd            float64 // standard deviation of matrix weights, default 0.02
+	BOSTokenID         *int    // default 1 (Llama) or Vocab−2 (Qwen)
+	EOSTokenIDs        []int   // default [2] (Llama) or [Vocab−1] (Qwen)
 	// ExtraFiles are written beside the checkpoint (e.g. "tokenizer.json").
 	ExtraFiles map[string][]byte
 }
@@ -213,6 +219,31 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 			cfg["rope_scaling"] = map[string]any{"type": "longrope", "short_factor": s.LongRopeShort, "long_factor": s.LongRopeLong}
 			cfg["original_max_position_embeddings"] = s.LongRopeOriginal
 		}
+	case ArchGemma3:
+		delete(cfg, "hidden_act")
+		cfg["model_type"] = "gemma3_text"
+		cfg["attention_bias"] = s.AttentionBias
+		cfg["head_dim"] = s.HeadDim
+		cfg["hidden_activation"] = "gelu_pytorch_tanh"
+		cfg["attn_logit_softcapping"] = nil
+		cfg["final_logit_softcapping"] = nil
+		cfg["query_pre_attn_scalar"] = s.HeadDim
+		if s.QueryPreAttnScalar != 0 {
+			cfg["query_pre_attn_scalar"] = pyFloat(s.QueryPreAttnScalar)
+		}
+		cfg["rope_local_base_freq"] = pyFloat(10000)
+		if s.LocalRopeTheta != 0 {
+			cfg["rope_local_base_freq"] = pyFloat(s.LocalRopeTheta)
+		}
+		cfg["sliding_window"] = slidingWindow(s.SlidingWindow)
+		cfg["sliding_window_pattern"] = 6
+		if s.SlidingPattern != 0 {
+			cfg["sliding_window_pattern"] = s.SlidingPattern
+		}
+		cfg["pad_token_id"] = 0
+		if s.RopeLinear != 0 {
+			cfg["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": pyFloat(s.RopeLinear)}
+		}
 	case ArchQwen2:
 		cfg["model_type"] = "qwen2"
 		cfg["max_window_layers"] = s.Layers
@@ -231,8 +262,8 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 	if s.LongRopeShort != nil && s.Arch != ArchPhi3 {
 		return nil, errors.New("LongRoPE is only generated for Phi-3")
 	}
-	if (s.RopeScaling != nil || s.RopeLinear != 0) && s.Arch != ArchLlama {
-		return nil, errors.New("rope_scaling is only generated for Llama")
+	if s.RopeScaling != nil && s.Arch != ArchLlama || s.RopeLinear != 0 && s.Arch != ArchLlama && s.Arch != ArchGemma3 {
+		return nil, errors.New("rope_scaling is only generated for Llama (and linear scaling for Gemma 3)")
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -347,6 +378,9 @@ func randomStream(ts TensorSpec, dt safetensors.DType, s RandomSpec) func(io.Wri
 		mean, std := 0.0, s.InitStd
 		if len(ts.Shape) == 1 && strings.HasSuffix(ts.Name, "norm.weight") {
 			mean, std = 1, 0.1
+			if s.Arch == ArchGemma3 {
+				mean = 0 // Gemma's norms multiply by 1 + w
+			}
 		}
 		n := numElems(ts.Shape)
 		buf := make([]byte, 0, 64<<10)

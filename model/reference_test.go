@@ -26,6 +26,15 @@ type refModel struct {
 	rot                                              int     // head dimensions RoPE rotates (the first ones)
 	w                                                map[string][]float64
 
+	// Gemma 3: norms multiply by 1 + w, sandwich norms, GELU (tanh), the
+	// embedding times √hidden, scores times query_pre_attn_scalar^−½, and
+	// per layer a window and rotary frequencies of its own.
+	gemma        bool
+	attnScale    float64   // 0: 1/√head_dim
+	layerWindow  []int     // per layer, when set (overrides window)
+	localLayer   []bool    // the layers that rotate with localInvFreq
+	localInvFreq []float64 // the windowed layers' frequencies (Gemma 3)
+
 	// roundInputs rounds the input of every product with a BF16 weight
 	// (through float32, to nearest even) to BF16, as the engine does at
 	// kernels.PrecisionBF16.
@@ -120,6 +129,40 @@ func loadRef(t *testing.T, dir string) *refModel {
 			r.ropeScale = math.Sqrt(1 + math.Log(s)/math.Log(orig))
 		}
 	}
+	if cfg["architectures"].([]any)[0] == "Gemma3ForCausalLM" {
+		// Gemma3TextConfig: layer i slides unless (i+1) % pattern == 0,
+		// or as layer_types says; sliding layers rotate with
+		// rope_local_base_freq and no scaling.
+		r.gemma = true
+		r.attnScale = 1 / math.Sqrt(float64(r.hd))
+		if v, ok := cfg["query_pre_attn_scalar"].(float64); ok {
+			r.attnScale = 1 / math.Sqrt(v)
+		}
+		local := 10000.0
+		if v, ok := cfg["rope_local_base_freq"].(float64); ok {
+			local = v
+		}
+		for i := 0; i < r.rot; i += 2 {
+			r.localInvFreq = append(r.localInvFreq, 1/math.Pow(local, float64(i)/float64(r.rot)))
+		}
+		r.layerWindow, r.localLayer = make([]int, r.layers), make([]bool, r.layers)
+		if w, ok := cfg["sliding_window"].(float64); ok {
+			pattern := 6
+			if v, ok := cfg["sliding_window_pattern"].(float64); ok {
+				pattern = int(v)
+			}
+			for l := range r.layers {
+				sliding := (l+1)%pattern != 0
+				if lt, ok := cfg["layer_types"].([]any); ok {
+					sliding = lt[l] == "sliding_attention"
+				}
+				r.localLayer[l] = sliding
+				if sliding && w < num("max_position_embeddings") {
+					r.layerWindow[l] = int(w)
+				}
+			}
+		}
+	}
 	if rs, ok := cfg["rope_scaling"].(map[string]any); ok && rs["rope_type"] == "llama3" {
 		factor, lo, hi := rs["factor"].(float64), rs["low_freq_factor"].(float64), rs["high_freq_factor"].(float64)
 		old := rs["original_max_position_embeddings"].(float64)
@@ -165,6 +208,17 @@ func loadRef(t *testing.T, dir string) *refModel {
 		if p, ok := strings.CutSuffix(name, "gate_up_proj.weight"); ok {
 			r.w[p+"gate_proj.weight"], r.w[p+"up_proj.weight"] = w[:len(w)/2], w[len(w)/2:]
 			r.bf16[p+"gate_proj.weight"], r.bf16[p+"up_proj.weight"] = r.bf16[name], r.bf16[name]
+		}
+	}
+	if r.gemma {
+		for name, w := range r.w {
+			if strings.HasSuffix(name, "norm.weight") { // Gemma3RMSNorm: x̂·(1 + w)
+				one := make([]float64, len(w))
+				for i, v := range w {
+					one[i] = 1 + v
+				}
+				r.w[name] = one
+			}
 		}
 	}
 	if _, ok := r.w["lm_head.weight"]; !ok {
@@ -297,12 +351,12 @@ func (r *refModel) rmsnorm(x, w []float64) []float64 {
 // rope applies rotate-half RoPE to every head of x at position pos: to
 // its first rot dimensions, pairing j with j+rot/2, as Hugging Face's
 // Phi-3 does with partial rotary; the others pass through.
-func (r *refModel) rope(x []float64, pos int) {
+func (r *refModel) rope(x []float64, pos int, invFreq []float64) {
 	half := r.rot / 2
 	for h := 0; h < len(x); h += r.hd {
 		head := append([]float64(nil), x[h:h+r.hd]...)
 		for j := 0; j < r.rot; j++ {
-			a := float64(pos) * r.invFreq[j%half]
+			a := float64(pos) * invFreq[j%half]
 			var rot float64
 			if j < half {
 				rot = -head[j+half]
@@ -321,10 +375,26 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 	emb := r.w["model.embed_tokens.weight"]
 	for i, tok := range tokens {
 		x[i] = append([]float64(nil), emb[int(tok)*r.hidden:int(tok+1)*r.hidden]...)
+		if r.gemma {
+			for e := range x[i] {
+				x[i][e] *= math.Sqrt(float64(r.hidden))
+			}
+		}
+	}
+	scale := 1 / math.Sqrt(float64(r.hd))
+	if r.attnScale > 0 {
+		scale = r.attnScale
 	}
 	for l := 0; l < r.layers; l++ {
 		p := "model.layers." + strconv.Itoa(l) + "."
 		W := func(name string) []float64 { return r.w[p+name] } // nil when absent
+		window, invFreq := r.window, r.invFreq
+		if r.layerWindow != nil {
+			window = r.layerWindow[l]
+			if r.localLayer[l] {
+				invFreq = r.localInvFreq
+			}
+		}
 		qs, ks, vs := make([][]float64, n), make([][]float64, n), make([][]float64, n)
 		for i := range n {
 			h := r.rmsnorm(x[i], W("input_layernorm.weight"))
@@ -340,8 +410,8 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 					copy(ks[i][hh:], r.rmsnorm(ks[i][hh:hh+r.hd], kn))
 				}
 			}
-			r.rope(qs[i], i)
-			r.rope(ks[i], i)
+			r.rope(qs[i], i, invFreq)
+			r.rope(ks[i], i, invFreq)
 			if r.roundKV {
 				ks[i], vs[i] = roundBF16s(ks[i]), roundBF16s(vs[i])
 			}
@@ -360,7 +430,7 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 				scores := make([]float64, i+1)
 				m := math.Inf(-1)
 				for j := 0; j <= i; j++ {
-					if r.window > 0 && j <= i-r.window {
+					if window > 0 && j <= i-window {
 						scores[j] = math.Inf(-1) // outside the sliding window
 						continue
 					}
@@ -368,7 +438,7 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 					for e := range r.hd {
 						d += q[e] * ks[j][g*r.hd+e]
 					}
-					scores[j] = d / math.Sqrt(float64(r.hd))
+					scores[j] = d * scale
 					m = math.Max(m, scores[j])
 				}
 				z := 0.0
@@ -383,16 +453,29 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 				}
 			}
 			o := r.linear(p+"self_attn.o_proj.weight", att, W("self_attn.o_proj.bias"))
+			mlpNorm := "post_attention_layernorm.weight"
+			if r.gemma {
+				o = r.rmsnorm(o, W("post_attention_layernorm.weight"))
+				mlpNorm = "pre_feedforward_layernorm.weight"
+			}
 			for e := range x[i] {
 				x[i][e] += o[e]
 			}
-			h := r.rmsnorm(x[i], W("post_attention_layernorm.weight"))
+			h := r.rmsnorm(x[i], W(mlpNorm))
 			gate := r.linear(p+"mlp.gate_proj.weight", h, W("mlp.gate_proj.bias"))
 			up := r.linear(p+"mlp.up_proj.weight", h, W("mlp.up_proj.bias"))
 			for e := range gate {
-				gate[e] = gate[e] / (1 + math.Exp(-gate[e])) * up[e]
+				if r.gemma { // gelu_pytorch_tanh
+					g := gate[e]
+					gate[e] = 0.5 * g * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g+0.044715*g*g*g))) * up[e]
+				} else {
+					gate[e] = gate[e] / (1 + math.Exp(-gate[e])) * up[e]
+				}
 			}
 			d := r.linear(p+"mlp.down_proj.weight", gate, W("mlp.down_proj.bias"))
+			if r.gemma {
+				d = r.rmsnorm(d, W("post_feedforward_layernorm.weight"))
+			}
 			for e := range x[i] {
 				x[i][e] += d[e]
 			}

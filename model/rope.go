@@ -50,6 +50,14 @@ func (c *Config) RopeFrequencies() []float64 {
 	return f
 }
 
+// localRopeFrequencies are the windowed layers' frequencies with
+// LocalRopeTheta (Gemma 3's rope_local_base_freq): plain RoPE, no scaling.
+func (c *Config) localRopeFrequencies() []float64 {
+	cc := *c
+	cc.RopeTheta, cc.RopeLinear, cc.RopeScaling, cc.LongRope = c.LocalRopeTheta, 0, nil, nil
+	return cc.RopeFrequencies()
+}
+
 // rotaryDim is RotaryDim, HeadDim for a config made without ParseConfig.
 func (c *Config) rotaryDim() int {
 	if c.RotaryDim == 0 {

@@ -3,7 +3,6 @@ package model
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 
@@ -89,8 +88,6 @@ type Trainable struct {
 	owned    []compute.Tensor
 
 	mu     sync.Mutex
-	cos    compute.Tensor
-	sin    compute.Tensor
 	arenas []*arena // activation memory of freed passes, for reuse
 	freed  bool
 
@@ -155,6 +152,9 @@ func (m *Model) NewTrainable(base *Weights, opts TrainOptions) (*Trainable, erro
 	if !ok {
 		return nil, fmt.Errorf("model: backend %s cannot train (it does not implement compute.Trainer)", m.b.Name())
 	}
+	if _, ok := tb.(compute.GemmaTrainer); !ok && (m.Config.Activation == ActGELUTanh || m.Config.EmbedScale > 0) {
+		return nil, fmt.Errorf("model: backend %s cannot train %s (compute.GemmaTrainer is not built for it)", m.b.Name(), m.Config.Architecture)
+	}
 	if base == nil {
 		base = m.base
 		if base == nil {
@@ -174,7 +174,7 @@ func (m *Model) NewTrainable(base *Weights, opts TrainOptions) (*Trainable, erro
 	if err != nil {
 		return nil, err
 	}
-	t := &Trainable{m: m, tb: tb, opts: opts, baseRefs: refs, base: base.w, cos: m.cos, sin: m.sin}
+	t := &Trainable{m: m, tb: tb, opts: opts, baseRefs: refs, base: base.w}
 	if opts.LoRA != nil {
 		cfg := *opts.LoRA
 		t.opts.LoRA = &cfg
@@ -388,6 +388,9 @@ type layerActs struct {
 	h2         compute.Tensor // post_attention_layernorm output
 	gate, up   compute.Tensor // MLP projections [T, inter]
 	act        compute.Tensor // silu(gate)·up
+	// oatt, omlp are o_proj's and down_proj's outputs before their norms
+	// (sandwich norms), else nil.
+	oatt, omlp compute.Tensor
 	u          [numTargets]compute.Tensor
 }
 
@@ -640,6 +643,10 @@ func (p *Pass) layerActs(l int, f *fetch) layerActs {
 		a.qpre = f.get(key("qpre"), compute.F32, T, c.QDim())
 		a.kpre = f.get(key("kpre"), compute.F32, T, c.KVDim())
 	}
+	if c.SandwichNorms {
+		a.oatt = f.get(key("oatt"), compute.F32, T, c.HiddenSize)
+		a.omlp = f.get(key("omlp"), compute.F32, T, c.HiddenSize)
+	}
 	if p.t.lora != nil {
 		for i, ad := range p.t.lora[l] {
 			if ad != nil {
@@ -685,12 +692,15 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 	b.WriteInt32(p.targets, hTargets)
 	p.attn = compute.DenseAttention{
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Scale: float32(1 / math.Sqrt(float64(c.HeadDim))), Window: c.SlidingWindow, Seqs: len(hStart) - 1, SeqStart: start,
+		Scale: c.AttentionScale(), Window: c.SlidingWindow, Seqs: len(hStart) - 1, SeqStart: start,
 	}
 
 	// The pass holds the machine a part of a layer at a time (see Slicer).
 	defer p.hold()()
 	b.Embedding(p.xs[0], t.w.Embed, p.ids)
+	if c.EmbedScale > 0 {
+		b.Scale(p.xs[0], float32(c.EmbedScale))
+	}
 	var shared layerActs
 	for l := range c.NumLayers {
 		if l > 0 {
@@ -768,7 +778,10 @@ func (p *Pass) layerForward(l int, xin, xout, tmp compute.Tensor, a *layerActs) 
 		qpre, kpre = a.qpre, a.kpre
 	}
 	io := &blockIO{xin: xin, xmid: a.xmid, xout: xout, h1: a.h1, h2: a.h2, qpre: qpre, kpre: kpre, q: a.q, k: a.k,
-		v: a.v, att: a.att, out: tmp, gate: a.gate, up: a.up, act: a.act, pos: p.pos}
+		v: a.v, att: a.att, out: tmp, outMLP: tmp, gate: a.gate, up: a.up, act: a.act, pos: p.pos}
+	if p.t.m.Config.SandwichNorms {
+		io.out, io.outMLP, io.normed = a.oatt, a.omlp, tmp
+	}
 	p.t.m.block(trainPass{p: p, a: a}, l, &p.t.w.Layers[l], io, &p.projs)
 }
 
@@ -856,6 +869,9 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 		}
 	}
 	if g.Embed != nil {
+		if c.EmbedScale > 0 {
+			b.Scale(dx, float32(c.EmbedScale))
+		}
 		b.EmbeddingBackward(g.Embed, dx, p.ids)
 	}
 	return nil
@@ -905,19 +921,36 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 		return f.err
 	}
 	xin := p.xs[l]
+	gelu := c.Activation == ActGELUTanh
 	if p.acts != nil { // shared by all layers: recompute this layer's
 		b.RMSNorm(a.h1, xin, w.AttnNorm, eps)
 		b.RMSNorm(a.h2, a.xmid, w.MLPNorm, eps)
-		b.SiLUMul(a.act, a.gate, a.up)
+		if gelu {
+			b.(compute.GemmaTrainer).GELUMul(a.act, a.gate, a.up)
+		} else {
+			b.SiLUMul(a.act, a.gate, a.up)
+		}
 	}
 
-	// MLP: x_out = x_mid + down(silu(gate(h2))·up(h2)), h2 = norm(x_mid).
-	// dact takes a.act's place once down's gradients have read it, and
-	// after SiLUMulBackward a.gate and a.up hold their own gradients.
+	// MLP: x_out = x_mid + down(silu(gate(h2))·up(h2)), h2 = norm(x_mid)
+	// (with sandwich norms x_out = x_mid + norm(down(...)), and GELU for
+	// SiLU in Gemma). dact takes a.act's place once down's gradients have
+	// read it, and after SiLUMulBackward a.gate and a.up hold their own
+	// gradients. dh holds the gradient of a sandwich norm's input until
+	// the product that reads it is done.
+	dy := dx
+	if c.SandwichNorms {
+		b.RMSNormBackward(dh, g.PostMLPNorm, dx, a.omlp, w.PostMLPNorm, eps, false)
+		dy = dh
+	}
 	dact := a.act
-	t.linearBack(dact, false, dx, a.act, w.Down, g.Down, g.DownBias, ad[targetDown], a.u[targetDown], du)
+	t.linearBack(dact, false, dy, a.act, w.Down, g.Down, g.DownBias, ad[targetDown], a.u[targetDown], du)
 	p.yield()
-	b.SiLUMulBackward(a.gate, a.up, dact, a.gate, a.up)
+	if gelu {
+		b.(compute.GemmaTrainer).GELUMulBackward(a.gate, a.up, dact, a.gate, a.up)
+	} else {
+		b.SiLUMulBackward(a.gate, a.up, dact, a.gate, a.up)
+	}
 	t.linearBack(dh, false, a.gate, a.h2, w.Gate, g.Gate, g.GateBias, ad[targetGate], a.u[targetGate], du)
 	t.linearBack(dh, true, a.up, a.h2, w.Up, g.Up, g.UpBias, ad[targetUp], a.u[targetUp], du)
 	b.RMSNormBackward(dx, g.MLPNorm, dh, a.xmid, w.MLPNorm, eps, true)
@@ -925,12 +958,19 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 
 	// Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)) with q, k,
 	// v projections of h1 = norm(x_in) (and per-head norms of q and k).
-	t.linearBack(datt, false, dx, a.att, w.O, g.O, g.OBias, ad[targetO], a.u[targetO], du)
+	dy = dx
+	if c.SandwichNorms {
+		b.RMSNormBackward(dh, g.PostAttnNorm, dx, a.oatt, w.PostAttnNorm, eps, false)
+		dy = dh
+	}
+	t.linearBack(datt, false, dy, a.att, w.O, g.O, g.OBias, ad[targetO], a.u[targetO], du)
 	p.yield()
+	p.attn.Window = c.LayerWindow(l)
 	b.DenseAttentionBackward(dq, dk, dv, datt, a.att, a.lse, a.q, a.k, a.v, &p.attn)
 	p.yield()
-	b.RoPEBackward(dq, p.pos, t.cos, t.sin, c.HeadDim)
-	b.RoPEBackward(dk, p.pos, t.cos, t.sin, c.HeadDim)
+	cos, sin := t.m.ropeFor(l)
+	b.RoPEBackward(dq, p.pos, cos, sin, c.HeadDim)
+	b.RoPEBackward(dk, p.pos, cos, sin, c.HeadDim)
 	if c.QKNorm {
 		b.RMSNormBackward(dq, g.QNorm, dq, a.qpre, w.QNorm, eps, false)
 		b.RMSNormBackward(dk, g.KNorm, dk, a.kpre, w.KNorm, eps, false)

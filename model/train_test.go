@@ -248,6 +248,9 @@ var gradSpecs = []struct {
 	{"phi3 fused", func(s *RandomSpec) { s.Arch = ArchPhi3 }, false},
 	{"mistral sliding window 3", func(s *RandomSpec) { s.Arch, s.SlidingWindow = ArchMistral, 3 }, true},
 	{"phi4-mini partial rotary", func(s *RandomSpec) { s.Arch, s.PartialRotary = ArchPhi3, 0.5 }, false},
+	{"gemma3 tied window 3 pattern 2", func(s *RandomSpec) {
+		s.Arch, s.Tied, s.SlidingWindow, s.SlidingPattern, s.QueryPreAttnScalar, s.LocalRopeTheta = ArchGemma3, true, 3, 2, 12, 50
+	}, true},
 }
 
 // forceLogitTiles makes the training forward compute the logits 3 rows at
@@ -320,9 +323,13 @@ func TestLoRAGradientsMatchReference(t *testing.T) {
 	}{
 		{"qwen3 all targets", ArchQwen3, nil},
 		{"qwen2 q,v,down", ArchQwen2, []string{"q_proj", "v", "down"}},
+		{"gemma3 all targets", ArchGemma3, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tiny(tt.arch)
+			if tt.arch == ArchGemma3 {
+				spec.SlidingWindow, spec.SlidingPattern = 3, 2
+			}
 			m, dir := writeAndLoad(t, spec)
 			ref := loadRef(t, dir)
 			samples := trainBatch(spec.Vocab)
@@ -397,10 +404,15 @@ func TestCheckpointingIsExact(t *testing.T) {
 	}{
 		{"qwen3 full", ArchQwen3, nil},
 		{"llama lora", ArchLlama, &LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}},
+		{"gemma3 full", ArchGemma3, nil},
+		{"gemma3 lora", ArchGemma3, &LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tiny(tt.arch)
 			spec.DType = "bfloat16"
+			if tt.arch == ArchGemma3 {
+				spec.SlidingWindow, spec.SlidingPattern = 3, 2
+			}
 			m, _ := writeAndLoad(t, spec)
 			samples := trainBatch(spec.Vocab)
 			c32, _ := coefficients(samples, 3)

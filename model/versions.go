@@ -359,6 +359,17 @@ func (w *Weights) FileTensors() []FileTensor {
 				return gatherRows(vals, inv, cols), nil
 			}
 		}
+		if off := w.m.Config.normOffset(name); off != 0 {
+			// Back to the checkpoint's w from the 1 + w the model holds.
+			inner := read
+			read = func() ([]float32, error) {
+				vals, err := inner()
+				if err != nil {
+					return nil, err
+				}
+				return addTo(slices.Clone(vals), -off), nil
+			}
+		}
 		out = append(out, FileTensor{Name: name, Shape: slices.Clone(t.Shape()), DType: dt, Read: read})
 		return nil
 	})

@@ -13,13 +13,15 @@ import (
 // The weights of the model, as fields tagged with the checkpoint's tensor
 // names. A tag reads
 //
-//	hf:"NAME" shape:"DIM,DIM" if:"FLAG"
+//	hf:"NAME" shape:"DIM,DIM" if:"FLAG" sandwich:"NAME"
 //
 // NAME is the Hugging Face tensor name (relative to "model.layers.N." for a
 // layer's fields), each DIM is a symbol resolved from the config (see
 // Config.dims), and the optional FLAG names a config switch (see
 // Config.flags) without which the tensor is not loaded and the field stays
-// nil.
+// nil. A sandwich name replaces hf in a model with sandwich norms
+// (Gemma's names, where post_attention_layernorm is the attention
+// output's norm).
 
 // weights are the tensors shared by all layers.
 type weights struct {
@@ -50,13 +52,17 @@ type layer struct {
 	KNorm    compute.Tensor `hf:"self_attn.k_norm.weight" shape:"head_dim" if:"qk_norm"`
 	O        compute.Tensor `hf:"self_attn.o_proj.weight" shape:"hidden,qdim"`
 	OBias    compute.Tensor `hf:"self_attn.o_proj.bias" shape:"hidden" if:"o_bias"`
-	MLPNorm  compute.Tensor `hf:"post_attention_layernorm.weight" shape:"hidden"`
-	Gate     compute.Tensor `hf:"mlp.gate_proj.weight" shape:"inter,hidden"`
-	GateBias compute.Tensor `hf:"mlp.gate_proj.bias" shape:"inter" if:"mlp_bias"`
-	Up       compute.Tensor `hf:"mlp.up_proj.weight" shape:"inter,hidden"`
-	UpBias   compute.Tensor `hf:"mlp.up_proj.bias" shape:"inter" if:"mlp_bias"`
-	Down     compute.Tensor `hf:"mlp.down_proj.weight" shape:"hidden,inter"`
-	DownBias compute.Tensor `hf:"mlp.down_proj.bias" shape:"hidden" if:"mlp_bias"`
+	// PostAttnNorm normalises the attention's output (Gemma).
+	PostAttnNorm compute.Tensor `hf:"post_attention_layernorm.weight" shape:"hidden" if:"sandwich"`
+	MLPNorm      compute.Tensor `hf:"post_attention_layernorm.weight" shape:"hidden" sandwich:"pre_feedforward_layernorm.weight"`
+	Gate         compute.Tensor `hf:"mlp.gate_proj.weight" shape:"inter,hidden"`
+	GateBias     compute.Tensor `hf:"mlp.gate_proj.bias" shape:"inter" if:"mlp_bias"`
+	Up           compute.Tensor `hf:"mlp.up_proj.weight" shape:"inter,hidden"`
+	UpBias       compute.Tensor `hf:"mlp.up_proj.bias" shape:"inter" if:"mlp_bias"`
+	Down         compute.Tensor `hf:"mlp.down_proj.weight" shape:"hidden,inter"`
+	DownBias     compute.Tensor `hf:"mlp.down_proj.bias" shape:"hidden" if:"mlp_bias"`
+	// PostMLPNorm normalises the MLP's output (Gemma).
+	PostMLPNorm compute.Tensor `hf:"post_feedforward_layernorm.weight" shape:"hidden" if:"sandwich"`
 }
 
 // dims resolves the shape symbols of the weight tags.
@@ -71,7 +77,7 @@ func (c *Config) dims() map[string]int {
 func (c *Config) flags() map[string]bool {
 	return map[string]bool{
 		"untied": !c.TieWordEmbeddings, "qkv_bias": c.QKVBias, "o_bias": c.OBias,
-		"mlp_bias": c.MLPBias, "qk_norm": c.QKNorm,
+		"mlp_bias": c.MLPBias, "qk_norm": c.QKNorm, "sandwich": c.SandwichNorms,
 	}
 }
 
@@ -327,6 +333,23 @@ func sliceRows(st SourceTensor, lo, hi int) SourceTensor {
 
 var tensorType = reflect.TypeFor[compute.Tensor]()
 
+// normOffset is what the model adds to the values of the checkpoint
+// tensor name (Config.NormOffset, for a norm's weight), 0 for any other.
+func (c *Config) normOffset(name string) float32 {
+	if c.NormOffset == 0 || !strings.HasSuffix(name, "norm.weight") {
+		return 0
+	}
+	return float32(c.NormOffset)
+}
+
+// addTo adds off to every value of x, in place, and returns x.
+func addTo(x []float32, off float32) []float32 {
+	for i := range x {
+		x[i] += off
+	}
+	return x
+}
+
 // walkWeights calls fn for every tensor field of w that c needs, with its
 // checkpoint name and expected shape.
 func walkWeights(c *Config, w *weights, fn func(name string, shape []int, field *compute.Tensor) error) error {
@@ -356,7 +379,11 @@ func walkWeights(c *Config, w *weights, fn func(name string, shape []int, field 
 				shape = append(shape, d)
 			}
 			field := v.Field(i).Addr().Interface().(*compute.Tensor)
-			if err := fn(prefix+f.Tag.Get("hf"), shape, field); err != nil {
+			name := f.Tag.Get("hf")
+			if alt := f.Tag.Get("sandwich"); alt != "" && c.SandwichNorms {
+				name = alt
+			}
+			if err := fn(prefix+name, shape, field); err != nil {
 				return err
 			}
 		}
@@ -414,7 +441,9 @@ func loadWeights(b compute.Backend, c *Config, src Source, copyHost bool) (*weig
 			if ferr != nil {
 				return ferr
 			}
-			if copyHost && view {
+			if off := c.normOffset(name); off != 0 {
+				vals = addTo(slices.Clone(vals), off)
+			} else if copyHost && view {
 				vals = slices.Clone(vals)
 			}
 			t, err = b.WeightF32(vals, shape...)

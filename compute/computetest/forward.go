@@ -18,6 +18,7 @@ var forwardChecks = []check{
 	{"RoPE", checkRoPE},
 	{"Attention", checkAttention},
 	{"SiLUMul", checkSiLUMul},
+	{"GELUMul", checkGELUMul},
 	{"Add", checkAdd},
 	{"LogSoftmax", checkLogSoftmax},
 	{"Gather", checkGather},
@@ -452,6 +453,51 @@ func checkRoPE(h *harness) {
 			h.unchanged(desc+": cos", ct, cosv)
 			h.unchanged(desc+": sin", st, sinv)
 		})
+	}
+}
+
+// checkGELUMul checks compute.Gemma's GELUMul against the tanh form in
+// float64, on a backend that implements it.
+func checkGELUMul(h *harness) {
+	gb, ok := h.b.(compute.Gemma)
+	if !ok {
+		h.t.Skipf("%s does not implement compute.Gemma", h.b.Name())
+	}
+	for _, n := range []int{1, 37, 1000, 20000} {
+		for _, alias := range []string{"", "gate", "up"} {
+			name := fmt.Sprintf("n%d", n)
+			if alias != "" {
+				name += "/dst=" + alias
+			}
+			h.run(name, func(h *harness) {
+				desc := fmt.Sprintf("GELUMul [%d]", n)
+				if alias != "" {
+					desc += ", dst = " + alias
+				}
+				gv, uv := h.randn(n, 4), h.randn(n, 1)
+				if n > 4 { // the tails
+					gv[1], gv[2], gv[3] = 90, -90, -20
+				}
+				gate, up := h.input(gv, n), h.input(uv, n)
+				var dst compute.Tensor
+				switch alias {
+				case "gate":
+					dst = gate
+				case "up":
+					dst = up
+				default:
+					dst = h.output(n)
+				}
+				gb.GELUMul(dst, gate, up)
+				h.near(desc+": dst", []int{n}, h.read(dst), refGELUMul(widen(gv), widen(uv)), h.tol(4))
+				if alias != "gate" {
+					h.unchanged(desc+": gate", gate, gv)
+				}
+				if alias != "up" {
+					h.unchanged(desc+": up", up, uv)
+				}
+			})
+		}
 	}
 }
 

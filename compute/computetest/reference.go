@@ -188,6 +188,31 @@ func refSiLUMulBackward(dy, gate, up []float64) (dGate, dUp []float64) {
 	return dGate, dUp
 }
 
+// refGELUMul is gelu(gate)·up with GELU's tanh approximation,
+// 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))).
+func refGELUMul(gate, up []float64) []float64 {
+	y := make([]float64, len(gate))
+	for i, g := range gate {
+		y[i] = 0.5 * g * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(g+0.044715*g*g*g))) * up[i]
+	}
+	return y
+}
+
+// refGELUMulBackward: with t = tanh(√(2/π)·(g + 0.044715·g³)),
+// gelu'(g) = 0.5·(1 + t) + 0.5·g·(1 − t²)·√(2/π)·(1 + 3·0.044715·g²);
+// dGate = dy·up·gelu'(g), dUp = dy·gelu(g).
+func refGELUMulBackward(dy, gate, up []float64) (dGate, dUp []float64) {
+	dGate, dUp = make([]float64, len(dy)), make([]float64, len(dy))
+	c := math.Sqrt(2 / math.Pi)
+	for i, g := range gate {
+		t := math.Tanh(c * (g + 0.044715*g*g*g))
+		d := 0.5*(1+t) + 0.5*g*(1-t*t)*c*(1+3*0.044715*g*g)
+		dGate[i] = dy[i] * up[i] * d
+		dUp[i] = dy[i] * 0.5 * g * (1 + t)
+	}
+	return dGate, dUp
+}
+
 // refLSE is log Σ exp(row), computed stably.
 func refLSE(row []float64) float64 {
 	m := math.Inf(-1)

@@ -18,6 +18,7 @@ var trainerChecks = []check{
 	{"RoPEBackward", checkRoPEBackward},
 	{"DenseAttention", checkDenseAttention},
 	{"SiLUMulBackward", checkSiLUMulBackward},
+	{"GELUMulBackward", checkGELUMulBackward},
 	{"LogProbs", checkLogProbs},
 	{"AdamW", checkAdamW},
 	{"SumSquares", checkSumSquares},
@@ -548,6 +549,51 @@ func checkSiLUMulBackward(h *harness) {
 				k := min(n, 48)
 				gk, uk := g64[:k], u64[:k]
 				f := func() []float64 { return refSiLUMul(gk, uk) }
+				at := h.sample(k, k)
+				h.gradCheck(desc+": dGate", []int{n}, h.read(dg), wantG, numGrad(f, d64[:k], gk, at), at, h.tol(8))
+				h.gradCheck(desc+": dUp", []int{n}, h.read(du), wantU, numGrad(f, d64[:k], uk, at), at, h.tol(8))
+				h.unchanged(desc+": dy", dy, dv)
+				if !inPlace {
+					h.unchanged(desc+": gate", gate, gv)
+					h.unchanged(desc+": up", up, uv)
+				}
+			})
+		}
+	}
+}
+
+// checkGELUMulBackward checks compute.GemmaTrainer's GELUMulBackward
+// against the tanh form's derivative and central differences, on a
+// backend that implements it.
+func checkGELUMulBackward(h *harness) {
+	gt, ok := h.tr.(compute.GemmaTrainer)
+	if !ok {
+		h.t.Skipf("%s does not implement compute.GemmaTrainer", h.b.Name())
+	}
+	for _, n := range []int{37, 1000, 40000} {
+		for _, inPlace := range []bool{false, true} {
+			name := fmt.Sprintf("n%d", n)
+			if inPlace {
+				name += "/in-place"
+			}
+			h.run(name, func(h *harness) {
+				desc := fmt.Sprintf("GELUMulBackward [%d]", n)
+				if inPlace {
+					desc += ", dGate = gate, dUp = up"
+				}
+				gv, uv, dv := h.randn(n, 4), h.randn(n, 1), h.randn(n, 1)
+				gv[1], gv[2], gv[3] = 90, -90, -20
+				gate, up, dy := h.input(gv, n), h.input(uv, n), h.input(dv, n)
+				dg, du := gate, up
+				if !inPlace {
+					dg, du = h.output(n), h.output(n)
+				}
+				gt.GELUMulBackward(dg, du, dy, gate, up)
+				g64, u64, d64 := widen(gv), widen(uv), widen(dv)
+				wantG, wantU := refGELUMulBackward(d64, g64, u64)
+				k := min(n, 48)
+				gk, uk := g64[:k], u64[:k]
+				f := func() []float64 { return refGELUMul(gk, uk) }
 				at := h.sample(k, k)
 				h.gradCheck(desc+": dGate", []int{n}, h.read(dg), wantG, numGrad(f, d64[:k], gk, at), at, h.tol(8))
 				h.gradCheck(desc+": dUp", []int{n}, h.read(du), wantU, numGrad(f, d64[:k], uk, at), at, h.tol(8))
