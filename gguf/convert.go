@@ -114,6 +114,13 @@ func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer,
 	if c.SlidingWindow > 0 && arch == "phi3" {
 		kvs = append(kvs, KV{k("attention.sliding_window"), Uint32(uint32(c.SlidingWindow))})
 	}
+	if arch == "gemma3" {
+		more, err := gemma3Keys(c, k)
+		if err != nil {
+			return fmt.Errorf("gguf: %s: %w", path, err)
+		}
+		kvs = append(kvs, more...)
+	}
 	if lr := c.LongRope; lr != nil {
 		for i := range kvs {
 			if kvs[i].Key == k("context_length") {
@@ -135,7 +142,11 @@ func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer,
 	}
 	var tensors []WriteTensor
 	for _, spec := range c.FileTensorSpecs() {
-		name, _ := TensorName(spec.Name)
+		name, _ := TensorNameFor(c, spec.Name)
+		var shift float32 // llama.cpp's Gemma files hold a norm's 1 + w
+		if c.NormOffset != 0 && strings.HasSuffix(spec.Name, "norm.weight") {
+			shift = float32(c.NormOffset)
+		}
 		tt := F32
 		if len(spec.Shape) == 2 {
 			tt = mix.matrixType(c, spec.Name, spec.Shape[1])
@@ -158,6 +169,13 @@ func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer,
 			vals, _, err := st.Float32()
 			if err != nil {
 				return err
+			}
+			if shift != 0 {
+				shifted := make([]float32, len(vals))
+				for i, x := range vals {
+					shifted[i] = x + shift
+				}
+				vals = shifted
 			}
 			size, err := EncodedSize(tt, len(vals))
 			if err != nil {
@@ -195,6 +213,36 @@ func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer,
 		tensors = append(tensors, WriteTensor{Name: KeyRopeFreqs, Type: F32, Shape: []int{len(f)}, Data: data})
 	}
 	return WriteFile(path, kvs, tensors)
+}
+
+// gemma3Keys are the keys llama.cpp reads of a Gemma 3 file (see
+// Model.gemma3): the sliding window, the period of the windowed layers
+// and their rotary base. A config whose windowed layers follow no period,
+// or whose attention scale llama.cpp would not derive, is refused.
+func gemma3Keys(c *model.Config, k func(string) string) ([]KV, error) {
+	want := float64(c.HeadDim)
+	if c.NumLayers == 62 {
+		want = float64(c.HiddenSize / c.NumHeads)
+	}
+	if c.QueryPreAttnScalar != 0 && c.QueryPreAttnScalar != want {
+		return nil, fmt.Errorf("query_pre_attn_scalar %g: llama.cpp derives %g for this shape, and a GGUF file cannot say otherwise", c.QueryPreAttnScalar, want)
+	}
+	if c.WindowLayers == nil {
+		return nil, nil
+	}
+	p, ok := SlidingPattern(c)
+	if !ok {
+		return nil, fmt.Errorf("the windowed layers follow no period of gemma3.attention.sliding_window_pattern")
+	}
+	w := c.SlidingWindow
+	if w == 0 {
+		w = c.MaxPositions // a window no shorter than the context
+	}
+	return []KV{
+		{k("attention.sliding_window"), Uint32(uint32(w))},
+		{k("attention.sliding_window_pattern"), Uint32(uint32(p))},
+		{k("rope.freq_base_swa"), Float32(float32(c.LocalRopeTheta))},
+	}, nil
 }
 
 // llama3Divisors are the divisors of the rotary frequencies that Llama 3

@@ -82,6 +82,14 @@ func TestLlamaCppPerplexity(t *testing.T) {
 		}, func(s *model.RandomSpec) {
 			s.PartialRotary, s.MaxPositions, s.LongRopeShort, s.LongRopeLong = 0, 256, nil, nil
 		}, false},
+		// Gemma 3: sandwich norms of 1 + w, GELU, the embedding's scale,
+		// two windowed layers of 16 positions with their own rotary base,
+		// then a global one. The control takes the window and the local
+		// base away.
+		{"gemma3", func(s *model.RandomSpec) {
+			s.Arch, s.Layers, s.Tied, s.SlidingWindow, s.SlidingPattern, s.LocalRopeTheta = model.ArchGemma3, 3, true, 16, 3, 100
+			s.InitStd = 0.03 // the embedding is scaled by √256: logits of a sane size
+		}, func(s *model.RandomSpec) { s.SlidingWindow = 0 }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := smallSpec(model.ArchLlama, tok.VocabSize())

@@ -17,10 +17,11 @@ import (
 // Architectures maps the GGUF architectures clawrl runs
 // (general.architecture) to their Hugging Face names.
 var Architectures = map[string]string{
-	"llama": model.ArchLlama,
-	"qwen2": model.ArchQwen2,
-	"qwen3": model.ArchQwen3,
-	"phi3":  model.ArchPhi3,
+	"llama":  model.ArchLlama,
+	"qwen2":  model.ArchQwen2,
+	"qwen3":  model.ArchQwen3,
+	"phi3":   model.ArchPhi3,
+	"gemma3": model.ArchGemma3,
 }
 
 // KeyRopeFreqs names the tensor of per-frequency divisors that llama.cpp's
@@ -67,6 +68,34 @@ func TensorName(hf string) (name string, ok bool) {
 		return "", false
 	}
 	return "blk." + layer + "." + g + kind, true
+}
+
+// TensorNameFor is TensorName for a model of config c: Gemma's sandwich
+// norms have names of their own ("post_attention_layernorm", the
+// attention output's norm, → "post_attention_norm"; the MLP's input norm
+// "pre_feedforward_layernorm" → "ffn_norm"; "post_feedforward_layernorm"
+// → "post_ffw_norm").
+func TensorNameFor(c *model.Config, hf string) (string, bool) {
+	if c.SandwichNorms {
+		if layer, ok := strings.CutPrefix(hf, "model.layers."); ok {
+			if n, part, ok := strings.Cut(layer, "."); ok {
+				if g, ok := sandwichTensors[part]; ok {
+					if _, err := strconv.Atoi(n); err == nil {
+						return "blk." + n + "." + g, true
+					}
+				}
+			}
+		}
+	}
+	return TensorName(hf)
+}
+
+// sandwichTensors are the norms whose GGUF names differ under sandwich
+// norms (TensorNameFor).
+var sandwichTensors = map[string]string{
+	"post_attention_layernorm.weight":   "post_attention_norm.weight",
+	"pre_feedforward_layernorm.weight":  "ffn_norm.weight",
+	"post_feedforward_layernorm.weight": "post_ffw_norm.weight",
 }
 
 // layerTensors maps a layer's Hugging Face module names to GGUF's.
@@ -214,7 +243,7 @@ func (m *Model) readConfig() error {
 	}
 	hf, known := Architectures[arch]
 	if !known {
-		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3)", arch)
+		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3, gemma3)", arch)
 	}
 	if n, _, err := m.intKey("split.count"); err != nil || n > 1 {
 		if err != nil {
@@ -232,6 +261,9 @@ func (m *Model) readConfig() error {
 	}
 
 	cfg := map[string]any{"architectures": []string{hf}, "model_type": arch, "hidden_act": "silu"}
+	if arch == "gemma3" {
+		cfg = map[string]any{"architectures": []string{hf}, "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh"}
+	}
 	for _, f := range []struct{ gguf, hf string }{
 		{"embedding_length", "hidden_size"},
 		{"feed_forward_length", "intermediate_size"},
@@ -339,6 +371,11 @@ func (m *Model) readConfig() error {
 				return err
 			}
 		}
+	case "gemma3":
+		if err := m.gemma3(cfg, key, headDim); err != nil {
+			return err
+		}
+		cfg["attention_bias"] = qkvBias
 	}
 	if err := m.specialTokens(cfg, vocab); err != nil {
 		return err
@@ -366,6 +403,78 @@ func (m *Model) readConfig() error {
 	}
 	m.cfg, m.configJSON = c, append(data, '\n')
 	return m.checkTensors()
+}
+
+// gemma3 reads Gemma 3's keys into config.json as llama.cpp reads them:
+// a sliding window makes layer il windowed unless il % pattern is
+// pattern−1 (attention.sliding_window_pattern, 6 when absent; 0: every
+// layer), the windowed layers rotate with rope.freq_base_swa (10,000 when
+// absent), and the attention scale is head_dim^−½ but for the 27B shape
+// (62 layers), whose query_pre_attn_scalar is hidden/heads. A final
+// logit soft-cap is refused.
+func (m *Model) gemma3(cfg map[string]any, key func(string) string, headDim int) error {
+	if c, ok, err := m.floatKey(key("final_logit_softcapping")); err != nil {
+		return err
+	} else if ok && c != 0 {
+		return m.f.errorf("final logit soft-capping (%s = %g) is not supported", key("final_logit_softcapping"), c)
+	}
+	layers, heads := cfg["num_hidden_layers"].(int), cfg["num_attention_heads"].(int)
+	cfg["query_pre_attn_scalar"] = headDim
+	if layers == 62 {
+		cfg["query_pre_attn_scalar"] = cfg["hidden_size"].(int) / heads
+	}
+	local := Float32(10000)
+	if v, ok := m.f.Get(key("rope.freq_base_swa")); ok {
+		if _, isFloat := v.Float(); !isFloat {
+			return m.metaError("%s is %s, not a float", key("rope.freq_base_swa"), v.Type())
+		}
+		local = v
+	}
+	cfg["rope_local_base_freq"] = jsonFloat(local)
+	w, ok, err := m.intKey(key("attention.sliding_window"))
+	if err != nil || !ok || w == 0 {
+		return err
+	}
+	cfg["sliding_window"] = w
+	pattern, ok, err := m.intKey(key("attention.sliding_window_pattern"))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		pattern = 6
+	}
+	types := make([]string, layers)
+	for il := range types {
+		types[il] = "full_attention"
+		if pattern == 0 || il%pattern < pattern-1 {
+			types[il] = "sliding_attention"
+		}
+	}
+	cfg["layer_types"] = types
+	return nil
+}
+
+// SlidingPattern is the period of a config's windowed layers as
+// llama.cpp's gemma3.attention.sliding_window_pattern gives it: layer il
+// is windowed unless il % p is p−1 (0: every layer). ok is false for a
+// config whose windowed layers follow no such period (or that has none).
+func SlidingPattern(c *model.Config) (p int, ok bool) {
+	if c.WindowLayers == nil {
+		return 0, false
+	}
+	for p := 0; p <= c.NumLayers; p++ {
+		fits := true
+		for il, w := range c.WindowLayers {
+			if w != (p == 0 || il%p < p-1) {
+				fits = false
+				break
+			}
+		}
+		if fits {
+			return p, true
+		}
+	}
+	return 0, false
 }
 
 // longRope reads LongRoPE's factors and keys (Phi-3 128k, Phi-3.5) into
@@ -512,7 +621,7 @@ func (m *Model) dtype() string {
 func (m *Model) checkTensors() error {
 	m.names = map[string]string{}
 	for _, spec := range m.cfg.FileTensorSpecs() {
-		g, ok := TensorName(spec.Name)
+		g, ok := TensorNameFor(m.cfg, spec.Name)
 		if !ok {
 			return m.f.errorf("no GGUF name for tensor %q", spec.Name)
 		}
@@ -566,7 +675,7 @@ func UnpermuteRows(b []byte, rows, heads int) ([]byte, error) {
 
 // Tensor returns the named tensor (a Hugging Face name) from the file.
 func (m *Model) Tensor(name string) (model.SourceTensor, error) {
-	g, ok := TensorName(name)
+	g, ok := TensorNameFor(m.cfg, name)
 	if !ok {
 		return model.SourceTensor{}, m.f.errorf("tensor %q has no GGUF name", name)
 	}
@@ -621,7 +730,30 @@ func (m *Model) Tensor(name string) (model.SourceTensor, error) {
 		}
 		return out, false, nil
 	}
+	if m.cfg.NormOffset != 0 && strings.HasSuffix(name, "norm.weight") {
+		st = normShifted(st, float32(m.cfg.NormOffset))
+	}
 	return st, nil
+}
+
+// normShifted is a norm weight of a Gemma file, which llama.cpp's
+// converter stores as 1 + w (the weight its RMSNorm multiplies by), given
+// back as the checkpoint's w: its values less off, read as float32 only.
+func normShifted(st model.SourceTensor, off float32) model.SourceTensor {
+	f := st.Float32
+	st.BF16, st.Blocks, st.Format, st.Reblock, st.Rows, st.View = nil, nil, "", nil, nil, false
+	st.Float32 = func() ([]float32, bool, error) {
+		v, _, err := f()
+		if err != nil {
+			return nil, false, err
+		}
+		out := make([]float32, len(v))
+		for i, x := range v {
+			out[i] = x - off
+		}
+		return out, false, nil
+	}
+	return st
 }
 
 // reorderRows moves whole rows: with undo, file row h·d+2i+p goes to
