@@ -24,9 +24,11 @@ func presets() map[string]model.RandomSpec {
 	return map[string]model.RandomSpec{
 		"tiny": {Arch: model.ArchQwen3, Hidden: 64, Intermediate: 192, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
 			Vocab: 1024, MaxPositions: 4096, DType: "bfloat16", Seed: 1, InitStd: 0.05},
-		"20m":        model.SpecLlama20M(),
-		"qwen3-0.6b": model.SpecQwen3_0_6B(),
-		"qwen3-1.7b": model.SpecQwen3_1_7B(),
+		"20m":         model.SpecLlama20M(),
+		"qwen3-0.6b":  model.SpecQwen3_0_6B(),
+		"qwen3-1.7b":  model.SpecQwen3_1_7B(),
+		"gemma3-1b":   model.SpecGemma3_1B(),
+		"gemma3-270m": model.SpecGemma3_270M(),
 	}
 }
 
@@ -66,9 +68,9 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 			}
 			if arch != "" {
 				switch arch {
-				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral:
+				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3:
 				default:
-					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral)
+					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s, %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3)
 				}
 				spec.Arch = arch
 			}
@@ -76,8 +78,8 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 				spec.Seed = seed
 			}
 			if window != 0 {
-				if spec.Arch != model.ArchMistral && spec.Arch != model.ArchPhi3 || window < 0 {
-					return fmt.Errorf("--sliding-window %d: a positive window, for --arch %s or %s", window, model.ArchMistral, model.ArchPhi3)
+				if spec.Arch != model.ArchMistral && spec.Arch != model.ArchPhi3 && spec.Arch != model.ArchGemma3 || window < 0 {
+					return fmt.Errorf("--sliding-window %d: a positive window, for --arch %s, %s or %s", window, model.ArchMistral, model.ArchPhi3, model.ArchGemma3)
 				}
 				spec.SlidingWindow = window
 			}
@@ -96,8 +98,8 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 		},
 	}
 	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
-	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3+", "+model.ArchPhi3+", "+model.ArchMistral)
-	cmd.Flags().IntVar(&window, "sliding-window", 0, "attention window (with --arch "+model.ArchMistral+" or "+model.ArchPhi3+"), shorter than the context")
+	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3+", "+model.ArchPhi3+", "+model.ArchMistral+", "+model.ArchGemma3)
+	cmd.Flags().IntVar(&window, "sliding-window", 0, "attention window (with --arch "+model.ArchMistral+", "+model.ArchPhi3+" or "+model.ArchGemma3+"), shorter than the context")
 	cmd.Flags().StringVar(&tokDir, "tokenizer", "", "copy tokenizer.json and tokenizer_config.json from this directory")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random weights")
 	cmd.Flags().StringVar(&ggufType, "gguf", "", "also write the model as DIR/model-TYPE.gguf in this tensor type (q8_0, q4_0, bf16, ...)")

@@ -79,6 +79,25 @@ func SpecQwen3_1_7B() RandomSpec {
 	}
 }
 
+// SpecGemma3_1B has the shapes of Gemma 3 1B (gemma-3-1b-it: about a
+// billion parameters, tied embeddings, a window of 512 on five layers of
+// six), with BF16 weights.
+func SpecGemma3_1B() RandomSpec {
+	return RandomSpec{
+		Arch: ArchGemma3, Hidden: 1152, Intermediate: 6912, Layers: 26, Heads: 4, KVHeads: 1, HeadDim: 256,
+		Vocab: 262144, MaxPositions: 32768, RopeTheta: 1e6, SlidingWindow: 512, Tied: true, DType: "bfloat16", Seed: 1,
+	}
+}
+
+// SpecGemma3_270M has the shapes of Gemma 3 270M (gemma-3-270m), with
+// BF16 weights.
+func SpecGemma3_270M() RandomSpec {
+	return RandomSpec{
+		Arch: ArchGemma3, Hidden: 640, Intermediate: 2048, Layers: 18, Heads: 4, KVHeads: 1, HeadDim: 256,
+		Vocab: 262144, MaxPositions: 32768, RopeTheta: 1e6, SlidingWindow: 512, Tied: true, DType: "bfloat16", Seed: 1,
+	}
+}
+
 // SpecLlama20M is a Llama of about 20 million parameters (hidden 384,
 // 8 layers, 6 query and 2 key/value heads, vocabulary 8192), with BF16
 // weights.

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clawrl/clawrl/gguf"
+	"github.com/clawrl/clawrl/safetensors"
+	"github.com/clawrl/clawrl/weights"
+)
+
+// TestGemma3Model runs a Gemma 3 model (Gemma3ForCausalLM, a window of 8
+// on its windowed layers) as a user does, on the real binary: its
+// checkpoint and its BF16 GGUF file (gemma3) generate the same greedy
+// text past the window; the daemon serving the GGUF file trains LoRA
+// adapters on thumbs; serving the checkpoint with full fine-tuning,
+// thumbs train versions, a restart resumes and trains on, and the trained
+// version exports as a Hugging Face checkpoint (norms as w) and a GGUF
+// file (norms as 1 + w, as llama.cpp's converter writes them) that
+// generate.
+func TestGemma3Model(t *testing.T) {
+	bin := realBinary(t)
+	dir := t.TempDir()
+	hf := filepath.Join(dir, "gemma")
+	if out, err := exec.Command(bin, "testmodel", hf, "--arch", "Gemma3ForCausalLM", "--sliding-window", "8", "--gguf", "bf16").CombinedOutput(); err != nil {
+		t.Fatalf("testmodel: %v\n%s", err, out)
+	}
+	gg := filepath.Join(hf, "model-bf16.gguf")
+	generate := func(m string) string {
+		t.Helper()
+		out, err := exec.Command(bin, "generate", "--model", m, "-t", "0", "-n", "16", "--chat", "--prompt", "Name three primes, please.").Output()
+		if err != nil {
+			t.Fatalf("generate --model %s: %v\n%s", m, err, out)
+		}
+		return string(out)
+	}
+	if a, b := generate(hf), generate(gg); a != b || strings.TrimSpace(a) == "" {
+		t.Errorf("greedy generation: the checkpoint says %q, its BF16 GGUF %q", a, b)
+	}
+
+	waitVersion := func(d *daemon, root string, min uint64) uint64 {
+		t.Helper()
+		for deadline := time.Now().Add(120 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if ns, _ := weights.List(root); len(ns) > 0 && ns[0] >= min {
+				return ns[0]
+			}
+		}
+		t.Fatalf("no checkpoint of version %d after two minutes\n%s", min, d.log)
+		return 0
+	}
+	var cfg string
+	for _, c := range []struct{ name, model, extra string }{{"lora", gg, ""}, {"full", hf, "  lora_rank: 0\n"}} {
+		data := filepath.Join(dir, "data-"+c.name)
+		cfg = filepath.Join(dir, c.name+".yaml")
+		os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\n%sreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n",
+			c.model, c.extra, data)), 0o600)
+		d := startDaemon(t, bin, cfg, freePort(t))
+		chatWithThumbs(t, d, "gemma", "Name a fruit.", 2, 1, "", nil)
+		root := filepath.Join(data, "checkpoints")
+		v := waitVersion(d, root, 2)
+		if adapters := weights.IsAdaptersOnly(filepath.Join(root, fmt.Sprintf("v%08d", v))); adapters != (c.name == "lora") {
+			t.Errorf("%s: checkpoint of LoRA adapters only: %v", c.name, adapters)
+		}
+		if err := d.stop(); err != nil {
+			t.Fatalf("daemon: %v\n%s", err, d.log)
+		}
+		if c.name == "lora" {
+			continue
+		}
+		d = startDaemon(t, bin, cfg, freePort(t))
+		if got := d.servedVersion(t); got != v {
+			t.Errorf("after a restart the daemon serves version %d, want %d\n%s", got, v, d.log)
+		}
+		chatWithThumbs(t, d, "gemma-again", "Name a color.", 2, 1, "", nil)
+		waitVersion(d, root, v+1)
+		d.stop()
+	}
+
+	out := filepath.Join(dir, "export-hf")
+	if o, err := exec.Command(bin, "export", "--config", cfg, "--out", out).CombinedOutput(); err != nil {
+		t.Fatalf("export: %v\n%s", err, o)
+	}
+	outGG := filepath.Join(dir, "export.gguf")
+	if o, err := exec.Command(bin, "export", "--config", cfg, "--format", "gguf", "--type", "q8_0", "--out", outGG).CombinedOutput(); err != nil {
+		t.Fatalf("export gguf: %v\n%s", err, o)
+	}
+	ck, err := safetensors.OpenDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ck.Float32("model.layers.1.post_feedforward_layernorm.weight")
+	w = slices.Clone(w) // a view of the mapped file
+	ck.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(outGG)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch, _ := f.Get("general.architecture")
+	onePlus, err := f.Float32("blk.1.post_ffw_norm.weight")
+	onePlus = slices.Clone(onePlus) // a view of the mapped file
+	f.Close()
+	if err != nil || arch.String() != `"gemma3"` {
+		t.Fatalf("GGUF export: architecture %v, post_ffw_norm: %v", arch, err)
+	}
+	for i := range w {
+		if math.Abs(float64(onePlus[i]-1-w[i])) > 1e-6 {
+			t.Fatalf("norm %d: GGUF %g, Hugging Face %g: not 1 + w", i, onePlus[i], w[i])
+		}
+	}
+	for _, m := range []string{out, outGG} {
+		if strings.TrimSpace(generate(m)) == "" {
+			t.Errorf("generate --model %s said nothing", m)
+		}
+	}
+}
