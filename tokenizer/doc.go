@@ -7,7 +7,8 @@
 // A Tokenizer is read from a Hugging Face checkpoint (Load, FromFiles) and
 // tokenizes as Hugging Face's tokenizers library does for two kinds of BPE
 // model: byte-level BPE (Qwen2, Qwen2.5 and Qwen3, Llama 3, GPT-2-style
-// tokenizers) and SentencePiece-style BPE (Llama 2, Mistral, TinyLlama).
+// tokenizers) and SentencePiece-style BPE (Llama 2, Mistral, TinyLlama,
+// Gemma 3).
 // The steps, in order:
 //
 //   - Added tokens ("<|im_start|>", "<think>", ...) are found in the raw
@@ -17,7 +18,8 @@
 //   - The text between them is normalized: NFC, NFD, NFKC, NFKD, Prepend
 //     and Replace with a literal pattern, alone or in a sequence (Qwen
 //     uses NFC; the older Llama 2 layout Prepend "▁" and Replace " " →
-//     "▁", so every piece of text between special tokens gets a "▁").
+//     "▁", so every piece of text between special tokens gets a "▁";
+//     Gemma 3 Replace alone, with no "▁" before the text).
 //   - Pre-tokenizers cut it into words: Split (regex or literal, all five
 //     delimiter behaviours, invert), ByteLevel (prefix space, GPT-2 regex),
 //     Digits and Metaspace (spaces as "▁", prepend_scheme always, first or
@@ -35,7 +37,8 @@
 //
 // Decoding follows the decoder: ByteLevel, or for SentencePiece-style
 // models Replace ("▁" → " "), ByteFallback, Fuse, Strip (leading spaces)
-// and Metaspace.
+// and Metaspace. A SentencePiece-style decoder decodes added tokens too,
+// as Hugging Face's does (Gemma's added token "▁▁" is two spaces).
 //
 // Anything else a tokenizer.json may hold (a WordPiece or Unigram model, a
 // Lowercase normalizer, a Replace with a regex, BPE dropout, a decoder

@@ -468,6 +468,15 @@ func build(f *fileJSON) (*Tokenizer, error) {
 		t.addedAt[a.ID] = len(t.added)
 		t.known[a.ID] = true
 		t.raw[a.ID] = []byte(a.Content)
+		if !byteLevel {
+			// Hugging Face runs added tokens through the decoder like any
+			// other (tokenizers reverted skipping it, PR #1569; so does
+			// transformers.js), so a SentencePiece-style added token
+			// decodes as its vocabulary entry would: Gemma's "▁▁"
+			// (id 138, also what BPE makes of two spaces) is two spaces,
+			// not "▁▁". A byte-level added token keeps its text.
+			t.raw[a.ID] = spm.tokenBytes(a.Content)
+		}
 		t.ids[a.Content] = a.ID
 		t.special[a.ID] = a.Special
 		t.added = append(t.added, a)

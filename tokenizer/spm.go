@@ -9,15 +9,15 @@ import (
 	"strings"
 )
 
-// SentencePiece-style BPE, as Llama 2, Mistral and TinyLlama tokenizers
-// are written in tokenizer.json (and as GGUF files hold them, tokenizer
-// model "llama"): spaces become "▁" (a Replace normalizer or a Metaspace
-// pre-tokenizer), a "▁" is put before the text (a Prepend normalizer, or
-// the Metaspace's prepend_scheme), the BPE model merges characters rather
-// than bytes, and a character outside the vocabulary becomes the
-// "<0xXX>" tokens of its UTF-8 bytes (byte_fallback). Decoding turns "▁"
-// back into spaces and "<0xXX>" into bytes, and strips the space the
-// encoder put before the text.
+// SentencePiece-style BPE, as Llama 2, Mistral, TinyLlama and Gemma
+// tokenizers are written in tokenizer.json (and as GGUF files hold them,
+// tokenizer model "llama"): spaces become "▁" (a Replace normalizer or a
+// Metaspace pre-tokenizer), a "▁" is put before the text (a Prepend
+// normalizer, or the Metaspace's prepend_scheme; Gemma's puts none), the
+// BPE model merges characters rather than bytes, and a character outside
+// the vocabulary becomes the "<0xXX>" tokens of its UTF-8 bytes
+// (byte_fallback). Decoding turns "▁" back into spaces and "<0xXX>" into
+// bytes, and strips the space the encoder put before the text.
 
 // metaspace is the SentencePiece word separator, U+2581.
 const metaspace = "▁"
@@ -217,9 +217,9 @@ func cutsWords(f *modelJSON, cut string) bool {
 // when all 256 "<0xXX>" tokens are there, unknown characters fused into
 // the unknown token) with merge rules made from the scores, as
 // transformers' converter makes them from a SentencePiece model: every
-// split of a normal token into two normal tokens is a merge, ranked by
-// the token's score (highest first), then its id, then the split's
-// position.
+// split of a normal or user-defined token (with its spaces as "▁") into
+// two such tokens is a merge, ranked by the token's score (highest
+// first), then its id, then the split's position.
 func fromSPMVocab(v Vocab) (*Tokenizer, error) {
 	if len(v.Scores) != len(v.Tokens) {
 		return nil, fmt.Errorf("SentencePiece vocabulary: %d scores for %d tokens", len(v.Scores), len(v.Tokens))
@@ -238,6 +238,22 @@ func fromSPMVocab(v Vocab) (*Tokenizer, error) {
 	normal, err := f.addTokens(v, true)
 	if err != nil {
 		return nil, err
+	}
+	// A user-defined token is matched in the raw text, and llama.cpp's
+	// SentencePiece tokenizer also merges pieces into it, as into any token
+	// of the vocabulary, by its text and score: it is a piece of the model
+	// too, with its spaces as "▁" (which GGUF files write as spaces, see
+	// preNormalizeUserDefined). So is Gemma's "▁▁" in its tokenizer.json:
+	// an added token, and what BPE makes of two spaces.
+	for i, s := range v.Tokens {
+		if v.Types == nil || v.Types[i] != TokenUserDefined {
+			continue
+		}
+		piece := strings.ReplaceAll(s, " ", metaspace)
+		if _, dup := f.Model.Vocab[piece]; !dup {
+			f.Model.Vocab[piece] = int32(i)
+			normal[piece] = int32(i)
+		}
 	}
 	f.Model.ByteFallback = true
 	for b := range 256 {
@@ -282,12 +298,28 @@ func fromSPMVocab(v Vocab) (*Tokenizer, error) {
 	return buildVocab(f, v)
 }
 
+// splitsNothing reports whether pre, the pre-tokenizer of a tokenizer
+// whose normalizer turns every space into "▁", leaves every piece whole:
+// none, or a Split on a literal that holds a space, which is never found
+// (Gemma's: a Split on " " after Replace " " → "▁").
+func splitsNothing(pre preStep) bool {
+	switch p := pre.(type) {
+	case sequence:
+		return len(p) == 0
+	case splitStep:
+		m, ok := p.m.(literalMatcher)
+		return ok && !p.invert && strings.Contains(m.lit, " ")
+	}
+	return false
+}
+
 // spmVocab is Vocab of a SentencePiece-style tokenizer. GGUF files (and
 // llama.cpp) put a "▁" before every piece of text that starts the text or
-// follows a special token, and merge by scores, so only the legacy layout
-// (Prepend "▁" when at all, Replace " " → "▁", no pre-tokenizer) is
-// written: a token's score is minus the rank of the first merge that
-// makes it (a token no merge makes scores below all of them).
+// follows a special token, or before none (add_space_prefix false, as
+// Gemma's), and merge by scores, so only the legacy layout (Prepend "▁"
+// when at all, Replace " " → "▁", no pre-tokenizer or one that splits
+// nothing) is written: a token's score is minus the rank of the first
+// merge that makes it (a token no merge makes scores below all of them).
 func (t *Tokenizer) spmVocab(size int) (Vocab, error) {
 	var prefix bool
 	switch n := t.norm; {
@@ -297,7 +329,7 @@ func (t *Tokenizer) spmVocab(size int) (Vocab, error) {
 	default:
 		return Vocab{}, fmt.Errorf("%w: a SentencePiece tokenizer goes into a GGUF file in the legacy layout only (normalizers Prepend \"▁\" and Replace \" \" → \"▁\", no pre-tokenizer), as llama.cpp runs it", ErrNoPreName)
 	}
-	if q, ok := t.pre.(sequence); !ok || len(q) > 0 || t.metaFirst != nil {
+	if !splitsNothing(t.pre) || t.metaFirst != nil {
 		return Vocab{}, fmt.Errorf("%w: a SentencePiece tokenizer with a pre-tokenizer cannot go into a GGUF file", ErrNoPreName)
 	}
 	v := t.baseVocab(size)
@@ -318,6 +350,10 @@ func (t *Tokenizer) spmVocab(size int) (Vocab, error) {
 		switch {
 		case i == t.model.unk:
 			v.Types[id], v.Scores[id] = TokenUnknown, 0
+		case typ == TokenUserDefined && t.strs[id] != "":
+			// An added token that is also a piece of the model (Gemma's
+			// "▁▁") keeps the score of the merge that makes it: FromVocab
+			// (and llama.cpp) merge pieces into it by that score.
 		case typ != TokenNormal:
 			v.Scores[id] = 0
 		case t.model.byteFallback:
@@ -326,5 +362,28 @@ func (t *Tokenizer) spmVocab(size int) (Vocab, error) {
 			}
 		}
 	}
+	preNormalizeUserDefined(&v)
 	return v, nil
+}
+
+// preNormalizeUserDefined writes the "▁" of user-defined tokens as
+// spaces, as llama.cpp's converter writes them (Gemma's "▁▁" is "  " in
+// its GGUF files): llama.cpp matches a user-defined token in the raw
+// text, where a space is still a space, and decodes it to its text as it
+// is, without the decoder's "▁" → " ". fromSPMVocab makes the "▁" form a
+// piece of the model again. A token whose space form another token
+// already has keeps its "▁".
+func preNormalizeUserDefined(v *Vocab) {
+	texts := make(map[string]bool, len(v.Tokens))
+	for _, s := range v.Tokens {
+		texts[s] = true
+	}
+	for id, typ := range v.Types {
+		if typ != TokenUserDefined {
+			continue
+		}
+		if s := strings.ReplaceAll(v.Tokens[id], metaspace, " "); !texts[s] {
+			v.Tokens[id], texts[s] = s, true
+		}
+	}
 }

@@ -404,10 +404,126 @@ func TestTinySPM(t *testing.T) {
 	}
 }
 
+// tinyGemma is a tokenizer.json in Gemma 3's layout, small enough to
+// write by hand: spaces become "▁" with no dummy prefix, a Split on " "
+// that finds nothing after that, byte fallback, and added tokens that
+// are also in the model's vocab: "\n" and runs of "▁" (not special), and
+// <start_of_turn> and <end_of_turn> (special).
+func tinyGemma() []byte {
+	vocab := map[string]int{"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3}
+	for b := range 256 {
+		vocab[byteTokenName(byte(b))] = 4 + b
+	}
+	pieces := []string{metaspace, "a", "b", metaspace + metaspace, metaspace + "a", "\n", "<start_of_turn>", "<end_of_turn>", metaspace + metaspace + metaspace}
+	for i, s := range pieces {
+		vocab[s] = 260 + i
+	}
+	var added []any
+	for _, a := range []struct {
+		content string
+		special bool
+	}{{"<pad>", true}, {"<eos>", true}, {"<bos>", true}, {"<unk>", true}, {"\n", false},
+		{metaspace + metaspace, false}, {metaspace + metaspace + metaspace, false}, {"<start_of_turn>", true}, {"<end_of_turn>", true}} {
+		added = append(added, map[string]any{"id": vocab[a.content], "content": a.content, "special": a.special})
+	}
+	f := map[string]any{
+		"added_tokens":  added,
+		"normalizer":    map[string]any{"type": "Replace", "pattern": map[string]any{"String": " "}, "content": metaspace},
+		"pre_tokenizer": map[string]any{"type": "Split", "pattern": map[string]any{"String": " "}, "behavior": "MergedWithPrevious", "invert": false},
+		"decoder": map[string]any{"type": "Sequence", "decoders": []any{
+			map[string]any{"type": "Replace", "pattern": map[string]any{"String": metaspace}, "content": " "},
+			map[string]any{"type": "ByteFallback"}, map[string]any{"type": "Fuse"},
+		}},
+		"model": map[string]any{"type": "BPE", "unk_token": "<unk>", "byte_fallback": true, "fuse_unk": true,
+			"vocab": vocab, "merges": []any{metaspace + " " + metaspace, metaspace + metaspace + " " + metaspace, metaspace + " a"}},
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// TestTinyGemma pins, on tinyGemma, what the real Gemma 3 golden
+// (TestGemma3Golden) checks without the downloaded files: ids as Hugging
+// Face gives them; an added token that is also a piece of the model
+// ("▁▁") decodes through the decoder, to spaces, as in Hugging Face; and
+// the tokenizer goes into a GGUF vocabulary as llama.cpp's converter
+// writes Gemma's (model "llama", no space prefix, "▁▁" a user-defined
+// token written "  ") that reads back to the same ids and text.
+func TestTinyGemma(t *testing.T) {
+	tok, err := FromJSON(tinyGemma())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp2, _ := tok.TokenID(metaspace + metaspace)
+	sp3, _ := tok.TokenID(metaspace + metaspace + metaspace)
+	v, err := tok.Vocab(0)
+	if err != nil {
+		t.Fatalf("as a GGUF vocabulary: %v", err)
+	}
+	if v.Model != ModelSPM || v.AddSpacePrefix || v.Types[sp2] != TokenUserDefined || v.Tokens[sp2] != "  " {
+		t.Errorf("vocab: model %q, add_space_prefix %v, ▁▁ of type %d written %q", v.Model, v.AddSpacePrefix, v.Types[sp2], v.Tokens[sp2])
+	}
+	// "▁▁▁" keeps the score of its merge (the second), by which FromVocab
+	// merges into it.
+	if v.Scores[sp3] != -1 {
+		t.Errorf("▁▁▁ scores %v, want -1", v.Scores[sp3])
+	}
+	back, err := FromVocab(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		text, decoded string
+		want          []string
+	}{
+		// Two spaces are one "▁▁", which BPE merges; no "▁" before the text.
+		{"a  b", "a  b", []string{"a", "▁▁", "b"}},
+		{" a", " a", []string{"▁a"}},
+		{"   ", "   ", []string{"▁▁▁"}},
+		// "▁▁" typed is the added token, matched in the raw text (from
+		// the GGUF vocabulary, where the token is written "  ", the piece
+		// "▁▁" BPE makes).
+		{"a▁▁b", "a  b", []string{"a", "▁▁", "b"}},
+		{"▁▁▁", "   ", []string{"▁▁▁"}},
+		{"a\n\n b", "a\n\n b", []string{"a", "\n", "\n", "▁", "b"}},
+		{"<start_of_turn>a  <end_of_turn>", "<start_of_turn>a  <end_of_turn>", []string{"<start_of_turn>", "a", "▁▁", "<end_of_turn>"}},
+		{"c", "c", []string{"<0x63>"}},
+	} {
+		ids := tok.Encode(c.text)
+		var got []string
+		for _, id := range ids {
+			got = append(got, tok.TokenString(id))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("pieces of %q = %q, want %q", c.text, got, c.want)
+		}
+		if d := tok.Decode(ids); d != c.decoded {
+			t.Errorf("Decode(Encode(%q)) = %q, want %q", c.text, d, c.decoded)
+		}
+		if b := back.Encode(c.text); !slices.Equal(b, ids) {
+			t.Errorf("from the GGUF vocabulary, Encode(%q) = %v, want %v", c.text, b, ids)
+		}
+		if d := back.Decode(ids); d != c.decoded {
+			t.Errorf("from the GGUF vocabulary, Decode(Encode(%q)) = %q, want %q", c.text, d, c.decoded)
+		}
+	}
+	if got := string(tok.TokenBytes()[sp2]); got != "  " {
+		t.Errorf("▁▁ decodes to %q, want two spaces", got)
+	}
+	// Written back, the tokens are the same. (The scores rank the same
+	// merges, but more of them: every split of "▁▁▁" is one.)
+	if v2, err := back.Vocab(0); err != nil || !slices.Equal(v2.Tokens, v.Tokens) || !slices.Equal(v2.Types, v.Types) {
+		t.Errorf("the vocabulary read back writes other tokens (%v)", err)
+	}
+}
+
 // FuzzFromJSON: no tokenizer.json, however damaged, makes loading panic,
 // and whatever loads encodes and decodes without panicking.
 func FuzzFromJSON(f *testing.F) {
 	f.Add(tinySPM(), "a b c é")
+	f.Add(tinyGemma(), "a  b ▁▁▁ c\n\n<end_of_turn>")
 	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"decoder":{"type":"Metaspace","replacement":"▁"},"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first"}}`), "a a")
 	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"▁":0,"a":1},"merges":["▁ a"],"byte_fallback":true},"decoder":{"type":"Strip","content":" ","start":3,"stop":0}}`), "   a")
 	f.Fuzz(func(t *testing.T, data []byte, text string) {

@@ -485,3 +485,52 @@ func TestTokenBytes(t *testing.T) {
 		t.Errorf("<|im_end|> is %q", b[im])
 	}
 }
+
+// TestTurnEnds: the tokens that end a turn in common chat formats, which
+// end generation besides the EOS, are known by their text, and a
+// tokenizer lists those it has as special tokens (tinyGemma's
+// <end_of_turn>, not its <start_of_turn>).
+func TestTurnEnds(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want bool
+	}{
+		{"<|im_end|>", true},          // ChatML (Qwen)
+		{"<|eot_id|>", true},          // Llama 3
+		{"<|eom_id|>", true},          // Llama 3, a message that calls a tool
+		{"<|end|>", true},             // Phi-3
+		{"<end_of_turn>", true},       // Gemma
+		{"<｜end▁of▁sentence｜>", true}, // DeepSeek
+		{"<|endoftext|>", true},
+		{"<start_of_turn>", false},
+		{"<|im_start|>", false},
+		{"<eos>", false},
+		{"end_of_turn", false},
+	} {
+		if got := IsTurnEnd(c.text); got != c.want {
+			t.Errorf("IsTurnEnd(%q) = %v, want %v", c.text, got, c.want)
+		}
+	}
+	tok, err := FromJSON(tinyGemma())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eot, _ := tok.TokenID("<end_of_turn>")
+	if got := tok.TurnEnds(); !slices.Equal(got, []int32{eot}) {
+		t.Errorf("TurnEnds = %v, want [%d] (<end_of_turn>)", got, eot)
+	}
+	// Only as a special token: text that happens to read so is not one.
+	plain, err := FromJSON(editJSON(t, tinyGemma(), func(m map[string]any) {
+		for _, a := range m["added_tokens"].([]any) {
+			if a := a.(map[string]any); a["content"] == "<end_of_turn>" {
+				a["special"] = false
+			}
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plain.TurnEnds(); len(got) != 0 {
+		t.Errorf("TurnEnds with <end_of_turn> not special = %v", got)
+	}
+}

@@ -42,8 +42,9 @@ const (
 // (Model "gpt2"): the tokens by id in the byte-level alphabet (added
 // tokens as their text), their types, the merge rules by rank and the
 // pre-tokenizer's name. A SentencePiece one (Model "llama"): the tokens
-// with "▁" for a space, their types and scores, and whether a "▁" goes
-// before the text. Both: the special tokens and the chat templates.
+// with "▁" for a space (a user-defined token with the space itself, as
+// llama.cpp's converter writes it), their types and scores, and whether a
+// "▁" goes before the text. Both: the special tokens and the chat templates.
 // FromVocab builds a Tokenizer from one; Tokenizer.Vocab makes one.
 type Vocab struct {
 	// Model is ModelBPE ("" reads as it) or ModelSPM.
@@ -136,8 +137,10 @@ func PreTokenizerNames() []string { return slices.Sorted(maps.Keys(preTokenizers
 // FromVocab builds a tokenizer from a vocabulary: normal (and byte and
 // unknown) tokens form the BPE vocabulary, control tokens become special
 // added tokens and user-defined tokens added tokens that are not special,
-// both matched in the raw text; unused tokens are left out (their ids
-// decode to nothing). A special-token id that names no token is ignored.
+// both matched in the raw text (in a SentencePiece vocabulary a
+// user-defined token is also a piece BPE merges into, with its spaces as
+// "▁"); unused tokens are left out (their ids decode to nothing). A
+// special-token id that names no token is ignored.
 func FromVocab(v Vocab) (*Tokenizer, error) {
 	switch v.Model {
 	case "", ModelBPE:
