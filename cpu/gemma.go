@@ -23,25 +23,19 @@ const (
 	geluChunk = 1024
 )
 
-// geluZ64 is z = −2u(g), whose exp gives σ(2u) = 1/(1 + exp(z)).
-func geluZ64(x float32) float64 {
-	g := float64(x)
-	return -2 * geluC * (g + geluC3*g*g*g)
-}
-
-// geluZ writes z = −2u(g) for each g, rounded to float32, for ExpSub.
-func geluZ(z, g []float32) {
+// geluZ writes z = −2u(g) for each g, rounded to float32, for ExpSub, and
+// into dz what the rounding lost (z − z₃₂): exp(z) = exp(z₃₂)·exp(dz) ≈
+// exp(z₃₂)·(1 + dz), which keeps the relative error of σ(2u) near
+// ExpSub's own where |z| is large (up to 2e-6 without it).
+func geluZ(z, dz, g []float32) {
+	dz = dz[:len(z)]
+	g = g[:len(z)]
 	for i, x := range g {
-		z[i] = float32(geluZ64(x))
+		x64 := float64(x)
+		z64 := -2 * geluC * (x64 + geluC3*x64*x64*x64)
+		z[i] = float32(z64)
+		dz[i] = float32(z64 - float64(z[i]))
 	}
-}
-
-// geluExp is exp(z) from e = ExpSub's exp(float32(z)): corrected for z's
-// rounding to float32 (exp(z) = e·exp(z − z₃₂) ≈ e·(1 + z − z₃₂)), which
-// would otherwise cost up to 2e-6 of relative error where |z| is large.
-func geluExp(e float32, x float32) float64 {
-	z := geluZ64(x)
-	return float64(e) * (1 + (z - float64(float32(z))))
 }
 
 // GELUMul computes dst = gelu_tanh(gate)·up.
@@ -52,17 +46,18 @@ func (b *Backend) GELUMul(dst, gate, up compute.Tensor) {
 	if len(g) != len(d) || len(u) != len(d) {
 		shapePanic("GELUMul", "lengths %d, %d, %d", len(d), len(g), len(u))
 	}
-	b.pool.For(len(d), 1<<14, func(lo, hi int) {
-		tmp := b.getScratch(geluChunk)
+	b.pool.For(len(d), 1<<11, func(lo, hi int) {
+		tmp := b.getScratch(2 * geluChunk)
 		defer b.putScratch(tmp)
 		for c0 := lo; c0 < hi; c0 += geluChunk {
 			c1 := min(c0+geluChunk, hi)
-			e := (*tmp)[:c1-c0]
-			geluZ(e, g[c0:c1])
+			e, dz := (*tmp)[:c1-c0], (*tmp)[geluChunk:geluChunk+c1-c0]
+			gs, us, ds := g[c0:c1], u[c0:c1], d[c0:c1]
+			geluZ(e, dz, gs)
 			kernels.ExpSub(e, e, 0)
+			dz, gs, us, ds = dz[:len(e)], gs[:len(e)], us[:len(e)], ds[:len(e)]
 			for j, ej := range e {
-				i := c0 + j
-				d[i] = float32(float64(g[i]) / (1 + geluExp(ej, g[i])) * float64(u[i]))
+				ds[j] = gs[j] / (1 + ej*(1+dz[j])) * us[j]
 			}
 		}
 	})
@@ -84,16 +79,16 @@ func (b *Backend) GELUMulBackward(dGate, dUp, dy, gate, up compute.Tensor) {
 		shapePanic("GELUMulBackward", "lengths %d, %d, %d, %d, %d", len(dg), len(du), n, len(ga), len(u))
 	}
 	b.pool.For(n, 1<<14, func(lo, hi int) {
-		tmp := b.getScratch(geluChunk)
+		tmp := b.getScratch(2 * geluChunk)
 		defer b.putScratch(tmp)
 		for c0 := lo; c0 < hi; c0 += geluChunk {
 			c1 := min(c0+geluChunk, hi)
-			e := (*tmp)[:c1-c0]
-			geluZ(e, ga[c0:c1])
+			e, dz := (*tmp)[:c1-c0], (*tmp)[geluChunk:geluChunk+c1-c0]
+			geluZ(e, dz, ga[c0:c1])
 			kernels.ExpSub(e, e, 0)
 			for j, ej := range e {
 				i := c0 + j
-				s := 1 / (1 + geluExp(ej, ga[i]))
+				s := 1 / (1 + float64(ej)*(1+float64(dz[j])))
 				x, ui, yi := float64(ga[i]), float64(u[i]), float64(y[i])
 				d := s + x*s*(1-s)*2*geluC*(1+3*geluC3*x*x)
 				if math.IsNaN(d) { // s(1−s)·x³ at an infinite x: the limit is 0 or 1

@@ -1,6 +1,6 @@
-// Package model is clawrl's transformer: the Llama, Qwen2 and Qwen3 families
-// of decoder-only language models, written once over compute.Backend, so the
-// same code runs on the CPU and on a GPU.
+// Package model is clawrl's transformer: the Llama (Mistral), Qwen2, Qwen3,
+// Phi-3 and Gemma 3 families of decoder-only language models, written once
+// over compute.Backend, so the same code runs on the CPU and on a GPU.
 //
 // # The forward pass
 //
@@ -21,6 +21,16 @@
 //	    h = rmsnorm(x) * post_attention_layernorm
 //	    x = x + (silu(h Wgate) * (h Wup)) Wdown
 //	logits = (rmsnorm(x) * norm) Wlm                  Wlm = embed when tied
+//
+// Gemma 3 differs in four places: x = embed[token]·√hidden; each norm
+// multiplies by 1 + w (the model holds 1 + w, Config.NormOffset); the
+// attention's and the MLP's outputs are normalised before they join x
+// (x = x + rmsnorm(a Wo) * post_attention_layernorm, then h = rmsnorm(x) *
+// pre_feedforward_layernorm and x = x + rmsnorm(mlp(h)) *
+// post_feedforward_layernorm); the MLP gates with GELU's tanh form; and
+// most layers attend over a sliding window with a rotary base of their own
+// (Config.WindowLayers, LocalRopeTheta), the scores scaled by
+// query_pre_attn_scalar^−½.
 //
 // That is Model.block, line for line: the one forward pass of a layer,
 // which serving (over the paged KV cache) and training (over whole
