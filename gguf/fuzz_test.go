@@ -100,10 +100,12 @@ var metaKeys = []string{
 	"{a}.attention.layer_norm_rms_epsilon", "{a}.expert_count", "general.architecture",
 	KeyTokenizerPre, "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token",
 	"tokenizer.ggml.model", "tokenizer.chat_template",
+	"{a}.attention.sliding_window_pattern", "{a}.rope.freq_base_swa", "{a}.final_logit_softcapping",
 }
 
 // FuzzModelMetadata opens small model files (a Phi-3 model with LongRoPE
-// and partial rotary, a Llama with linear rope scaling) with one metadata
+// and partial rotary, a Llama with linear rope scaling, a Gemma 3 with
+// windowed layers) with one metadata
 // value replaced by an arbitrary one of any type, or removed: OpenModel
 // must refuse the file with an error or describe a model that loads and
 // runs a forward pass, and never panic. Values that describe a model
@@ -122,6 +124,9 @@ func FuzzModelMetadata(f *testing.F) {
 			s.Arch, s.PartialRotary, s.MaxPositions, s.LongRopeOriginal, s.LongRopeShort, s.LongRopeLong = model.ArchPhi3, 0.75, 512, 64, short, short
 		},
 		func(s *model.RandomSpec) { s.RopeLinear = 4 },
+		func(s *model.RandomSpec) {
+			s.Arch, s.Layers, s.SlidingWindow, s.SlidingPattern, s.LocalRopeTheta = model.ArchGemma3, 3, 16, 3, 100
+		},
 	} {
 		spec := model.RandomSpec{Arch: model.ArchLlama, Hidden: 64, Intermediate: 64, Layers: 1, Heads: 2, KVHeads: 1, HeadDim: 32,
 			Vocab: tok.VocabSize(), MaxPositions: 128, DType: "float32", Seed: 3, InitStd: 0.05}
@@ -140,6 +145,9 @@ func FuzzModelMetadata(f *testing.F) {
 	f.Add(uint8(0), uint8(19), uint8(2), uint64(0), 0.0, "deepseek-coder")
 	f.Add(uint8(0), uint8(14), uint8(1), uint64(0), math.NaN(), "")
 	f.Add(uint8(1), uint8(5), uint8(4), uint64(0), 0.0, "")
+	f.Add(uint8(2), uint8(25), uint8(0), uint64(0), 0.0, "")
+	f.Add(uint8(2), uint8(2), uint8(0), uint64(1<<31-1), 0.0, "")
+	f.Add(uint8(2), uint8(27), uint8(1), uint64(0), 30.0, "")
 	f.Fuzz(func(t *testing.T, file, key, typ uint8, u uint64, x float64, s string) {
 		kvs, tensors := readBack(t, files[int(file)%len(files)])
 		var arch Value

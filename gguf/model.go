@@ -277,6 +277,9 @@ func (m *Model) readConfig() error {
 		}
 		cfg[f.hf] = n
 	}
+	if n := cfg["num_hidden_layers"].(int); n > len(m.f.Tensors) {
+		return m.metaError("%s is %d, but the file holds %d tensors", key("block_count"), n, len(m.f.Tensors))
+	}
 	heads := cfg["num_attention_heads"].(int)
 	kvHeads, ok, err := m.intKey(key("attention.head_count_kv"))
 	if err != nil {

@@ -17,17 +17,40 @@ import (
 // (clawrl bench --what model) what the rest of the step costs.
 func BenchmarkDecodeProducts(b *testing.B) {
 	for _, typ := range []QuantType{QuantQ8_0, QuantQ4_0, QuantQ4_1, QuantQ5_1, QuantIQ4NL, QuantQ6_16} {
-		b.Run(typ.String(), func(b *testing.B) { benchDecodeProducts(b, typ) })
+		b.Run(typ.String(), func(b *testing.B) { benchDecodeProducts(b, typ, qwen3Decode) })
 	}
 }
 
-func benchDecodeProducts(b *testing.B, typ QuantType) {
+// BenchmarkDecodeProductsGemma is BenchmarkDecodeProducts on the shape of
+// Gemma 3 1B (26 layers; q, k and v from 1,152 to 1,024, 256 and 256;
+// gate and up to 6,912; a 262,144-row output matrix).
+func BenchmarkDecodeProductsGemma(b *testing.B) {
+	for _, typ := range []QuantType{QuantQ8_0, QuantQ4_0} {
+		b.Run(typ.String(), func(b *testing.B) { benchDecodeProducts(b, typ, gemma3Decode) })
+	}
+}
+
+// decodeShape lists the passes of one decode step: each the k of its
+// input and the n of its products.
+type decodeShape struct {
+	layers int
+	passes [][]int // k, then the n of each product of the pass
+	vocab  int
+	hidden int
+}
+
+var (
+	qwen3Decode  = decodeShape{28, [][]int{{1024, 2048, 1024, 1024}, {2048, 1024}, {1024, 3072, 3072}, {3072, 1024}}, 151936, 1024}
+	gemma3Decode = decodeShape{26, [][]int{{1152, 1024, 256, 256}, {1024, 1152}, {1152, 6912, 6912}, {6912, 1152}}, 262144, 1152}
+)
+
+func benchDecodeProducts(b *testing.B, typ QuantType, shape decodeShape) {
 	r := rand.New(rand.NewPCG(1, 2))
 	quant := func(n, k int) *QMatrix {
 		q, _ := PackQuant(typ, randBlocks(r, typ, n, k), n, k)
 		return q
 	}
-	c := make([]float32, 151936)
+	c := make([]float32, max(shape.vocab, 2*6912))
 	var passes [][]LinearOut
 	bytes := 0
 	pass := func(k int, ns ...int) {
@@ -41,14 +64,13 @@ func benchDecodeProducts(b *testing.B, typ QuantType) {
 		}
 		passes = append(passes, outs)
 	}
-	for range 28 {
-		pass(1024, 2048, 1024, 1024)
-		pass(2048, 1024)
-		pass(1024, 3072, 3072)
-		pass(3072, 1024)
+	for range shape.layers {
+		for _, p := range shape.passes {
+			pass(p[0], p[1:]...)
+		}
 	}
-	pass(1024, 151936)
-	a := randF32(r, 3072)
+	pass(shape.hidden, shape.vocab)
+	a := randF32(r, 6912)
 	for _, threads := range []int{1, 2} {
 		b.Run(fmt.Sprintf("threads%d", threads), func(b *testing.B) {
 			defer SetThreads(Threads())
