@@ -202,6 +202,15 @@ func (e *Engine) open() error {
 	case c.CappedToWindow:
 		e.log.Warn().Int("sliding_window", c.MaxPositions).Str("backend", m.Backend().Name()).
 			Msg("the model attends over a sliding window shorter than its context, which this backend does not run; it attends over every earlier position, the same within the window, so the context is capped to the window")
+	case c.SlidingWindow > 0 && c.WindowLayers != nil:
+		n := 0
+		for l := range c.NumLayers {
+			if c.LayerWindow(l) > 0 {
+				n++
+			}
+		}
+		e.log.Info().Int("sliding_window", c.SlidingWindow).Int("windowed_layers", n).Int("layers", c.NumLayers).
+			Int("context", c.MaxPositions).Msg("attention over a sliding window in some layers, over the whole context in the others")
 	case c.SlidingWindow > 0:
 		e.log.Info().Int("sliding_window", c.SlidingWindow).Int("context", c.MaxPositions).Msg("attention over a sliding window")
 	}
