@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/clawrl/clawrl/gguf"
 	"github.com/clawrl/clawrl/safetensors"
@@ -45,16 +44,6 @@ func TestGemma3Model(t *testing.T) {
 		t.Errorf("greedy generation: the checkpoint says %q, its BF16 GGUF %q", a, b)
 	}
 
-	waitVersion := func(d *daemon, root string, min uint64) uint64 {
-		t.Helper()
-		for deadline := time.Now().Add(120 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if ns, _ := weights.List(root); len(ns) > 0 && ns[0] >= min {
-				return ns[0]
-			}
-		}
-		t.Fatalf("no checkpoint of version %d after two minutes\n%s", min, d.log)
-		return 0
-	}
 	var cfg string
 	for _, c := range []struct{ name, model, extra string }{{"lora", gg, ""}, {"full", hf, "  lora_rank: 0\n"}} {
 		data := filepath.Join(dir, "data-"+c.name)
@@ -64,7 +53,7 @@ func TestGemma3Model(t *testing.T) {
 		d := startDaemon(t, bin, cfg, freePort(t))
 		chatWithThumbs(t, d, "gemma", "Name a fruit.", 2, 1, "", nil)
 		root := filepath.Join(data, "checkpoints")
-		v := waitVersion(d, root, 2)
+		v := waitCheckpoint(t, d, root, 2)
 		if adapters := weights.IsAdaptersOnly(filepath.Join(root, fmt.Sprintf("v%08d", v))); adapters != (c.name == "lora") {
 			t.Errorf("%s: checkpoint of LoRA adapters only: %v", c.name, adapters)
 		}
@@ -79,7 +68,7 @@ func TestGemma3Model(t *testing.T) {
 			t.Errorf("after a restart the daemon serves version %d, want %d\n%s", got, v, d.log)
 		}
 		chatWithThumbs(t, d, "gemma-again", "Name a color.", 2, 1, "", nil)
-		waitVersion(d, root, v+1)
+		waitCheckpoint(t, d, root, v+1)
 		d.stop()
 	}
 

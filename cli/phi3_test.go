@@ -60,16 +60,6 @@ func TestPhi3Model(t *testing.T) {
 
 	// LoRA over the GGUF file (the default), and full fine-tuning of the
 	// checkpoint, whose versions' checkpoints hold the fused tensors.
-	waitVersion := func(d *daemon, root string, min uint64) uint64 {
-		t.Helper()
-		for deadline := time.Now().Add(120 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if ns, _ := weights.List(root); len(ns) > 0 && ns[0] >= min {
-				return ns[0]
-			}
-		}
-		t.Fatalf("no checkpoint of version %d after two minutes\n%s", min, d.log)
-		return 0
-	}
 	var cfg string
 	for _, c := range []struct{ name, model, extra string }{{"lora", gg, ""}, {"full", hf, "  lora_rank: 0\n"}} {
 		data := filepath.Join(dir, "data-"+c.name)
@@ -79,7 +69,7 @@ func TestPhi3Model(t *testing.T) {
 		d := startDaemon(t, bin, cfg, freePort(t))
 		chatWithThumbs(t, d, "phi3", "Name a fruit.", 2, 1, "", nil)
 		root := filepath.Join(data, "checkpoints")
-		v := waitVersion(d, root, 2)
+		v := waitCheckpoint(t, d, root, 2)
 		ck := filepath.Join(root, fmt.Sprintf("v%08d", v))
 		if adapters := weights.IsAdaptersOnly(ck); adapters != (c.name == "lora") {
 			t.Errorf("%s: checkpoint of LoRA adapters only: %v", c.name, adapters)
@@ -103,7 +93,7 @@ func TestPhi3Model(t *testing.T) {
 			t.Errorf("after a restart the daemon serves version %d, want %d\n%s", got, v, d.log)
 		}
 		chatWithThumbs(t, d, "phi3-again", "Name a color.", 2, 1, "", nil)
-		waitVersion(d, root, v+1)
+		waitCheckpoint(t, d, root, v+1)
 		d.stop()
 	}
 
@@ -138,4 +128,17 @@ func TestPhi3Model(t *testing.T) {
 			t.Errorf("generate --model %s said nothing", m)
 		}
 	}
+}
+
+// waitCheckpoint waits (two minutes at most) until the newest checkpoint
+// under root is of version min or later, and returns its version.
+func waitCheckpoint(t *testing.T, d *daemon, root string, min uint64) uint64 {
+	t.Helper()
+	for deadline := time.Now().Add(120 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if ns, _ := weights.List(root); len(ns) > 0 && ns[0] >= min {
+			return ns[0]
+		}
+	}
+	t.Fatalf("no checkpoint of version %d after two minutes\n%s", min, d.log)
+	return 0
 }

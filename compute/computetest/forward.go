@@ -463,6 +463,15 @@ func checkGELUMul(h *harness) {
 	if !ok {
 		h.t.Skipf("%s does not implement compute.Gemma", h.b.Name())
 	}
+	checkGated(h, "GELUMul", gb.GELUMul, refGELUMul)
+}
+
+func checkSiLUMul(h *harness) { checkGated(h, "SiLUMul", h.b.SiLUMul, refSiLUMul) }
+
+// checkGated checks a gated activation op, dst = act(gate)·up, against
+// its float64 reference ref, with dst apart and aliasing each input, on
+// the activation's tails too.
+func checkGated(h *harness, op string, run func(dst, gate, up compute.Tensor), ref func(gate, up []float64) []float64) {
 	for _, n := range []int{1, 37, 1000, 20000} {
 		for _, alias := range []string{"", "gate", "up"} {
 			name := fmt.Sprintf("n%d", n)
@@ -470,7 +479,7 @@ func checkGELUMul(h *harness) {
 				name += "/dst=" + alias
 			}
 			h.run(name, func(h *harness) {
-				desc := fmt.Sprintf("GELUMul [%d]", n)
+				desc := fmt.Sprintf("%s [%d]", op, n)
 				if alias != "" {
 					desc += ", dst = " + alias
 				}
@@ -488,47 +497,8 @@ func checkGELUMul(h *harness) {
 				default:
 					dst = h.output(n)
 				}
-				gb.GELUMul(dst, gate, up)
-				h.near(desc+": dst", []int{n}, h.read(dst), refGELUMul(widen(gv), widen(uv)), h.tol(4))
-				if alias != "gate" {
-					h.unchanged(desc+": gate", gate, gv)
-				}
-				if alias != "up" {
-					h.unchanged(desc+": up", up, uv)
-				}
-			})
-		}
-	}
-}
-
-func checkSiLUMul(h *harness) {
-	for _, n := range []int{1, 37, 1000, 20000} {
-		for _, alias := range []string{"", "gate", "up"} {
-			name := fmt.Sprintf("n%d", n)
-			if alias != "" {
-				name += "/dst=" + alias
-			}
-			h.run(name, func(h *harness) {
-				desc := fmt.Sprintf("SiLUMul [%d]", n)
-				if alias != "" {
-					desc += ", dst = " + alias
-				}
-				gv, uv := h.randn(n, 4), h.randn(n, 1)
-				if n > 4 { // the tails of silu
-					gv[1], gv[2], gv[3] = 90, -90, -20
-				}
-				gate, up := h.input(gv, n), h.input(uv, n)
-				var dst compute.Tensor
-				switch alias {
-				case "gate":
-					dst = gate
-				case "up":
-					dst = up
-				default:
-					dst = h.output(n)
-				}
-				h.b.SiLUMul(dst, gate, up)
-				h.near(desc+": dst", []int{n}, h.read(dst), refSiLUMul(widen(gv), widen(uv)), h.tol(4))
+				run(dst, gate, up)
+				h.near(desc+": dst", []int{n}, h.read(dst), ref(widen(gv), widen(uv)), h.tol(4))
 				if alias != "gate" {
 					h.unchanged(desc+": gate", gate, gv)
 				}

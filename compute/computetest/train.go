@@ -523,43 +523,7 @@ func checkDenseAttention(h *harness) {
 }
 
 func checkSiLUMulBackward(h *harness) {
-	for _, n := range []int{37, 1000, 40000} {
-		for _, inPlace := range []bool{false, true} {
-			name := fmt.Sprintf("n%d", n)
-			if inPlace {
-				name += "/in-place"
-			}
-			h.run(name, func(h *harness) {
-				desc := fmt.Sprintf("SiLUMulBackward [%d]", n)
-				if inPlace {
-					desc += ", dGate = gate, dUp = up"
-				}
-				gv, uv, dv := h.randn(n, 4), h.randn(n, 1), h.randn(n, 1)
-				gv[1], gv[2], gv[3] = 90, -90, -20
-				gate, up, dy := h.input(gv, n), h.input(uv, n), h.input(dv, n)
-				dg, du := gate, up
-				if !inPlace {
-					dg, du = h.output(n), h.output(n)
-				}
-				h.tr.SiLUMulBackward(dg, du, dy, gate, up)
-				g64, u64, d64 := widen(gv), widen(uv), widen(dv)
-				wantG, wantU := refSiLUMulBackward(d64, g64, u64)
-				// Central differences of the first elements (tails
-				// included): the op is elementwise.
-				k := min(n, 48)
-				gk, uk := g64[:k], u64[:k]
-				f := func() []float64 { return refSiLUMul(gk, uk) }
-				at := h.sample(k, k)
-				h.gradCheck(desc+": dGate", []int{n}, h.read(dg), wantG, numGrad(f, d64[:k], gk, at), at, h.tol(8))
-				h.gradCheck(desc+": dUp", []int{n}, h.read(du), wantU, numGrad(f, d64[:k], uk, at), at, h.tol(8))
-				h.unchanged(desc+": dy", dy, dv)
-				if !inPlace {
-					h.unchanged(desc+": gate", gate, gv)
-					h.unchanged(desc+": up", up, uv)
-				}
-			})
-		}
-	}
+	checkGatedBackward(h, "SiLUMulBackward", h.tr.SiLUMulBackward, refSiLUMul, refSiLUMulBackward)
 }
 
 // checkGELUMulBackward checks compute.GemmaTrainer's GELUMulBackward
@@ -570,6 +534,14 @@ func checkGELUMulBackward(h *harness) {
 	if !ok {
 		h.t.Skipf("%s does not implement compute.GemmaTrainer", h.b.Name())
 	}
+	checkGatedBackward(h, "GELUMulBackward", gt.GELUMulBackward, refGELUMul, refGELUMulBackward)
+}
+
+// checkGatedBackward checks the backward of a gated activation against
+// the reference's analytic gradient (grad) and central differences of its
+// forward (fwd), apart and in place, tails included.
+func checkGatedBackward(h *harness, op string, run func(dGate, dUp, dy, gate, up compute.Tensor),
+	fwd func(gate, up []float64) []float64, grad func(dy, gate, up []float64) (dGate, dUp []float64)) {
 	for _, n := range []int{37, 1000, 40000} {
 		for _, inPlace := range []bool{false, true} {
 			name := fmt.Sprintf("n%d", n)
@@ -577,7 +549,7 @@ func checkGELUMulBackward(h *harness) {
 				name += "/in-place"
 			}
 			h.run(name, func(h *harness) {
-				desc := fmt.Sprintf("GELUMulBackward [%d]", n)
+				desc := fmt.Sprintf("%s [%d]", op, n)
 				if inPlace {
 					desc += ", dGate = gate, dUp = up"
 				}
@@ -588,12 +560,14 @@ func checkGELUMulBackward(h *harness) {
 				if !inPlace {
 					dg, du = h.output(n), h.output(n)
 				}
-				gt.GELUMulBackward(dg, du, dy, gate, up)
+				run(dg, du, dy, gate, up)
 				g64, u64, d64 := widen(gv), widen(uv), widen(dv)
-				wantG, wantU := refGELUMulBackward(d64, g64, u64)
+				wantG, wantU := grad(d64, g64, u64)
+				// Central differences of the first elements (tails
+				// included): the op is elementwise.
 				k := min(n, 48)
 				gk, uk := g64[:k], u64[:k]
-				f := func() []float64 { return refGELUMul(gk, uk) }
+				f := func() []float64 { return fwd(gk, uk) }
 				at := h.sample(k, k)
 				h.gradCheck(desc+": dGate", []int{n}, h.read(dg), wantG, numGrad(f, d64[:k], gk, at), at, h.tol(8))
 				h.gradCheck(desc+": dUp", []int{n}, h.read(du), wantU, numGrad(f, d64[:k], uk, at), at, h.tol(8))
