@@ -68,11 +68,18 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 			}
 			if arch != "" {
 				switch arch {
-				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3:
+				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite:
 				default:
-					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s, %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3)
+					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s, %s, %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite)
 				}
 				spec.Arch = arch
+				if arch == model.ArchGranite {
+					// granite-3.x-2b's multipliers, the attention's as
+					// 1/head_dim as there (1/64)
+					spec.EmbeddingMultiplier, spec.ResidualMultiplier, spec.LogitsScaling = 12, 0.22, 8
+					spec.AttentionMultiplier = 1 / float64(spec.HeadDim)
+					spec.HeadDim = spec.Hidden / spec.Heads
+				}
 			}
 			if cmd.Flags().Changed("seed") {
 				spec.Seed = seed
@@ -98,7 +105,7 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 		},
 	}
 	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
-	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3+", "+model.ArchPhi3+", "+model.ArchMistral+", "+model.ArchGemma3)
+	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3+", "+model.ArchPhi3+", "+model.ArchMistral+", "+model.ArchGemma3+", "+model.ArchGranite)
 	cmd.Flags().IntVar(&window, "sliding-window", 0, "attention window (with --arch "+model.ArchMistral+", "+model.ArchPhi3+" or "+model.ArchGemma3+"), shorter than the context")
 	cmd.Flags().StringVar(&tokDir, "tokenizer", "", "copy tokenizer.json and tokenizer_config.json from this directory")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random weights")

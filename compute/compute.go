@@ -373,16 +373,23 @@ type LinearOut struct {
 	Dst, W, Bias Tensor
 }
 
+// Scaler is implemented by a backend that multiplies a tensor by a
+// constant (the embedding, residual and logit scales of Gemma and
+// Granite); every Trainer does.
+type Scaler interface {
+	// Scale multiplies an F32 tensor by alpha in place.
+	Scale(x Tensor, alpha float32)
+}
+
 // Gemma is implemented by a backend that runs the ops Gemma's blocks add
 // to Llama's: the GELU-gated MLP and the embedding's scale.
 type Gemma interface {
+	Scaler
 	// GELUMul computes dst = gelu(gate)·up elementwise with GELU's tanh
 	// approximation, 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))) (PyTorch's
 	// gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh). dst may be
 	// gate or up.
 	GELUMul(dst, gate, up Tensor)
-	// Scale multiplies an F32 tensor by alpha in place.
-	Scale(x Tensor, alpha float32)
 }
 
 // GemmaTrainer is a Trainer that also runs the backward of Gemma's ops.

@@ -114,6 +114,13 @@ func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer,
 	if c.SlidingWindow > 0 && arch == "phi3" {
 		kvs = append(kvs, KV{k("attention.sliding_window"), Uint32(uint32(c.SlidingWindow))})
 	}
+	if arch == "granite" {
+		kvs = append(kvs,
+			KV{k("logit_scale"), Float32(float32(c.LogitScale))},
+			KV{k("embedding_scale"), Float32(float32(c.EmbedScale))},
+			KV{k("residual_scale"), Float32(float32(c.ResidualScale))},
+			KV{k("attention.scale"), Float32(float32(c.AttnMultiplier))})
+	}
 	if arch == "gemma3" {
 		more, err := gemma3Keys(c, k)
 		if err != nil {
@@ -152,7 +159,7 @@ func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer,
 			tt = mix.matrixType(c, spec.Name, spec.Shape[1])
 		}
 		heads := 0
-		if arch == "llama" {
+		if arch == "llama" || arch == "granite" { // ggml's interleaved rotation
 			switch {
 			case strings.Contains(spec.Name, "self_attn.q_proj."):
 				heads = c.NumHeads

@@ -90,6 +90,13 @@ func TestLlamaCppPerplexity(t *testing.T) {
 			s.Arch, s.Layers, s.Tied, s.SlidingWindow, s.SlidingPattern, s.LocalRopeTheta = model.ArchGemma3, 3, true, 16, 3, 100
 			s.InitStd = 0.03 // the embedding is scaled by √256: logits of a sane size
 		}, func(s *model.RandomSpec) { s.SlidingWindow = 0 }, false},
+		// Granite: Llama's blocks with its four multipliers (llama.cpp's
+		// granite: q and k permuted as llama's).
+		{"granite", func(s *model.RandomSpec) {
+			s.Arch, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = model.ArchGranite, 4, 0.1, 0.5, 2
+		}, func(s *model.RandomSpec) {
+			s.Arch, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = model.ArchLlama, 0, 0, 0, 0
+		}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := smallSpec(model.ArchLlama, tok.VocabSize())

@@ -17,11 +17,12 @@ import (
 // Architectures maps the GGUF architectures clawrl runs
 // (general.architecture) to their Hugging Face names.
 var Architectures = map[string]string{
-	"llama":  model.ArchLlama,
-	"qwen2":  model.ArchQwen2,
-	"qwen3":  model.ArchQwen3,
-	"phi3":   model.ArchPhi3,
-	"gemma3": model.ArchGemma3,
+	"llama":   model.ArchLlama,
+	"qwen2":   model.ArchQwen2,
+	"qwen3":   model.ArchQwen3,
+	"phi3":    model.ArchPhi3,
+	"gemma3":  model.ArchGemma3,
+	"granite": model.ArchGranite,
 }
 
 // KeyRopeFreqs names the tensor of per-frequency divisors that llama.cpp's
@@ -243,7 +244,7 @@ func (m *Model) readConfig() error {
 	}
 	hf, known := Architectures[arch]
 	if !known {
-		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3, gemma3)", arch)
+		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3, gemma3, granite)", arch)
 	}
 	if n, _, err := m.intKey("split.count"); err != nil || n > 1 {
 		if err != nil {
@@ -350,13 +351,18 @@ func (m *Model) readConfig() error {
 	qkvBias, oBias := has("blk.0.attn_q.bias") || has("blk.0.attn_qkv.bias"), has("blk.0.attn_output.bias")
 	mlpBias := has("blk.0.ffn_gate.bias") || has("blk.0.ffn_up.bias") || has("blk.0.ffn_down.bias")
 	switch arch {
-	case "llama", "qwen3":
+	case "llama", "qwen3", "granite":
 		if qkvBias != oBias {
 			return m.f.errorf("%s with attention biases on only some projections (q: %v, output: %v): not supported", arch, qkvBias, oBias)
 		}
 		cfg["attention_bias"] = qkvBias
-		if arch == "llama" {
+		if arch == "llama" || arch == "granite" {
 			cfg["mlp_bias"] = mlpBias
+		}
+		if arch == "granite" {
+			if err := m.granite(cfg, key, headDim); err != nil {
+				return err
+			}
 		}
 	case "qwen2":
 		cfg["use_sliding_window"] = false
@@ -454,6 +460,35 @@ func (m *Model) gemma3(cfg map[string]any, key func(string) string, headDim int)
 		}
 	}
 	cfg["layer_types"] = types
+	return nil
+}
+
+// granite reads Granite's multipliers as llama.cpp does: logit_scale
+// (required), embedding_scale and residual_scale (1 when absent) and
+// attention.scale (head_dim^−½ when absent).
+func (m *Model) granite(cfg map[string]any, key func(string) string, headDim int) error {
+	for _, k := range []struct {
+		gguf, hf string
+		def      float64
+		required bool
+	}{
+		{"logit_scale", "logits_scaling", 1, true},
+		{"embedding_scale", "embedding_multiplier", 1, false},
+		{"residual_scale", "residual_multiplier", 1, false},
+		{"attention.scale", "attention_multiplier", 1 / math.Sqrt(float64(headDim)), false},
+	} {
+		v, ok, err := m.floatKey(key(k.gguf))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if k.required {
+				return m.metaError("%s is missing", key(k.gguf))
+			}
+			v = k.def
+		}
+		cfg[k.hf] = v
+	}
 	return nil
 }
 
@@ -648,7 +683,7 @@ func (m *Model) checkTensors() error {
 // rotates dimension i with i+headDim/2. Qwen2 and Qwen3 run ggml's NEOX
 // rotation, Hugging Face's own, and are stored as they are.
 func (m *Model) permuted(hf string) (heads int, ok bool) {
-	if m.arch != "llama" {
+	if m.arch != "llama" && m.arch != "granite" {
 		return 0, false
 	}
 	switch {

@@ -34,6 +34,12 @@ const (
 	// with a rotary base of their own. Its multimodal siblings
 	// (Gemma3ForConditionalGeneration, 4B and up) are not run.
 	ArchGemma3 = "Gemma3ForCausalLM"
+	// ArchGranite is IBM's Granite 3 (GraniteForCausalLM): Llama's blocks
+	// with four multipliers: the embedding's (EmbedScale), the attention
+	// scores' (attention_multiplier, in place of head_dim^−½), the
+	// residual branches' (ResidualScale) and the logits' divisor
+	// (LogitScale).
+	ArchGranite = "GraniteForCausalLM"
 )
 
 // Activations of the gated MLP (Config.Activation).
@@ -122,6 +128,18 @@ type Config struct {
 	// HeadDim^−½.
 	QueryPreAttnScalar float64
 
+	// Granite's multipliers (zero values: none).
+	//
+	// AttnMultiplier, when positive, is the attention scale itself
+	// (attention_multiplier).
+	AttnMultiplier float64
+	// ResidualScale, when positive, multiplies the attention's and the
+	// MLP's outputs before they join the residual stream
+	// (residual_multiplier).
+	ResidualScale float64
+	// LogitScale, when positive, divides the logits (logits_scaling).
+	LogitScale float64
+
 	BOSTokenID  int   // -1 when absent
 	EOSTokenIDs []int // every id that ends generation
 	TorchDType  string
@@ -190,6 +208,10 @@ type configJSON struct {
 	SlidingWindow     *int            `json:"sliding_window"`
 	HiddenAct         *string         `json:"hidden_act"`
 	HiddenActivation  *string         `json:"hidden_activation"`
+	EmbeddingMult     *float64        `json:"embedding_multiplier"`
+	AttentionMult     *float64        `json:"attention_multiplier"`
+	ResidualMult      *float64        `json:"residual_multiplier"`
+	LogitsScaling     *float64        `json:"logits_scaling"`
 	QueryPreAttn      *float64        `json:"query_pre_attn_scalar"`
 	RopeLocalBase     *float64        `json:"rope_local_base_freq"`
 	SlidingPattern    *int            `json:"sliding_window_pattern"`
@@ -330,6 +352,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKVBias = deref(j.AttentionBias, false)
 		c.OBias = c.QKVBias
 		c.QKNorm = true
+	case ArchGranite:
+		defaultMaxPos = 2048
+		c.QKVBias = deref(j.AttentionBias, false)
+		c.OBias = c.QKVBias
+		c.MLPBias = deref(j.MLPBias, false)
 	case ArchGemma3:
 		defaultMaxPos = 131072
 		c.QKVBias = deref(j.AttentionBias, false)
@@ -337,7 +364,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKNorm, c.SandwichNorms, c.NormOffset = true, true, 1
 		windowed = true
 	default:
-		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma3)
+		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma3, ArchGranite)
 	}
 	if deref(j.UseSlidingWindow, false) {
 		return nil, fmt.Errorf("use_sliding_window is not supported")
@@ -439,6 +466,25 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.Architecture == ArchGemma3 {
 		if err := parseGemma3(&j, c); err != nil {
 			return nil, err
+		}
+	}
+	if c.Architecture == ArchGranite {
+		// GraniteConfig's defaults are 1: an attention_multiplier of 1
+		// scales the scores by 1, not by head_dim^−½.
+		for _, m := range []struct {
+			name string
+			v    *float64
+			dst  *float64
+		}{
+			{"embedding_multiplier", j.EmbeddingMult, &c.EmbedScale},
+			{"attention_multiplier", j.AttentionMult, &c.AttnMultiplier},
+			{"residual_multiplier", j.ResidualMult, &c.ResidualScale},
+			{"logits_scaling", j.LogitsScaling, &c.LogitScale},
+		} {
+			*m.dst = deref(m.v, 1)
+			if !(*m.dst > 0) || math.IsInf(*m.dst, 0) {
+				return nil, fmt.Errorf("%s must be positive and finite, got %g", m.name, *m.dst)
+			}
 		}
 	}
 
@@ -593,14 +639,40 @@ func (c *Config) LayerWindow(l int) int {
 	return c.SlidingWindow
 }
 
+// scales reports whether the model multiplies a tensor by a constant
+// (Config.EmbedScale, ResidualScale, LogitScale other than 1).
+func (c *Config) scales() bool {
+	return c.EmbedScale > 0 && c.EmbedScale != 1 || c.residualScale() != 1 || c.logitScale() != 1
+}
+
+// residualScale is the factor of the residual branches (ResidualScale, or 1).
+func (c *Config) residualScale() float32 {
+	if c.ResidualScale > 0 {
+		return float32(c.ResidualScale)
+	}
+	return 1
+}
+
+// logitScale is the factor of the final hidden state, 1/LogitScale (or 1):
+// the logits' divisor, applied before the output projection.
+func (c *Config) logitScale() float32 {
+	if c.LogitScale > 0 {
+		return float32(1 / c.LogitScale)
+	}
+	return 1
+}
+
 // localRope reports whether layer l rotates with LocalRopeTheta.
 func (c *Config) localRope(l int) bool {
 	return c.LocalRopeTheta > 0 && c.WindowLayers != nil && c.WindowLayers[l]
 }
 
-// AttentionScale is the factor of the attention scores: HeadDim^−½, or
-// QueryPreAttnScalar^−½.
+// AttentionScale is the factor of the attention scores: HeadDim^−½,
+// QueryPreAttnScalar^−½, or AttnMultiplier.
 func (c *Config) AttentionScale() float32 {
+	if c.AttnMultiplier > 0 {
+		return float32(c.AttnMultiplier)
+	}
 	if c.QueryPreAttnScalar > 0 {
 		return float32(1 / math.Sqrt(c.QueryPreAttnScalar))
 	}

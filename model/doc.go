@@ -1,6 +1,7 @@
 // Package model is clawrl's transformer: the Llama (Mistral), Qwen2, Qwen3,
-// Phi-3 and Gemma 3 families of decoder-only language models, written once
-// over compute.Backend, so the same code runs on the CPU and on a GPU.
+// Phi-3, Gemma 3 and Granite 3 families of decoder-only language models,
+// written once over compute.Backend, so the same code runs on the CPU and
+// on a GPU.
 //
 // # The forward pass
 //
@@ -30,7 +31,10 @@
 // post_feedforward_layernorm); the MLP gates with GELU's tanh form; and
 // most layers attend over a sliding window with a rotary base of their own
 // (Config.WindowLayers, LocalRopeTheta), the scores scaled by
-// query_pre_attn_scalar^−½.
+// query_pre_attn_scalar^−½. Granite multiplies the embedding, the scores
+// (in place of 1/sqrt(d)) and both residual branches by constants and
+// divides the logits by one (applied to the final hidden state before
+// Wlm).
 //
 // That is Model.block, line for line: the one forward pass of a layer,
 // which serving (over the paged KV cache) and training (over whole

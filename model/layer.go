@@ -84,6 +84,9 @@ func (m *Model) block(bp blockPass, l int, w *layer, io *blockIO, ps *[3]proj) {
 		b.RMSNorm(io.normed, io.out, w.PostAttnNorm, eps)
 		b.Add(io.xmid, io.xin, io.normed)
 	} else {
+		if r := c.residualScale(); r != 1 {
+			b.(compute.Scaler).Scale(io.out, r) // Granite's residual_multiplier
+		}
 		b.Add(io.xmid, io.xin, io.out)
 	}
 	bp.yield()
@@ -108,6 +111,8 @@ func (m *Model) block(bp blockPass, l int, w *layer, io *blockIO, ps *[3]proj) {
 	if c.SandwichNorms {
 		b.RMSNorm(io.normed, out, w.PostMLPNorm, eps)
 		out = io.normed
+	} else if r := c.residualScale(); r != 1 {
+		b.(compute.Scaler).Scale(out, r)
 	}
 	b.Add(io.xout, io.xmid, out)
 }

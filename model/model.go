@@ -143,11 +143,11 @@ func LoadFrom(b compute.Backend, src Source) (*Model, error) {
 // Llama block's.
 func (m *Model) needOps() error {
 	c := m.Config
-	if c.Activation != ActGELUTanh && c.EmbedScale == 0 {
-		return nil
+	if _, ok := m.b.(compute.Gemma); !ok && c.Activation == ActGELUTanh {
+		return fmt.Errorf("model: backend %s does not run %s's GELU MLP (compute.Gemma is not built for it)", m.b.Name(), c.Architecture)
 	}
-	if _, ok := m.b.(compute.Gemma); !ok {
-		return fmt.Errorf("model: backend %s does not run %s's GELU MLP and embedding scale (compute.Gemma is not built for it)", m.b.Name(), c.Architecture)
+	if _, ok := m.b.(compute.Scaler); !ok && c.scales() {
+		return fmt.Errorf("model: backend %s does not scale tensors, which %s's embedding, residual or logit multipliers need (compute.Scaler is not built for it)", m.b.Name(), c.Architecture)
 	}
 	return nil
 }
@@ -408,8 +408,8 @@ func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 
 	x := views.x
 	b.Embedding(x, w.Embed, views.ids)
-	if c.EmbedScale > 0 {
-		b.(compute.Gemma).Scale(x, float32(c.EmbedScale))
+	if c.EmbedScale > 0 && c.EmbedScale != 1 {
+		b.(compute.Scaler).Scale(x, float32(c.EmbedScale))
 	}
 	sp := &servePass{b: b, c: c, kv: kv, v: &views, attn: attn, outs: &s.outs, lora: w.lora, scale: w.loraScale, tb: tb}
 	io := &blockIO{xin: x, xmid: x, xout: x, h1: views.h, h2: views.h, qpre: views.q, kpre: views.k, q: views.q, k: views.k,
@@ -480,5 +480,8 @@ func (m *Model) finalHidden(w *weights, x compute.Tensor, rows []int32) (compute
 		src = h
 	}
 	b.RMSNorm(h, src, w.Norm, float32(c.RMSNormEps))
+	if s := c.logitScale(); s != 1 {
+		b.(compute.Scaler).Scale(h, s) // logits / logits_scaling (Granite)
+	}
 	return h, nil
 }

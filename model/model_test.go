@@ -136,6 +136,12 @@ func TestForwardMatchesReference(t *testing.T) {
 			s.Arch, s.DType, s.KVHeads, s.QueryPreAttnScalar, s.RopeLinear, s.SlidingWindow = ArchGemma3, "bfloat16", 1, 24, 8, 5
 		}},
 		{"gemma3 f32 no window", func(s *RandomSpec) { s.Arch, s.Tied = ArchGemma3, true }},
+		{"granite f32 tied multipliers", func(s *RandomSpec) {
+			s.Arch, s.Tied, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = ArchGranite, true, 12, 0.2, 0.22, 8
+		}},
+		{"granite bf16 untied biases defaults", func(s *RandomSpec) {
+			s.Arch, s.DType, s.AttentionBias, s.MLPBias = ArchGranite, "bfloat16", true, true
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -372,7 +378,7 @@ func TestBF16ProductsWithBF16CacheMatchReference(t *testing.T) {
 }
 
 func TestIncrementalDecodeMatchesFullForward(t *testing.T) {
-	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral, ArchGemma3} {
+	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral, ArchGemma3, ArchGranite} {
 		t.Run(arch, func(t *testing.T) {
 			spec := tiny(arch)
 			spec.DType = "bfloat16"
@@ -381,6 +387,9 @@ func TestIncrementalDecodeMatchesFullForward(t *testing.T) {
 			}
 			if arch == ArchGemma3 {
 				spec.SlidingPattern = 2 // a windowed layer, then a global one
+			}
+			if arch == ArchGranite {
+				spec.EmbeddingMultiplier, spec.AttentionMultiplier, spec.ResidualMultiplier, spec.LogitsScaling = 3, 0.3, 0.5, 4
 			}
 			m, _ := writeAndLoad(t, spec)
 			vocab := spec.Vocab

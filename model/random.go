@@ -47,16 +47,19 @@ type RandomSpec struct {
 	SlidingPattern     int
 	QueryPreAttnScalar float64
 	LocalRopeTheta     float64
-	RMSNormEps         float64 // default 1e-6
-	DType              string  // "float32", "bfloat16" (default) or "float16"
-	Tied               bool    // tie_word_embeddings: no lm_head.weight
-	AttentionBias      bool    // Llama and Qwen3 attention_bias (Qwen2 always has q/k/v biases)
-	MLPBias            bool    // Llama mlp_bias
-	Shards             int     // >1 writes model-0000i-of-0000n.safetensors and an index
-	Seed               uint64
-	InitStd            float64 // standard deviation of matrix weights, default 0.02
-	BOSTokenID         *int    // default 1 (Llama) or Vocab−2 (Qwen)
-	EOSTokenIDs        []int   // default [2] (Llama) or [Vocab−1] (Qwen)
+	// Granite's embedding_multiplier, attention_multiplier,
+	// residual_multiplier and logits_scaling (0: not written, 1).
+	EmbeddingMultiplier, AttentionMultiplier, ResidualMultiplier, LogitsScaling float64
+	RMSNormEps                                                                  float64 // default 1e-6
+	DType                                                                       string  // "float32", "bfloat16" (default) or "float16"
+	Tied                                                                        bool    // tie_word_embeddings: no lm_head.weight
+	AttentionBias                                                               bool    // Llama and Qwen3 attention_bias (Qwen2 always has q/k/v biases)
+	MLPBias                                                                     bool    // Llama mlp_bias
+	Shards                                                                      int     // >1 writes model-0000i-of-0000n.safetensors and an index
+	Seed                                                                        uint64
+	InitStd                                                                     float64 // standard deviation of matrix weights, default 0.02
+	BOSTokenID                                                                  *int    // default 1 (Llama) or Vocab−2 (Qwen)
+	EOSTokenIDs                                                                 []int   // default [2] (Llama) or [Vocab−1] (Qwen)
 	// ExtraFiles are written beside the checkpoint (e.g. "tokenizer.json").
 	ExtraFiles map[string][]byte
 }
@@ -262,6 +265,19 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 		cfg["pad_token_id"] = 0
 		if s.RopeLinear != 0 {
 			cfg["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": pyFloat(s.RopeLinear)}
+		}
+	case ArchGranite:
+		cfg["model_type"] = "granite"
+		cfg["attention_bias"] = s.AttentionBias
+		cfg["mlp_bias"] = s.MLPBias
+		if s.HeadDim != s.Hidden/s.Heads {
+			return nil, fmt.Errorf("granite: head_dim %d must be hidden_size / num_attention_heads (%d)", s.HeadDim, s.Hidden/s.Heads)
+		}
+		for k, v := range map[string]float64{"embedding_multiplier": s.EmbeddingMultiplier, "attention_multiplier": s.AttentionMultiplier,
+			"residual_multiplier": s.ResidualMultiplier, "logits_scaling": s.LogitsScaling} {
+			if v != 0 {
+				cfg[k] = pyFloat(v)
+			}
 		}
 	case ArchQwen2:
 		cfg["model_type"] = "qwen2"

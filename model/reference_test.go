@@ -35,6 +35,10 @@ type refModel struct {
 	localLayer   []bool    // the layers that rotate with localInvFreq
 	localInvFreq []float64 // the windowed layers' frequencies (Gemma 3)
 
+	// Granite: embedding, residual and logit multipliers (1 when absent);
+	// attnScale holds its attention_multiplier.
+	embedMul, residualMul, logitsDiv float64
+
 	// roundInputs rounds the input of every product with a BF16 weight
 	// (through float32, to nearest even) to BF16, as the engine does at
 	// kernels.PrecisionBF16.
@@ -128,6 +132,19 @@ func loadRef(t *testing.T, dir string) *refModel {
 		if s := num("max_position_embeddings") / orig; s > 1 {
 			r.ropeScale = math.Sqrt(1 + math.Log(s)/math.Log(orig))
 		}
+	}
+	r.embedMul, r.residualMul, r.logitsDiv = 1, 1, 1
+	if cfg["architectures"].([]any)[0] == "GraniteForCausalLM" {
+		// GraniteForCausalLM: embeddings × embedding_multiplier, scores ×
+		// attention_multiplier, each branch × residual_multiplier,
+		// logits / logits_scaling (all 1 by default).
+		get := func(k string) float64 {
+			if v, ok := cfg[k].(float64); ok {
+				return v
+			}
+			return 1
+		}
+		r.embedMul, r.attnScale, r.residualMul, r.logitsDiv = get("embedding_multiplier"), get("attention_multiplier"), get("residual_multiplier"), get("logits_scaling")
 	}
 	if cfg["architectures"].([]any)[0] == "Gemma3ForCausalLM" {
 		// Gemma3TextConfig: layer i slides unless (i+1) % pattern == 0,
@@ -375,6 +392,9 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 	emb := r.w["model.embed_tokens.weight"]
 	for i, tok := range tokens {
 		x[i] = append([]float64(nil), emb[int(tok)*r.hidden:int(tok+1)*r.hidden]...)
+		for e := range x[i] {
+			x[i][e] *= r.embedMul
+		}
 		if r.gemma {
 			for e := range x[i] {
 				x[i][e] *= math.Sqrt(float64(r.hidden))
@@ -459,7 +479,7 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 				mlpNorm = "pre_feedforward_layernorm.weight"
 			}
 			for e := range x[i] {
-				x[i][e] += o[e]
+				x[i][e] += o[e] * r.residualMul
 			}
 			h := r.rmsnorm(x[i], W(mlpNorm))
 			gate := r.linear(p+"mlp.gate_proj.weight", h, W("mlp.gate_proj.bias"))
@@ -476,6 +496,9 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 			if r.gemma {
 				d = r.rmsnorm(d, W("post_feedforward_layernorm.weight"))
 			}
+			for e := range d {
+				d[e] *= r.residualMul
+			}
 			for e := range x[i] {
 				x[i][e] += d[e]
 			}
@@ -484,6 +507,9 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 	logits := make([][]float64, n)
 	for i := range n {
 		logits[i] = r.linear("lm_head.weight", r.rmsnorm(x[i], r.w["model.norm.weight"]), nil)
+		for e := range logits[i] {
+			logits[i][e] /= r.logitsDiv
+		}
 	}
 	return logits
 }

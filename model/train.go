@@ -152,7 +152,7 @@ func (m *Model) NewTrainable(base *Weights, opts TrainOptions) (*Trainable, erro
 	if !ok {
 		return nil, fmt.Errorf("model: backend %s cannot train (it does not implement compute.Trainer)", m.b.Name())
 	}
-	if _, ok := tb.(compute.GemmaTrainer); !ok && (m.Config.Activation == ActGELUTanh || m.Config.EmbedScale > 0) {
+	if _, ok := tb.(compute.GemmaTrainer); !ok && m.Config.Activation == ActGELUTanh {
 		return nil, fmt.Errorf("model: backend %s cannot train %s (compute.GemmaTrainer is not built for it)", m.b.Name(), m.Config.Architecture)
 	}
 	if base == nil {
@@ -698,7 +698,7 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 	// The pass holds the machine a part of a layer at a time (see Slicer).
 	defer p.hold()()
 	b.Embedding(p.xs[0], t.w.Embed, p.ids)
-	if c.EmbedScale > 0 {
+	if c.EmbedScale > 0 && c.EmbedScale != 1 {
 		b.Scale(p.xs[0], float32(c.EmbedScale))
 	}
 	var shared layerActs
@@ -723,6 +723,9 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 	eps := float32(c.RMSNormEps)
 	b.Embedding(p.hsel, p.xs[c.NumLayers], p.rowIdx)
 	b.RMSNorm(p.hfin, p.hsel, t.w.Norm, eps)
+	if s := c.logitScale(); s != 1 {
+		b.Scale(p.hfin, s) // logits / logits_scaling (Granite)
+	}
 	chunk := logitRows(c.VocabSize)
 	for r0 := 0; r0 < R; r0 += chunk {
 		r1 := min(r0+chunk, R)
@@ -843,6 +846,9 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 	} else if err := p.logitsBackward(dhfin, dlp, g.Output, f); err != nil {
 		return err
 	}
+	if s := c.logitScale(); s != 1 {
+		b.Scale(dhfin, s)
+	}
 	b.RMSNormBackward(dhsel, g.Norm, dhfin, p.hsel, t.w.Norm, eps, false)
 	b.Zero(dx)
 	b.EmbeddingBackward(dx, dhsel, p.rowIdx)
@@ -869,7 +875,7 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 		}
 	}
 	if g.Embed != nil {
-		if c.EmbedScale > 0 {
+		if c.EmbedScale > 0 && c.EmbedScale != 1 {
 			b.Scale(dx, float32(c.EmbedScale))
 		}
 		b.EmbeddingBackward(g.Embed, dx, p.ids)
@@ -942,6 +948,10 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 	if c.SandwichNorms {
 		b.RMSNormBackward(dh, g.PostMLPNorm, dx, a.omlp, w.PostMLPNorm, eps, false)
 		dy = dh
+	} else if r := c.residualScale(); r != 1 {
+		b.Copy(dh, dx)
+		b.Scale(dh, r)
+		dy = dh
 	}
 	dact := a.act
 	t.linearBack(dact, false, dy, a.act, w.Down, g.Down, g.DownBias, ad[targetDown], a.u[targetDown], du)
@@ -961,6 +971,10 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 	dy = dx
 	if c.SandwichNorms {
 		b.RMSNormBackward(dh, g.PostAttnNorm, dx, a.oatt, w.PostAttnNorm, eps, false)
+		dy = dh
+	} else if r := c.residualScale(); r != 1 {
+		b.Copy(dh, dx)
+		b.Scale(dh, r)
 		dy = dh
 	}
 	t.linearBack(datt, false, dy, a.att, w.O, g.O, g.OBias, ad[targetO], a.u[targetO], du)

@@ -251,6 +251,12 @@ var gradSpecs = []struct {
 	{"gemma3 tied window 3 pattern 2", func(s *RandomSpec) {
 		s.Arch, s.Tied, s.SlidingWindow, s.SlidingPattern, s.QueryPreAttnScalar, s.LocalRopeTheta = ArchGemma3, true, 3, 2, 12, 50
 	}, true},
+	{"granite tied multipliers", func(s *RandomSpec) {
+		s.Arch, s.Tied, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = ArchGranite, true, 3, 0.3, 0.5, 4
+	}, true},
+	{"granite untied multipliers", func(s *RandomSpec) {
+		s.Arch, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = ArchGranite, 2, 0.25, 0.7, 3
+	}, false},
 }
 
 // forceLogitTiles makes the training forward compute the logits 3 rows at
@@ -324,11 +330,15 @@ func TestLoRAGradientsMatchReference(t *testing.T) {
 		{"qwen3 all targets", ArchQwen3, nil},
 		{"qwen2 q,v,down", ArchQwen2, []string{"q_proj", "v", "down"}},
 		{"gemma3 all targets", ArchGemma3, nil},
+		{"granite all targets", ArchGranite, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tiny(tt.arch)
 			if tt.arch == ArchGemma3 {
 				spec.SlidingWindow, spec.SlidingPattern = 3, 2
+			}
+			if tt.arch == ArchGranite {
+				spec.EmbeddingMultiplier, spec.AttentionMultiplier, spec.ResidualMultiplier, spec.LogitsScaling = 3, 0.3, 0.5, 4
 			}
 			m, dir := writeAndLoad(t, spec)
 			ref := loadRef(t, dir)
@@ -406,6 +416,7 @@ func TestCheckpointingIsExact(t *testing.T) {
 		{"llama lora", ArchLlama, &LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}},
 		{"gemma3 full", ArchGemma3, nil},
 		{"gemma3 lora", ArchGemma3, &LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}},
+		{"granite full", ArchGranite, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tiny(tt.arch)
