@@ -101,11 +101,12 @@ var metaKeys = []string{
 	KeyTokenizerPre, "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token",
 	"tokenizer.ggml.model", "tokenizer.chat_template",
 	"{a}.attention.sliding_window_pattern", "{a}.rope.freq_base_swa", "{a}.final_logit_softcapping",
+	"{a}.logit_scale", "{a}.embedding_scale", "{a}.residual_scale", "{a}.attention.scale",
 }
 
 // FuzzModelMetadata opens small model files (a Phi-3 model with LongRoPE
 // and partial rotary, a Llama with linear rope scaling, a Gemma 3 with
-// windowed layers) with one metadata
+// windowed layers, a Granite with its multipliers) with one metadata
 // value replaced by an arbitrary one of any type, or removed: OpenModel
 // must refuse the file with an error or describe a model that loads and
 // runs a forward pass, and never panic. Values that describe a model
@@ -126,6 +127,9 @@ func FuzzModelMetadata(f *testing.F) {
 		func(s *model.RandomSpec) { s.RopeLinear = 4 },
 		func(s *model.RandomSpec) {
 			s.Arch, s.Layers, s.SlidingWindow, s.SlidingPattern, s.LocalRopeTheta = model.ArchGemma3, 3, 16, 3, 100
+		},
+		func(s *model.RandomSpec) {
+			s.Arch, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = model.ArchGranite, 12, 0.03, 0.2, 8
 		},
 	} {
 		spec := model.RandomSpec{Arch: model.ArchLlama, Hidden: 64, Intermediate: 64, Layers: 1, Heads: 2, KVHeads: 1, HeadDim: 32,
@@ -148,6 +152,8 @@ func FuzzModelMetadata(f *testing.F) {
 	f.Add(uint8(2), uint8(25), uint8(0), uint64(0), 0.0, "")
 	f.Add(uint8(2), uint8(2), uint8(0), uint64(1<<31-1), 0.0, "")
 	f.Add(uint8(2), uint8(27), uint8(1), uint64(0), 30.0, "")
+	f.Add(uint8(3), uint8(28), uint8(1), uint64(0), math.Inf(1), "")
+	f.Add(uint8(3), uint8(31), uint8(5), uint64(0), 0.0, "")
 	f.Fuzz(func(t *testing.T, file, key, typ uint8, u uint64, x float64, s string) {
 		kvs, tensors := readBack(t, files[int(file)%len(files)])
 		var arch Value
