@@ -32,6 +32,9 @@ func presets() map[string]model.RandomSpec {
 	}
 }
 
+// testArchs are the architectures testmodel writes.
+var testArchs = []string{model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2}
+
 func presetNames() string {
 	var names []string
 	for n := range presets() {
@@ -68,11 +71,14 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 			}
 			if arch != "" {
 				switch arch {
-				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite:
+				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2:
 				default:
-					return fmt.Errorf("unknown --arch %q (known: %s, %s, %s, %s, %s, %s, %s)", arch, model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite)
+					return fmt.Errorf("unknown --arch %q (known: %s)", arch, strings.Join(testArchs, ", "))
 				}
 				spec.Arch = arch
+				if arch == model.ArchOlmo2 {
+					spec.HeadDim = spec.Hidden / spec.Heads // Olmo2Attention's
+				}
 				if arch == model.ArchGranite {
 					// granite-3.x-2b's multipliers, the attention's as
 					// 1/head_dim as there (1/64)
@@ -105,7 +111,7 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 		},
 	}
 	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
-	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+model.ArchLlama+", "+model.ArchQwen2+", "+model.ArchQwen3+", "+model.ArchPhi3+", "+model.ArchMistral+", "+model.ArchGemma3+", "+model.ArchGranite)
+	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+strings.Join(testArchs, ", "))
 	cmd.Flags().IntVar(&window, "sliding-window", 0, "attention window (with --arch "+model.ArchMistral+", "+model.ArchPhi3+" or "+model.ArchGemma3+"), shorter than the context")
 	cmd.Flags().StringVar(&tokDir, "tokenizer", "", "copy tokenizer.json and tokenizer_config.json from this directory")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random weights")

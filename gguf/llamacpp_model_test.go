@@ -90,6 +90,10 @@ func TestLlamaCppPerplexity(t *testing.T) {
 			s.Arch, s.Layers, s.Tied, s.SlidingWindow, s.SlidingPattern, s.LocalRopeTheta = model.ArchGemma3, 3, true, 16, 3, 100
 			s.InitStd = 0.03 // the embedding is scaled by √256: logits of a sane size
 		}, func(s *model.RandomSpec) { s.SlidingWindow = 0 }, false},
+		// OLMo 2: no norms before the attention and the MLP, their
+		// outputs normalised, q and k normalised over whole rows. The
+		// control makes the same tensors a Llama.
+		{"olmo2", func(s *model.RandomSpec) { s.Arch, s.InitStd = model.ArchOlmo2, 0.05 }, nil, false},
 		// Granite: Llama's blocks with its four multipliers (llama.cpp's
 		// granite: q and k permuted as llama's).
 		{"granite", func(s *model.RandomSpec) {

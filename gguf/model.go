@@ -23,6 +23,7 @@ var Architectures = map[string]string{
 	"phi3":    model.ArchPhi3,
 	"gemma3":  model.ArchGemma3,
 	"granite": model.ArchGranite,
+	"olmo2":   model.ArchOlmo2,
 }
 
 // KeyRopeFreqs names the tensor of per-frequency divisors that llama.cpp's
@@ -71,8 +72,8 @@ func TensorName(hf string) (name string, ok bool) {
 	return "blk." + layer + "." + g + kind, true
 }
 
-// TensorNameFor is TensorName for a model of config c: Gemma's sandwich
-// norms have names of their own ("post_attention_layernorm", the
+// TensorNameFor is TensorName for a model of config c: Gemma's and
+// OLMo 2's sandwich norms have names of their own ("post_attention_layernorm", the
 // attention output's norm, → "post_attention_norm"; the MLP's input norm
 // "pre_feedforward_layernorm" → "ffn_norm"; "post_feedforward_layernorm"
 // → "post_ffw_norm").
@@ -244,7 +245,7 @@ func (m *Model) readConfig() error {
 	}
 	hf, known := Architectures[arch]
 	if !known {
-		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3, gemma3, granite)", arch)
+		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3, gemma3, granite, olmo2)", arch)
 	}
 	if n, _, err := m.intKey("split.count"); err != nil || n > 1 {
 		if err != nil {
@@ -351,7 +352,7 @@ func (m *Model) readConfig() error {
 	qkvBias, oBias := has("blk.0.attn_q.bias") || has("blk.0.attn_qkv.bias"), has("blk.0.attn_output.bias")
 	mlpBias := has("blk.0.ffn_gate.bias") || has("blk.0.ffn_up.bias") || has("blk.0.ffn_down.bias")
 	switch arch {
-	case "llama", "qwen3", "granite":
+	case "llama", "qwen3", "granite", "olmo2":
 		if qkvBias != oBias {
 			return m.f.errorf("%s with attention biases on only some projections (q: %v, output: %v): not supported", arch, qkvBias, oBias)
 		}
@@ -363,6 +364,12 @@ func (m *Model) readConfig() error {
 			if err := m.granite(cfg, key, headDim); err != nil {
 				return err
 			}
+		}
+		if w, ok, err := m.intKey(key("attention.sliding_window")); err != nil || arch == "olmo2" && ok && w > 0 {
+			if err != nil {
+				return err
+			}
+			return m.f.errorf("olmo2 with a sliding window (%s = %d, OLMo 3): not supported", key("attention.sliding_window"), w)
 		}
 	case "qwen2":
 		cfg["use_sliding_window"] = false

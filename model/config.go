@@ -40,6 +40,11 @@ const (
 	// residual branches' (ResidualScale) and the logits' divisor
 	// (LogitScale).
 	ArchGranite = "GraniteForCausalLM"
+	// ArchOlmo2 is AI2's OLMo 2 (Olmo2ForCausalLM): Llama's blocks with
+	// the norms after the attention and the MLP instead of before them
+	// (PostNormsOnly) and q/k norms over whole query and key rows
+	// (QKNormFull).
+	ArchOlmo2 = "Olmo2ForCausalLM"
 )
 
 // Activations of the gated MLP (Config.Activation).
@@ -110,6 +115,14 @@ type Config struct {
 	//
 	// Activation is the gated MLP's: ActSiLU or ActGELUTanh.
 	Activation string
+	// PostNormsOnly drops the norms before the attention and the MLP
+	// (input_layernorm and post_attention_layernorm as Llama has them):
+	// the projections read the residual stream itself, and only the
+	// sandwich norms of the outputs remain (OLMo 2).
+	PostNormsOnly bool
+	// QKNormFull makes q_norm and k_norm normalise whole query and key
+	// rows (heads × head_dim) rather than each head (OLMo 2).
+	QKNormFull bool
 	// SandwichNorms adds a norm of the attention's output and of the
 	// MLP's output before each is added to the residual stream
 	// (post_attention_layernorm and post_feedforward_layernorm; the MLP's
@@ -357,6 +370,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKVBias = deref(j.AttentionBias, false)
 		c.OBias = c.QKVBias
 		c.MLPBias = deref(j.MLPBias, false)
+	case ArchOlmo2:
+		defaultMaxPos = 4096
+		c.QKVBias = deref(j.AttentionBias, false)
+		c.OBias = c.QKVBias
+		c.QKNorm, c.QKNormFull, c.SandwichNorms, c.PostNormsOnly = true, true, true, true
 	case ArchGemma3:
 		defaultMaxPos = 131072
 		c.QKVBias = deref(j.AttentionBias, false)
@@ -364,7 +382,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKNorm, c.SandwichNorms, c.NormOffset = true, true, 1
 		windowed = true
 	default:
-		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma3, ArchGranite)
+		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma3, ArchGranite, ArchOlmo2)
 	}
 	if deref(j.UseSlidingWindow, false) {
 		return nil, fmt.Errorf("use_sliding_window is not supported")
@@ -639,6 +657,22 @@ func (c *Config) LayerWindow(l int) int {
 	return c.SlidingWindow
 }
 
+// qNormWidth and kNormWidth are the lengths of q_norm's and k_norm's
+// weights: a head's, or whole rows' (QKNormFull).
+func (c *Config) qNormWidth() int {
+	if c.QKNormFull {
+		return c.QDim()
+	}
+	return c.HeadDim
+}
+
+func (c *Config) kNormWidth() int {
+	if c.QKNormFull {
+		return c.KVDim()
+	}
+	return c.HeadDim
+}
+
 // scales reports whether the model multiplies a tensor by a constant
 // (Config.EmbedScale, ResidualScale, LogitScale other than 1).
 func (c *Config) scales() bool {
@@ -733,10 +767,13 @@ func (c *Config) NumParams() int64 {
 		layer += 2*in + h
 	}
 	if c.QKNorm {
-		layer += 2 * int64(c.HeadDim)
+		layer += int64(c.qNormWidth() + c.kNormWidth())
 	}
 	if c.SandwichNorms {
 		layer += 2 * h
+	}
+	if c.PostNormsOnly {
+		layer -= 2 * h
 	}
 	n := int64(c.NumLayers)*layer + int64(c.VocabSize)*h + h
 	if !c.TieWordEmbeddings {

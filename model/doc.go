@@ -1,5 +1,5 @@
 // Package model is clawrl's transformer: the Llama (Mistral), Qwen2, Qwen3,
-// Phi-3, Gemma 3 and Granite 3 families of decoder-only language models,
+// Phi-3, Gemma 3, Granite 3 and OLMo 2 families of decoder-only language models,
 // written once over compute.Backend, so the same code runs on the CPU and
 // on a GPU.
 //
@@ -34,7 +34,9 @@
 // query_pre_attn_scalar^−½. Granite multiplies the embedding, the scores
 // (in place of 1/sqrt(d)) and both residual branches by constants and
 // divides the logits by one (applied to the final hidden state before
-// Wlm).
+// Wlm). OLMo 2 drops the two norms before the attention and the MLP (the
+// projections read x itself), normalises their outputs as Gemma does, and
+// normalises q and k over whole rows rather than per head.
 //
 // That is Model.block, line for line: the one forward pass of a layer,
 // which serving (over the paged KV cache) and training (over whole

@@ -66,9 +66,13 @@ func (m *Model) block(bp blockPass, l int, w *layer, io *blockIO, ps *[3]proj) {
 	// Attention: normalise, project to queries, keys and values, normalise
 	// q and k per head (Qwen3), rotate by position, attend, project back
 	// and add to the residual stream.
-	b.RMSNorm(io.h1, io.xin, w.AttnNorm, eps)
+	h1 := io.xin // OLMo 2 projects the residual stream itself
+	if !c.PostNormsOnly {
+		b.RMSNorm(io.h1, io.xin, w.AttnNorm, eps)
+		h1 = io.h1
+	}
 	*ps = [3]proj{{io.qpre, w.Q, w.QBias, targetQ}, {io.kpre, w.K, w.KBias, targetK}, {io.v, w.V, w.VBias, targetV}}
-	bp.project(l, io.h1, ps[:])
+	bp.project(l, h1, ps[:])
 	if c.QKNorm {
 		b.RMSNorm(io.q, io.qpre, w.QNorm, eps)
 		b.RMSNorm(io.k, io.kpre, w.KNorm, eps)
@@ -93,9 +97,13 @@ func (m *Model) block(bp blockPass, l int, w *layer, io *blockIO, ps *[3]proj) {
 
 	// MLP: normalise, gate·up with SiLU (GELU), project down, (normalise,)
 	// add to the residual.
-	b.RMSNorm(io.h2, io.xmid, w.MLPNorm, eps)
+	h2 := io.xmid
+	if !c.PostNormsOnly {
+		b.RMSNorm(io.h2, io.xmid, w.MLPNorm, eps)
+		h2 = io.h2
+	}
 	*ps = [3]proj{{io.gate, w.Gate, w.GateBias, targetGate}, {io.up, w.Up, w.UpBias, targetUp}}
-	bp.project(l, io.h2, ps[:2])
+	bp.project(l, h2, ps[:2])
 	if c.Activation == ActGELUTanh {
 		b.(compute.Gemma).GELUMul(io.act, io.gate, io.up)
 	} else {

@@ -142,6 +142,8 @@ func TestForwardMatchesReference(t *testing.T) {
 		{"granite bf16 untied biases defaults", func(s *RandomSpec) {
 			s.Arch, s.DType, s.AttentionBias, s.MLPBias = ArchGranite, "bfloat16", true, true
 		}},
+		{"olmo2 f32 untied", func(s *RandomSpec) { s.Arch = ArchOlmo2 }},
+		{"olmo2 bf16 tied mqa", func(s *RandomSpec) { s.Arch, s.DType, s.Tied, s.KVHeads = ArchOlmo2, "bfloat16", true, 1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -378,7 +380,7 @@ func TestBF16ProductsWithBF16CacheMatchReference(t *testing.T) {
 }
 
 func TestIncrementalDecodeMatchesFullForward(t *testing.T) {
-	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral, ArchGemma3, ArchGranite} {
+	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral, ArchGemma3, ArchGranite, ArchOlmo2} {
 		t.Run(arch, func(t *testing.T) {
 			spec := tiny(arch)
 			spec.DType = "bfloat16"

@@ -266,6 +266,12 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 		if s.RopeLinear != 0 {
 			cfg["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": pyFloat(s.RopeLinear)}
 		}
+	case ArchOlmo2:
+		cfg["model_type"] = "olmo2"
+		cfg["attention_bias"] = s.AttentionBias
+		if s.HeadDim != s.Hidden/s.Heads {
+			return nil, fmt.Errorf("olmo2: head_dim %d must be hidden_size / num_attention_heads (%d)", s.HeadDim, s.Hidden/s.Heads)
+		}
 	case ArchGranite:
 		cfg["model_type"] = "granite"
 		cfg["attention_bias"] = s.AttentionBias

@@ -35,6 +35,10 @@ type refModel struct {
 	localLayer   []bool    // the layers that rotate with localInvFreq
 	localInvFreq []float64 // the windowed layers' frequencies (Gemma 3)
 
+	// OLMo 2: no norms before the attention and the MLP, q and k
+	// normalised over whole rows, the outputs normalised (post norms).
+	olmo2 bool
+
 	// Granite: embedding, residual and logit multipliers (1 when absent);
 	// attnScale holds its attention_multiplier.
 	embedMul, residualMul, logitsDiv float64
@@ -134,6 +138,7 @@ func loadRef(t *testing.T, dir string) *refModel {
 		}
 	}
 	r.embedMul, r.residualMul, r.logitsDiv = 1, 1, 1
+	r.olmo2 = cfg["architectures"].([]any)[0] == "Olmo2ForCausalLM"
 	if cfg["architectures"].([]any)[0] == "GraniteForCausalLM" {
 		// GraniteForCausalLM: embeddings × embedding_multiplier, scores ×
 		// attention_multiplier, each branch × residual_multiplier,
@@ -417,11 +422,17 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 		}
 		qs, ks, vs := make([][]float64, n), make([][]float64, n), make([][]float64, n)
 		for i := range n {
-			h := r.rmsnorm(x[i], W("input_layernorm.weight"))
+			h := x[i] // Olmo2Attention projects the residual stream itself
+			if !r.olmo2 {
+				h = r.rmsnorm(x[i], W("input_layernorm.weight"))
+			}
 			qs[i] = r.linear(p+"self_attn.q_proj.weight", h, W("self_attn.q_proj.bias"))
 			ks[i] = r.linear(p+"self_attn.k_proj.weight", h, W("self_attn.k_proj.bias"))
 			vs[i] = r.linear(p+"self_attn.v_proj.weight", h, W("self_attn.v_proj.bias"))
-			if qn := W("self_attn.q_norm.weight"); qn != nil {
+			if r.olmo2 { // q_norm and k_norm over the whole projections
+				qs[i] = r.rmsnorm(qs[i], W("self_attn.q_norm.weight"))
+				ks[i] = r.rmsnorm(ks[i], W("self_attn.k_norm.weight"))
+			} else if qn := W("self_attn.q_norm.weight"); qn != nil {
 				for hh := 0; hh < len(qs[i]); hh += r.hd {
 					copy(qs[i][hh:], r.rmsnorm(qs[i][hh:hh+r.hd], qn))
 				}
@@ -474,14 +485,17 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 			}
 			o := r.linear(p+"self_attn.o_proj.weight", att, W("self_attn.o_proj.bias"))
 			mlpNorm := "post_attention_layernorm.weight"
-			if r.gemma {
+			if r.gemma || r.olmo2 {
 				o = r.rmsnorm(o, W("post_attention_layernorm.weight"))
 				mlpNorm = "pre_feedforward_layernorm.weight"
 			}
 			for e := range x[i] {
 				x[i][e] += o[e] * r.residualMul
 			}
-			h := r.rmsnorm(x[i], W(mlpNorm))
+			h := x[i]
+			if !r.olmo2 {
+				h = r.rmsnorm(x[i], W(mlpNorm))
+			}
 			gate := r.linear(p+"mlp.gate_proj.weight", h, W("mlp.gate_proj.bias"))
 			up := r.linear(p+"mlp.up_proj.weight", h, W("mlp.up_proj.bias"))
 			for e := range gate {
@@ -493,7 +507,7 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 				}
 			}
 			d := r.linear(p+"mlp.down_proj.weight", gate, W("mlp.down_proj.bias"))
-			if r.gemma {
+			if r.gemma || r.olmo2 {
 				d = r.rmsnorm(d, W("post_feedforward_layernorm.weight"))
 			}
 			for e := range d {

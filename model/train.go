@@ -928,9 +928,15 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 	}
 	xin := p.xs[l]
 	gelu := c.Activation == ActGELUTanh
+	h1, h2 := a.h1, a.h2 // the projections' inputs
+	if c.PostNormsOnly {
+		h1, h2 = xin, a.xmid
+	}
 	if p.acts != nil { // shared by all layers: recompute this layer's
-		b.RMSNorm(a.h1, xin, w.AttnNorm, eps)
-		b.RMSNorm(a.h2, a.xmid, w.MLPNorm, eps)
+		if !c.PostNormsOnly {
+			b.RMSNorm(a.h1, xin, w.AttnNorm, eps)
+			b.RMSNorm(a.h2, a.xmid, w.MLPNorm, eps)
+		}
 		if gelu {
 			b.(compute.GemmaTrainer).GELUMul(a.act, a.gate, a.up)
 		} else {
@@ -961,9 +967,13 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 	} else {
 		b.SiLUMulBackward(a.gate, a.up, dact, a.gate, a.up)
 	}
-	t.linearBack(dh, false, a.gate, a.h2, w.Gate, g.Gate, g.GateBias, ad[targetGate], a.u[targetGate], du)
-	t.linearBack(dh, true, a.up, a.h2, w.Up, g.Up, g.UpBias, ad[targetUp], a.u[targetUp], du)
-	b.RMSNormBackward(dx, g.MLPNorm, dh, a.xmid, w.MLPNorm, eps, true)
+	t.linearBack(dh, false, a.gate, h2, w.Gate, g.Gate, g.GateBias, ad[targetGate], a.u[targetGate], du)
+	t.linearBack(dh, true, a.up, h2, w.Up, g.Up, g.UpBias, ad[targetUp], a.u[targetUp], du)
+	if c.PostNormsOnly {
+		b.AddScaled(dx, dh, 1)
+	} else {
+		b.RMSNormBackward(dx, g.MLPNorm, dh, a.xmid, w.MLPNorm, eps, true)
+	}
 	p.yield()
 
 	// Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)) with q, k,
@@ -989,10 +999,14 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 		b.RMSNormBackward(dq, g.QNorm, dq, a.qpre, w.QNorm, eps, false)
 		b.RMSNormBackward(dk, g.KNorm, dk, a.kpre, w.KNorm, eps, false)
 	}
-	t.linearBack(dh, false, dq, a.h1, w.Q, g.Q, g.QBias, ad[targetQ], a.u[targetQ], du)
-	t.linearBack(dh, true, dk, a.h1, w.K, g.K, g.KBias, ad[targetK], a.u[targetK], du)
-	t.linearBack(dh, true, dv, a.h1, w.V, g.V, g.VBias, ad[targetV], a.u[targetV], du)
-	b.RMSNormBackward(dx, g.AttnNorm, dh, xin, w.AttnNorm, eps, true)
+	t.linearBack(dh, false, dq, h1, w.Q, g.Q, g.QBias, ad[targetQ], a.u[targetQ], du)
+	t.linearBack(dh, true, dk, h1, w.K, g.K, g.KBias, ad[targetK], a.u[targetK], du)
+	t.linearBack(dh, true, dv, h1, w.V, g.V, g.VBias, ad[targetV], a.u[targetV], du)
+	if c.PostNormsOnly {
+		b.AddScaled(dx, dh, 1)
+	} else {
+		b.RMSNormBackward(dx, g.AttnNorm, dh, xin, w.AttnNorm, eps, true)
+	}
 	return nil
 }
 

@@ -254,6 +254,8 @@ var gradSpecs = []struct {
 	{"granite tied multipliers", func(s *RandomSpec) {
 		s.Arch, s.Tied, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = ArchGranite, true, 3, 0.3, 0.5, 4
 	}, true},
+	{"olmo2 untied", func(s *RandomSpec) { s.Arch = ArchOlmo2 }, true},
+	{"olmo2 tied mqa", func(s *RandomSpec) { s.Arch, s.Tied, s.KVHeads = ArchOlmo2, true, 1 }, false},
 	{"granite untied multipliers", func(s *RandomSpec) {
 		s.Arch, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = ArchGranite, 2, 0.25, 0.7, 3
 	}, false},
@@ -331,6 +333,7 @@ func TestLoRAGradientsMatchReference(t *testing.T) {
 		{"qwen2 q,v,down", ArchQwen2, []string{"q_proj", "v", "down"}},
 		{"gemma3 all targets", ArchGemma3, nil},
 		{"granite all targets", ArchGranite, nil},
+		{"olmo2 all targets", ArchOlmo2, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tiny(tt.arch)
@@ -417,6 +420,8 @@ func TestCheckpointingIsExact(t *testing.T) {
 		{"gemma3 full", ArchGemma3, nil},
 		{"gemma3 lora", ArchGemma3, &LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}},
 		{"granite full", ArchGranite, nil},
+		{"olmo2 full", ArchOlmo2, nil},
+		{"olmo2 lora", ArchOlmo2, &LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tiny(tt.arch)

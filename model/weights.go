@@ -41,20 +41,20 @@ type weights struct {
 
 // layer is one transformer block.
 type layer struct {
-	AttnNorm compute.Tensor `hf:"input_layernorm.weight" shape:"hidden"`
+	AttnNorm compute.Tensor `hf:"input_layernorm.weight" shape:"hidden" if:"pre_norms"`
 	Q        compute.Tensor `hf:"self_attn.q_proj.weight" shape:"qdim,hidden"`
 	QBias    compute.Tensor `hf:"self_attn.q_proj.bias" shape:"qdim" if:"qkv_bias"`
 	K        compute.Tensor `hf:"self_attn.k_proj.weight" shape:"kvdim,hidden"`
 	KBias    compute.Tensor `hf:"self_attn.k_proj.bias" shape:"kvdim" if:"qkv_bias"`
 	V        compute.Tensor `hf:"self_attn.v_proj.weight" shape:"kvdim,hidden"`
 	VBias    compute.Tensor `hf:"self_attn.v_proj.bias" shape:"kvdim" if:"qkv_bias"`
-	QNorm    compute.Tensor `hf:"self_attn.q_norm.weight" shape:"head_dim" if:"qk_norm"`
-	KNorm    compute.Tensor `hf:"self_attn.k_norm.weight" shape:"head_dim" if:"qk_norm"`
+	QNorm    compute.Tensor `hf:"self_attn.q_norm.weight" shape:"qnorm" if:"qk_norm"`
+	KNorm    compute.Tensor `hf:"self_attn.k_norm.weight" shape:"knorm" if:"qk_norm"`
 	O        compute.Tensor `hf:"self_attn.o_proj.weight" shape:"hidden,qdim"`
 	OBias    compute.Tensor `hf:"self_attn.o_proj.bias" shape:"hidden" if:"o_bias"`
 	// PostAttnNorm normalises the attention's output (Gemma).
 	PostAttnNorm compute.Tensor `hf:"post_attention_layernorm.weight" shape:"hidden" if:"sandwich"`
-	MLPNorm      compute.Tensor `hf:"post_attention_layernorm.weight" shape:"hidden" sandwich:"pre_feedforward_layernorm.weight"`
+	MLPNorm      compute.Tensor `hf:"post_attention_layernorm.weight" shape:"hidden" sandwich:"pre_feedforward_layernorm.weight" if:"pre_norms"`
 	Gate         compute.Tensor `hf:"mlp.gate_proj.weight" shape:"inter,hidden"`
 	GateBias     compute.Tensor `hf:"mlp.gate_proj.bias" shape:"inter" if:"mlp_bias"`
 	Up           compute.Tensor `hf:"mlp.up_proj.weight" shape:"inter,hidden"`
@@ -70,6 +70,7 @@ func (c *Config) dims() map[string]int {
 	return map[string]int{
 		"vocab": c.VocabSize, "hidden": c.HiddenSize, "inter": c.IntermediateSize,
 		"qdim": c.QDim(), "kvdim": c.KVDim(), "head_dim": c.HeadDim,
+		"qnorm": c.qNormWidth(), "knorm": c.kNormWidth(),
 	}
 }
 
@@ -78,6 +79,7 @@ func (c *Config) flags() map[string]bool {
 	return map[string]bool{
 		"untied": !c.TieWordEmbeddings, "qkv_bias": c.QKVBias, "o_bias": c.OBias,
 		"mlp_bias": c.MLPBias, "qk_norm": c.QKNorm, "sandwich": c.SandwichNorms,
+		"pre_norms": !c.PostNormsOnly,
 	}
 }
 
