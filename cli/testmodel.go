@@ -33,7 +33,7 @@ func presets() map[string]model.RandomSpec {
 }
 
 // testArchs are the architectures testmodel writes.
-var testArchs = []string{model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2}
+var testArchs = []string{model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2, model.ArchSmolLM3}
 
 func presetNames() string {
 	var names []string
@@ -71,13 +71,13 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 			}
 			if arch != "" {
 				switch arch {
-				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2:
+				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2, model.ArchSmolLM3:
 				default:
 					return fmt.Errorf("unknown --arch %q (known: %s)", arch, strings.Join(testArchs, ", "))
 				}
 				spec.Arch = arch
-				if arch == model.ArchOlmo2 {
-					spec.HeadDim = spec.Hidden / spec.Heads // Olmo2Attention's
+				if arch == model.ArchOlmo2 || arch == model.ArchSmolLM3 {
+					spec.HeadDim = spec.Hidden / spec.Heads // their attention's
 				}
 				if arch == model.ArchGranite {
 					// granite-3.x-2b's multipliers, the attention's as

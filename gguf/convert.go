@@ -114,6 +114,13 @@ func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer,
 	if c.SlidingWindow > 0 && arch == "phi3" {
 		kvs = append(kvs, KV{k("attention.sliding_window"), Uint32(uint32(c.SlidingWindow))})
 	}
+	if arch == "smollm3" {
+		for l, off := range c.NoRopeLayers {
+			if off != ((l+1)%4 == 0) {
+				return fmt.Errorf("gguf: %s: layer %d's RoPE differs from llama.cpp's smollm3, which drops it in every fourth layer and no other", path, l)
+			}
+		}
+	}
 	if arch == "granite" {
 		kvs = append(kvs,
 			KV{k("logit_scale"), Float32(float32(c.LogitScale))},
@@ -159,7 +166,7 @@ func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer,
 			tt = mix.matrixType(c, spec.Name, spec.Shape[1])
 		}
 		heads := 0
-		if arch == "llama" || arch == "granite" { // ggml's interleaved rotation
+		if ggmlNormRope(arch) {
 			switch {
 			case strings.Contains(spec.Name, "self_attn.q_proj."):
 				heads = c.NumHeads

@@ -94,6 +94,9 @@ func TestLlamaCppPerplexity(t *testing.T) {
 		// outputs normalised, q and k normalised over whole rows. The
 		// control makes the same tensors a Llama.
 		{"olmo2", func(s *model.RandomSpec) { s.Arch, s.InitStd = model.ArchOlmo2, 0.05 }, nil, false},
+		// SmolLM3: the fourth of four layers without RoPE. The control
+		// rotates it too.
+		{"smollm3", func(s *model.RandomSpec) { s.Arch, s.Layers = model.ArchSmolLM3, 4 }, func(s *model.RandomSpec) { s.Arch = model.ArchLlama }, false},
 		// Granite: Llama's blocks with its four multipliers (llama.cpp's
 		// granite: q and k permuted as llama's).
 		{"granite", func(s *model.RandomSpec) {

@@ -24,6 +24,7 @@ var Architectures = map[string]string{
 	"gemma3":  model.ArchGemma3,
 	"granite": model.ArchGranite,
 	"olmo2":   model.ArchOlmo2,
+	"smollm3": model.ArchSmolLM3,
 }
 
 // KeyRopeFreqs names the tensor of per-frequency divisors that llama.cpp's
@@ -245,7 +246,7 @@ func (m *Model) readConfig() error {
 	}
 	hf, known := Architectures[arch]
 	if !known {
-		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3, gemma3, granite, olmo2)", arch)
+		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3, gemma3, granite, olmo2, smollm3)", arch)
 	}
 	if n, _, err := m.intKey("split.count"); err != nil || n > 1 {
 		if err != nil {
@@ -352,13 +353,16 @@ func (m *Model) readConfig() error {
 	qkvBias, oBias := has("blk.0.attn_q.bias") || has("blk.0.attn_qkv.bias"), has("blk.0.attn_output.bias")
 	mlpBias := has("blk.0.ffn_gate.bias") || has("blk.0.ffn_up.bias") || has("blk.0.ffn_down.bias")
 	switch arch {
-	case "llama", "qwen3", "granite", "olmo2":
+	case "llama", "qwen3", "granite", "olmo2", "smollm3":
 		if qkvBias != oBias {
 			return m.f.errorf("%s with attention biases on only some projections (q: %v, output: %v): not supported", arch, qkvBias, oBias)
 		}
 		cfg["attention_bias"] = qkvBias
-		if arch == "llama" || arch == "granite" {
+		if arch == "llama" || arch == "granite" || arch == "smollm3" {
 			cfg["mlp_bias"] = mlpBias
+		}
+		if arch == "smollm3" {
+			cfg["no_rope_layer_interval"] = 4 // llama.cpp's, fixed: every fourth layer without RoPE
 		}
 		if arch == "granite" {
 			if err := m.granite(cfg, key, headDim); err != nil {
@@ -683,6 +687,14 @@ func (m *Model) checkTensors() error {
 	return nil
 }
 
+// ggmlNormRope reports whether llama.cpp runs the GGUF architecture arch
+// with ggml's interleaved rotation, for which its converter stores the
+// query and key projections permuted: llama and the architectures its
+// converter writes as llama's (granite, smollm3).
+func ggmlNormRope(arch string) bool {
+	return arch == "llama" || arch == "granite" || arch == "smollm3"
+}
+
 // permuted reports whether llama.cpp's converter stores a Hugging Face
 // tensor permuted, and over how many heads: the query and key projections
 // (weights and biases) of the llama architecture, whose ggml kernel
@@ -690,7 +702,7 @@ func (m *Model) checkTensors() error {
 // rotates dimension i with i+headDim/2. Qwen2 and Qwen3 run ggml's NEOX
 // rotation, Hugging Face's own, and are stored as they are.
 func (m *Model) permuted(hf string) (heads int, ok bool) {
-	if m.arch != "llama" && m.arch != "granite" {
+	if !ggmlNormRope(m.arch) {
 		return 0, false
 	}
 	switch {

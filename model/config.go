@@ -45,6 +45,9 @@ const (
 	// (PostNormsOnly) and q/k norms over whole query and key rows
 	// (QKNormFull).
 	ArchOlmo2 = "Olmo2ForCausalLM"
+	// ArchSmolLM3 is Hugging Face's SmolLM3 (SmolLM3ForCausalLM): Llama's
+	// blocks, every fourth without rotary embedding (NoRopeLayers).
+	ArchSmolLM3 = "SmolLM3ForCausalLM"
 )
 
 // Activations of the gated MLP (Config.Activation).
@@ -90,6 +93,10 @@ type Config struct {
 	// LocalRopeTheta; the others attend over the whole context. nil: every
 	// layer attends over SlidingWindow, when set.
 	WindowLayers []bool
+	// NoRopeLayers, when not nil, marks the layers whose queries and keys
+	// are not rotated (SmolLM3's no_rope_layers, by default every fourth
+	// layer: NoPE).
+	NoRopeLayers []bool
 	// LocalRopeTheta, when positive, is the rotary base of the windowed
 	// layers (Gemma 3's rope_local_base_freq, without scaling); the other
 	// layers use RopeTheta with the scaling.
@@ -229,6 +236,8 @@ type configJSON struct {
 	RopeLocalBase     *float64        `json:"rope_local_base_freq"`
 	SlidingPattern    *int            `json:"sliding_window_pattern"`
 	LayerTypes        []string        `json:"layer_types"`
+	NoRopeLayers      []int           `json:"no_rope_layers"`
+	NoRopeInterval    *int            `json:"no_rope_layer_interval"`
 	AttnSoftcap       *float64        `json:"attn_logit_softcapping"`
 	FinalSoftcap      *float64        `json:"final_logit_softcapping"`
 	PartialRotary     *float64        `json:"partial_rotary_factor"`
@@ -370,6 +379,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKVBias = deref(j.AttentionBias, false)
 		c.OBias = c.QKVBias
 		c.MLPBias = deref(j.MLPBias, false)
+	case ArchSmolLM3:
+		defaultMaxPos = 32768
+		c.QKVBias = deref(j.AttentionBias, false)
+		c.OBias = c.QKVBias
+		c.MLPBias = deref(j.MLPBias, false)
 	case ArchOlmo2:
 		defaultMaxPos = 4096
 		c.QKVBias = deref(j.AttentionBias, false)
@@ -382,7 +396,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKNorm, c.SandwichNorms, c.NormOffset = true, true, 1
 		windowed = true
 	default:
-		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma3, ArchGranite, ArchOlmo2)
+		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s, %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma3, ArchGranite, ArchOlmo2, ArchSmolLM3)
 	}
 	if deref(j.UseSlidingWindow, false) {
 		return nil, fmt.Errorf("use_sliding_window is not supported")
@@ -484,6 +498,31 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.Architecture == ArchGemma3 {
 		if err := parseGemma3(&j, c); err != nil {
 			return nil, err
+		}
+	}
+	if c.Architecture == ArchSmolLM3 {
+		// SmolLM3Config: no_rope_layers[i] is 1 where layer i rotates,
+		// by default every layer but each no_rope_layer_interval-th.
+		c.NoRopeLayers = make([]bool, c.NumLayers)
+		switch {
+		case j.NoRopeLayers != nil:
+			if len(j.NoRopeLayers) != c.NumLayers {
+				return nil, fmt.Errorf("no_rope_layers has %d entries for %d layers", len(j.NoRopeLayers), c.NumLayers)
+			}
+			for i, v := range j.NoRopeLayers {
+				if v != 0 && v != 1 {
+					return nil, fmt.Errorf("no_rope_layers[%d] is %d (want 1 where the layer uses RoPE, 0 where not)", i, v)
+				}
+				c.NoRopeLayers[i] = v == 0
+			}
+		default:
+			n := deref(j.NoRopeInterval, 4)
+			if n < 1 {
+				return nil, fmt.Errorf("no_rope_layer_interval must be at least 1, got %d", n)
+			}
+			for i := range c.NoRopeLayers {
+				c.NoRopeLayers[i] = (i+1)%n == 0
+			}
 		}
 	}
 	if c.Architecture == ArchGranite {
@@ -694,6 +733,12 @@ func (c *Config) logitScale() float32 {
 		return float32(1 / c.LogitScale)
 	}
 	return 1
+}
+
+// rotates reports whether layer l applies RoPE to its queries and keys
+// (all but SmolLM3's NoRopeLayers).
+func (c *Config) rotates(l int) bool {
+	return c.NoRopeLayers == nil || !c.NoRopeLayers[l]
 }
 
 // localRope reports whether layer l rotates with LocalRopeTheta.

@@ -1,7 +1,7 @@
 // Package model is clawrl's transformer: the Llama (Mistral), Qwen2, Qwen3,
-// Phi-3, Gemma 3, Granite 3 and OLMo 2 families of decoder-only language models,
-// written once over compute.Backend, so the same code runs on the CPU and
-// on a GPU.
+// Phi-3, Gemma 3, Granite 3, OLMo 2 and SmolLM3 families of decoder-only
+// language models, written once over compute.Backend, so the same code runs
+// on the CPU and on a GPU.
 //
 // # The forward pass
 //
@@ -36,7 +36,8 @@
 // divides the logits by one (applied to the final hidden state before
 // Wlm). OLMo 2 drops the two norms before the attention and the MLP (the
 // projections read x itself), normalises their outputs as Gemma does, and
-// normalises q and k over whole rows rather than per head.
+// normalises q and k over whole rows rather than per head. SmolLM3 skips
+// the rotation in every fourth layer.
 //
 // That is Model.block, line for line: the one forward pass of a layer,
 // which serving (over the paged KV cache) and training (over whole

@@ -77,9 +77,11 @@ func (m *Model) block(bp blockPass, l int, w *layer, io *blockIO, ps *[3]proj) {
 		b.RMSNorm(io.q, io.qpre, w.QNorm, eps)
 		b.RMSNorm(io.k, io.kpre, w.KNorm, eps)
 	}
-	cos, sin := m.ropeFor(l)
-	b.RoPE(io.q, io.pos, cos, sin, c.HeadDim)
-	b.RoPE(io.k, io.pos, cos, sin, c.HeadDim)
+	if c.rotates(l) {
+		cos, sin := m.ropeFor(l)
+		b.RoPE(io.q, io.pos, cos, sin, c.HeadDim)
+		b.RoPE(io.k, io.pos, cos, sin, c.HeadDim)
+	}
 	bp.yield()
 	bp.attend(l, io.att, io.q, io.k, io.v)
 	*ps = [3]proj{{io.out, w.O, w.OBias, targetO}}

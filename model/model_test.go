@@ -143,6 +143,7 @@ func TestForwardMatchesReference(t *testing.T) {
 			s.Arch, s.DType, s.AttentionBias, s.MLPBias = ArchGranite, "bfloat16", true, true
 		}},
 		{"olmo2 f32 untied", func(s *RandomSpec) { s.Arch = ArchOlmo2 }},
+		{"smollm3 f32 tied 4 layers, the last without rope", func(s *RandomSpec) { s.Arch, s.Tied, s.Layers = ArchSmolLM3, true, 4 }},
 		{"olmo2 bf16 tied mqa", func(s *RandomSpec) { s.Arch, s.DType, s.Tied, s.KVHeads = ArchOlmo2, "bfloat16", true, 1 }},
 	}
 	for _, tt := range tests {
@@ -380,7 +381,7 @@ func TestBF16ProductsWithBF16CacheMatchReference(t *testing.T) {
 }
 
 func TestIncrementalDecodeMatchesFullForward(t *testing.T) {
-	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral, ArchGemma3, ArchGranite, ArchOlmo2} {
+	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral, ArchGemma3, ArchGranite, ArchOlmo2, ArchSmolLM3} {
 		t.Run(arch, func(t *testing.T) {
 			spec := tiny(arch)
 			spec.DType = "bfloat16"
@@ -389,6 +390,9 @@ func TestIncrementalDecodeMatchesFullForward(t *testing.T) {
 			}
 			if arch == ArchGemma3 {
 				spec.SlidingPattern = 2 // a windowed layer, then a global one
+			}
+			if arch == ArchSmolLM3 {
+				spec.Layers = 4 // the fourth does not rotate
 			}
 			if arch == ArchGranite {
 				spec.EmbeddingMultiplier, spec.AttentionMultiplier, spec.ResidualMultiplier, spec.LogitsScaling = 3, 0.3, 0.5, 4

@@ -266,6 +266,22 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 		if s.RopeLinear != 0 {
 			cfg["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": pyFloat(s.RopeLinear)}
 		}
+	case ArchSmolLM3:
+		cfg["model_type"] = "smollm3"
+		cfg["attention_bias"] = s.AttentionBias
+		cfg["mlp_bias"] = s.MLPBias
+		cfg["no_rope_layer_interval"] = 4
+		nope := make([]int, s.Layers)
+		for i := range nope {
+			nope[i] = 1
+			if (i+1)%4 == 0 {
+				nope[i] = 0
+			}
+		}
+		cfg["no_rope_layers"] = nope
+		if s.HeadDim != s.Hidden/s.Heads {
+			return nil, fmt.Errorf("smollm3: head_dim %d must be hidden_size / num_attention_heads (%d)", s.HeadDim, s.Hidden/s.Heads)
+		}
 	case ArchOlmo2:
 		cfg["model_type"] = "olmo2"
 		cfg["attention_bias"] = s.AttentionBias

@@ -38,6 +38,8 @@ type refModel struct {
 	// OLMo 2: no norms before the attention and the MLP, q and k
 	// normalised over whole rows, the outputs normalised (post norms).
 	olmo2 bool
+	// noRope marks SmolLM3's layers without RoPE.
+	noRope []bool
 
 	// Granite: embedding, residual and logit multipliers (1 when absent);
 	// attnScale holds its attention_multiplier.
@@ -139,6 +141,11 @@ func loadRef(t *testing.T, dir string) *refModel {
 	}
 	r.embedMul, r.residualMul, r.logitsDiv = 1, 1, 1
 	r.olmo2 = cfg["architectures"].([]any)[0] == "Olmo2ForCausalLM"
+	if nope, ok := cfg["no_rope_layers"].([]any); ok { // SmolLM3: 0 where a layer does not rotate
+		for _, v := range nope {
+			r.noRope = append(r.noRope, v.(float64) == 0)
+		}
+	}
 	if cfg["architectures"].([]any)[0] == "GraniteForCausalLM" {
 		// GraniteForCausalLM: embeddings × embedding_multiplier, scores ×
 		// attention_multiplier, each branch × residual_multiplier,
@@ -441,8 +448,10 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 					copy(ks[i][hh:], r.rmsnorm(ks[i][hh:hh+r.hd], kn))
 				}
 			}
-			r.rope(qs[i], i, invFreq)
-			r.rope(ks[i], i, invFreq)
+			if r.noRope == nil || !r.noRope[l] {
+				r.rope(qs[i], i, invFreq)
+				r.rope(ks[i], i, invFreq)
+			}
 			if r.roundKV {
 				ks[i], vs[i] = roundBF16s(ks[i]), roundBF16s(vs[i])
 			}

@@ -992,9 +992,11 @@ func (p *Pass) layerBackward(l int, dx compute.Tensor, a *layerActs, g *layer, f
 	p.attn.Window = c.LayerWindow(l)
 	b.DenseAttentionBackward(dq, dk, dv, datt, a.att, a.lse, a.q, a.k, a.v, &p.attn)
 	p.yield()
-	cos, sin := t.m.ropeFor(l)
-	b.RoPEBackward(dq, p.pos, cos, sin, c.HeadDim)
-	b.RoPEBackward(dk, p.pos, cos, sin, c.HeadDim)
+	if c.rotates(l) {
+		cos, sin := t.m.ropeFor(l)
+		b.RoPEBackward(dq, p.pos, cos, sin, c.HeadDim)
+		b.RoPEBackward(dk, p.pos, cos, sin, c.HeadDim)
+	}
 	if c.QKNorm {
 		b.RMSNormBackward(dq, g.QNorm, dq, a.qpre, w.QNorm, eps, false)
 		b.RMSNormBackward(dk, g.KNorm, dk, a.kpre, w.KNorm, eps, false)

@@ -255,6 +255,7 @@ var gradSpecs = []struct {
 		s.Arch, s.Tied, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = ArchGranite, true, 3, 0.3, 0.5, 4
 	}, true},
 	{"olmo2 untied", func(s *RandomSpec) { s.Arch = ArchOlmo2 }, true},
+	{"smollm3 tied nope layer", func(s *RandomSpec) { s.Arch, s.Tied, s.Layers = ArchSmolLM3, true, 4 }, false},
 	{"olmo2 tied mqa", func(s *RandomSpec) { s.Arch, s.Tied, s.KVHeads = ArchOlmo2, true, 1 }, false},
 	{"granite untied multipliers", func(s *RandomSpec) {
 		s.Arch, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = ArchGranite, 2, 0.25, 0.7, 3
