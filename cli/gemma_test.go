@@ -24,11 +24,20 @@ import (
 // version exports as a Hugging Face checkpoint (norms as w) and a GGUF
 // file (norms as 1 + w, as llama.cpp's converter writes them) that
 // generate.
+//
+// Gemma 2 (Gemma2ForCausalLM: soft-capped scores and logits, every other
+// layer windowed) runs the same.
 func TestGemma3Model(t *testing.T) {
+	for _, arch := range []string{"Gemma3ForCausalLM", "Gemma2ForCausalLM"} {
+		t.Run(arch, func(t *testing.T) { testGemmaModel(t, arch) })
+	}
+}
+
+func testGemmaModel(t *testing.T, arch string) {
 	bin := realBinary(t)
 	dir := t.TempDir()
 	hf := filepath.Join(dir, "gemma")
-	if out, err := exec.Command(bin, "testmodel", hf, "--arch", "Gemma3ForCausalLM", "--sliding-window", "8", "--gguf", "bf16").CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "testmodel", hf, "--arch", arch, "--sliding-window", "8", "--gguf", "bf16").CombinedOutput(); err != nil {
 		t.Fatalf("testmodel: %v\n%s", err, out)
 	}
 	gg := filepath.Join(hf, "model-bf16.gguf")
@@ -94,12 +103,12 @@ func TestGemma3Model(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arch, _ := f.Get("general.architecture")
+	ga, _ := f.Get("general.architecture")
 	onePlus, err := f.Float32("blk.1.post_ffw_norm.weight")
 	onePlus = slices.Clone(onePlus) // a view of the mapped file
 	f.Close()
-	if err != nil || arch.String() != `"gemma3"` {
-		t.Fatalf("GGUF export: architecture %v, post_ffw_norm: %v", arch, err)
+	if want := map[string]string{"Gemma3ForCausalLM": `"gemma3"`, "Gemma2ForCausalLM": `"gemma2"`}[arch]; err != nil || ga.String() != want {
+		t.Fatalf("GGUF export: architecture %v, post_ffw_norm: %v", ga, err)
 	}
 	for i := range w {
 		if math.Abs(float64(onePlus[i]-1-w[i])) > 1e-6 {

@@ -33,7 +33,7 @@ func presets() map[string]model.RandomSpec {
 }
 
 // testArchs are the architectures testmodel writes.
-var testArchs = []string{model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2, model.ArchSmolLM3}
+var testArchs = []string{model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma2, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2, model.ArchSmolLM3}
 
 func presetNames() string {
 	var names []string
@@ -71,11 +71,14 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 			}
 			if arch != "" {
 				switch arch {
-				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2, model.ArchSmolLM3:
+				case model.ArchLlama, model.ArchQwen2, model.ArchQwen3, model.ArchPhi3, model.ArchMistral, model.ArchGemma2, model.ArchGemma3, model.ArchGranite, model.ArchOlmo2, model.ArchSmolLM3:
 				default:
 					return fmt.Errorf("unknown --arch %q (known: %s)", arch, strings.Join(testArchs, ", "))
 				}
 				spec.Arch = arch
+				if arch == model.ArchGemma2 {
+					spec.AttnSoftcap, spec.FinalSoftcap = 50, 30 // Gemma 2's
+				}
 				if arch == model.ArchOlmo2 || arch == model.ArchSmolLM3 {
 					spec.HeadDim = spec.Hidden / spec.Heads // their attention's
 				}
@@ -91,8 +94,8 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 				spec.Seed = seed
 			}
 			if window != 0 {
-				if spec.Arch != model.ArchMistral && spec.Arch != model.ArchPhi3 && spec.Arch != model.ArchGemma3 || window < 0 {
-					return fmt.Errorf("--sliding-window %d: a positive window, for --arch %s, %s or %s", window, model.ArchMistral, model.ArchPhi3, model.ArchGemma3)
+				if spec.Arch != model.ArchMistral && spec.Arch != model.ArchPhi3 && spec.Arch != model.ArchGemma3 && spec.Arch != model.ArchGemma2 || window < 0 {
+					return fmt.Errorf("--sliding-window %d: a positive window, for --arch %s, %s, %s or %s", window, model.ArchMistral, model.ArchPhi3, model.ArchGemma2, model.ArchGemma3)
 				}
 				spec.SlidingWindow = window
 			}
@@ -112,7 +115,7 @@ or the mix q4_k_m or q5_k_m), which serve, generate and bench take as
 	}
 	cmd.Flags().StringVar(&preset, "preset", "tiny", "shape: "+presetNames())
 	cmd.Flags().StringVar(&arch, "arch", "", "architecture override: "+strings.Join(testArchs, ", "))
-	cmd.Flags().IntVar(&window, "sliding-window", 0, "attention window (with --arch "+model.ArchMistral+", "+model.ArchPhi3+" or "+model.ArchGemma3+"), shorter than the context")
+	cmd.Flags().IntVar(&window, "sliding-window", 0, "attention window (with --arch "+model.ArchMistral+", "+model.ArchPhi3+", "+model.ArchGemma2+" or "+model.ArchGemma3+"), shorter than the context")
 	cmd.Flags().StringVar(&tokDir, "tokenizer", "", "copy tokenizer.json and tokenizer_config.json from this directory")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random weights")
 	cmd.Flags().StringVar(&ggufType, "gguf", "", "also write the model as DIR/model-TYPE.gguf in this tensor type (q8_0, q4_0, bf16, ...)")

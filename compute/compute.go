@@ -400,6 +400,18 @@ type GemmaTrainer interface {
 	GELUMulBackward(dGate, dUp, dy, gate, up Tensor)
 }
 
+// Softcap is implemented by a backend that soft-caps attention scores
+// (Attention.Softcap, and a Trainer's DenseAttention) and logits, as
+// Gemma 2 does: y = cap·tanh(x/cap).
+type Softcap interface {
+	// Softcap replaces every element x of an F32 tensor with
+	// cap·tanh(x/cap).
+	Softcap(x Tensor, cap float32)
+	// SoftcapBackward multiplies dx by the derivative of Softcap at the
+	// elements whose capped values are y: 1 − (y/cap)².
+	SoftcapBackward(dx, y Tensor, cap float32)
+}
+
 // SlidingWindow is implemented by a backend whose Attention (and, for a
 // Trainer, DenseAttention) honour a sliding window (Attention.Window).
 // A model loaded on another backend caps its context to the window
@@ -430,7 +442,12 @@ type Attention struct {
 	// attends to positions max(0, p−Window+1) through p only (Mistral's,
 	// Phi-3's sliding_window). Only a backend that implements
 	// SlidingWindow honours it; others refuse it.
-	Window     int
+	Window int
+	// Softcap, when positive, caps the scaled scores s as
+	// Softcap·tanh(s/Softcap) before the softmax (Gemma 2's
+	// attn_logit_softcapping). Only a backend that implements Softcap
+	// honours it; others refuse it.
+	Softcap    float32
 	BlockSize  int    // tokens per cache block
 	Seqs       int    // sequences in the batch
 	MaxBlocks  int    // row length of BlockTable
@@ -557,6 +574,7 @@ type DenseAttention struct {
 	Heads, KVHeads, HeadDim int
 	Scale                   float32 // usually 1/sqrt(HeadDim)
 	Window                  int     // as Attention.Window
+	Softcap                 float32 // as Attention.Softcap
 	Seqs                    int
 	SeqStart                Tensor // I32 [Seqs+1], SeqStart[0] = 0, SeqStart[Seqs] = rows
 }

@@ -122,6 +122,8 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		shapePanic("Attention", "query rows %d..%d for q of %d rows", qstart[0], qstart[a.Seqs], qs.shape[0])
 	case a.Window < 0:
 		shapePanic("Attention", "window %d", a.Window)
+	case a.Softcap < 0 || math.IsNaN(float64(a.Softcap)) || math.IsInf(float64(a.Softcap), 0):
+		shapePanic("Attention", "softcap %g", a.Softcap)
 	}
 	nBlocks := kc.shape[0] / bs
 	window := a.Window
@@ -151,8 +153,9 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		q: qs.f32, out: out.f32, k: kc.f32, v: vc.f32, k16: kc.u16, v16: vc.u16, k8: kc.kv8, v8: vc.kv8,
 		bf16: kc.dt == compute.BF16, q8: kc.dt == compute.Q8_0, geo: a, table: table,
 		hd: hd, bs: bs, group: a.Heads / a.KVHeads, qdim: qdim, kvdim: kvdim,
-		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles, window: window,
-		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512,
+		maxBlocks: a.MaxBlocks, scale: a.Scale, tl: tiles, window: window, softcap: a.Softcap,
+		// The kernels do not soft-cap: capped scores take the Sgemm path.
+		asm:   flashAsm && hd%16 == 0 && kernels.Kernels() == kernels.KernelsAVX512 && a.Softcap == 0,
 		tasks: f.tasks[:0], work: f.work[:0],
 	}
 	f.pool = b.pool
@@ -224,7 +227,8 @@ type flashCall struct {
 	qdim, kvdim  int
 	maxBlocks    int
 	scale        float32
-	window       int // sliding window (0: none): a query at p sees keys from p−window+1
+	window       int     // sliding window (0: none): a query at p sees keys from p−window+1
+	softcap      float32 // scores soft-capped as softcap·tanh(s/softcap) (0: none; Sgemm path only)
 	tl           flashTiles
 	asm          bool          // the AVX-512 kernels (attention_asm.go)
 	pool         *kernels.Pool // the backend's threads

@@ -59,6 +59,9 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 			clear(row[:lo])
 			clear(row[valid:])
 			row = row[lo:valid]
+			if f.softcap > 0 {
+				softcapRow(row, f.softcap)
+			}
 			old := mx[i]
 			cur := max(old, kernels.Max(row))
 			if cur > old && old != negInf32 {
@@ -73,6 +76,15 @@ func (f *flashCall) runSgemm(w flashWork, sc *flashScratch) {
 		f.pool.Sgemm(false, false, m, hd, nk, 1, S, nk, V, ldv, 1, O, hd)
 	}
 	f.finish(t, w.part, O, mx, l)
+}
+
+// softcapRow replaces each score s of row with cap·tanh(s/cap) (Gemma 2's
+// attn_logit_softcapping), in float64.
+func softcapRow(row []float32, cap float32) {
+	c := float64(cap)
+	for j, s := range row {
+		row[j] = float32(c * math.Tanh(float64(s)/c))
+	}
 }
 
 // rows returns positions [k0, k0+nk) of key/value head g of cache c (keys

@@ -53,6 +53,8 @@ func denseCheck(op string, q, k, v, out compute.Tensor, a *compute.DenseAttentio
 		shapePanic(op, "%d sequence starts for %d sequences over %d rows", len(start), a.Seqs, rows)
 	case a.Window < 0:
 		shapePanic(op, "window %d", a.Window)
+	case a.Softcap < 0 || math.IsNaN(float64(a.Softcap)) || math.IsInf(float64(a.Softcap), 0):
+		shapePanic(op, "softcap %g", a.Softcap)
 	}
 	for s := range a.Seqs {
 		if start[s+1] < start[s] {
@@ -116,6 +118,9 @@ func (b *Backend) DenseAttention(dst, lse, q, k, v compute.Tensor, a *compute.De
 		for i := range m {
 			row := S[i*n : (i+1)*n]
 			lo, valid := windowLo(w.i0+i, a.Window), w.i0+i+1
+			if a.Softcap > 0 {
+				softcapRow(row[lo:valid], a.Softcap)
+			}
 			mx := kernels.Max(row[lo:valid])
 			sum := kernels.ExpSub(row[lo:valid], row[lo:valid], mx)
 			ls[(r0+w.i0+i)*H+w.h] = mx + float32(math.Log(float64(sum)))
@@ -176,14 +181,27 @@ func (b *Backend) DenseAttentionBackward(dq, dk, dv, dOut, out, lse, q, k, v com
 				for i := range m {
 					lo, valid := windowLo(i0+i, a.Window), i0+i+1
 					pr, dr := P[i*n:(i+1)*n], dP[i*n:(i+1)*n]
-					kernels.ExpSub(pr[lo:valid], pr[lo:valid], ls[(r0+i0+i)*H+h])
-					clear(pr[:lo])
-					clear(pr[valid:])
 					o := qOff + i*qdim
 					D := kernels.Dot(dos[o:o+hd], ot.f32[o:o+hd])
-					for j := lo; j < valid; j++ {
-						dr[j] = pr[j] * (dr[j] - D)
+					if c := float64(a.Softcap); c > 0 {
+						// With t = tanh(s/c) the capped score is c·t, and
+						// d(c·t)/ds = 1 − t²: the weights from the capped
+						// scores, dS from dS' times it.
+						lse := float64(ls[(r0+i0+i)*H+h])
+						for j := lo; j < valid; j++ {
+							t := math.Tanh(float64(pr[j]) / c)
+							p := math.Exp(c*t - lse)
+							pr[j] = float32(p)
+							dr[j] = float32(p * (float64(dr[j]) - float64(D)) * (1 - t*t))
+						}
+					} else {
+						kernels.ExpSub(pr[lo:valid], pr[lo:valid], ls[(r0+i0+i)*H+h])
+						for j := lo; j < valid; j++ {
+							dr[j] = pr[j] * (dr[j] - D)
+						}
 					}
+					clear(pr[:lo])
+					clear(pr[valid:])
 					clear(dr[:lo])
 					clear(dr[valid:])
 				}

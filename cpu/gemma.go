@@ -100,3 +100,30 @@ func (b *Backend) GELUMulBackward(dGate, dUp, dy, gate, up compute.Tensor) {
 		}
 	})
 }
+
+// Softcap replaces every x of an F32 tensor with cap·tanh(x/cap) (Gemma 2's
+// final_logit_softcapping), in float64.
+func (b *Backend) Softcap(x compute.Tensor, cap float32) {
+	v := must(x, compute.F32, "Softcap").f32
+	if !(cap > 0) || math.IsInf(float64(cap), 0) {
+		shapePanic("Softcap", "cap %g", cap)
+	}
+	b.pool.For(len(v), 1<<13, func(lo, hi int) { softcapRow(v[lo:hi], cap) })
+}
+
+// SoftcapBackward multiplies dx by 1 − (y/cap)², the derivative of
+// cap·tanh(x/cap) where it is y.
+func (b *Backend) SoftcapBackward(dx, y compute.Tensor, cap float32) {
+	d := must(dx, compute.F32, "SoftcapBackward dx").f32
+	v := must(y, compute.F32, "SoftcapBackward y").f32
+	if len(d) != len(v) || !(cap > 0) || math.IsInf(float64(cap), 0) {
+		shapePanic("SoftcapBackward", "lengths %d and %d, cap %g", len(d), len(v), cap)
+	}
+	b.pool.For(len(d), 1<<14, func(lo, hi int) {
+		inv := 1 / float64(cap)
+		for i := lo; i < hi; i++ {
+			t := float64(v[i]) * inv
+			d[i] = float32(float64(d[i]) * (1 - t*t))
+		}
+	})
+}

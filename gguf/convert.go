@@ -128,6 +128,13 @@ func WriteModelAs(path, name string, src model.Source, tok *tokenizer.Tokenizer,
 			KV{k("residual_scale"), Float32(float32(c.ResidualScale))},
 			KV{k("attention.scale"), Float32(float32(c.AttnMultiplier))})
 	}
+	if arch == "gemma2" {
+		more, err := gemma2Keys(c, k)
+		if err != nil {
+			return fmt.Errorf("gguf: %s: %w", path, err)
+		}
+		kvs = append(kvs, more...)
+	}
 	if arch == "gemma3" {
 		more, err := gemma3Keys(c, k)
 		if err != nil {
@@ -257,6 +264,40 @@ func gemma3Keys(c *model.Config, k func(string) string) ([]KV, error) {
 		{k("attention.sliding_window_pattern"), Uint32(uint32(p))},
 		{k("rope.freq_base_swa"), Float32(float32(c.LocalRopeTheta))},
 	}, nil
+}
+
+// gemma2Keys are the keys llama.cpp reads of a Gemma 2 file (see
+// Model.gemma2): the soft-caps, the window and its period. A model
+// without soft-caps, or whose windowed layers or attention scale a file
+// cannot say, is refused: llama.cpp's gemma2 caps always and assumes a
+// window.
+func gemma2Keys(c *model.Config, k func(string) string) ([]KV, error) {
+	if c.AttnSoftcap <= 0 || c.FinalSoftcap <= 0 {
+		return nil, fmt.Errorf("a Gemma 2 model without soft-caps (attention %g, logits %g): llama.cpp's gemma2 always caps both", c.AttnSoftcap, c.FinalSoftcap)
+	}
+	want := float64(c.HeadDim)
+	if c.NumLayers == 46 {
+		want = float64(c.HiddenSize / c.NumHeads)
+	}
+	if c.QueryPreAttnScalar != 0 && c.QueryPreAttnScalar != want {
+		return nil, fmt.Errorf("query_pre_attn_scalar %g: llama.cpp derives %g for this shape, and a GGUF file cannot say otherwise", c.QueryPreAttnScalar, want)
+	}
+	kvs := []KV{
+		{k("attn_logit_softcapping"), Float32(float32(c.AttnSoftcap))},
+		{k("final_logit_softcapping"), Float32(float32(c.FinalSoftcap))},
+	}
+	p, ok := SlidingPattern(c)
+	if c.WindowLayers == nil {
+		p, ok = 1, true // no windowed layer: every il % 1 is 0 = 1−1
+	}
+	if !ok {
+		return nil, fmt.Errorf("the windowed layers follow no period of gemma2.attention.sliding_window_pattern")
+	}
+	w := c.SlidingWindow
+	if w == 0 {
+		w = c.MaxPositions // a window no shorter than the context
+	}
+	return append(kvs, KV{k("attention.sliding_window"), Uint32(uint32(w))}, KV{k("attention.sliding_window_pattern"), Uint32(uint32(p))}), nil
 }
 
 // llama3Divisors are the divisors of the rotary frequencies that Llama 3

@@ -102,3 +102,40 @@ func TestGemma3GGUF(t *testing.T) {
 		t.Errorf("query_pre_attn_scalar llama.cpp would not derive: %v", err)
 	}
 }
+
+// TestGemma2GGUF: a Gemma 2 model is written in llama.cpp's gemma2 layout
+// (the soft-caps, the window and its period as keys; norms as 1 + w) and
+// read back to the same config and logits, in F32 and Q8_0; a Gemma 2
+// without soft-caps, which llama.cpp's gemma2 would cap anyway, is
+// refused on export.
+func TestGemma2GGUF(t *testing.T) {
+	tok := trainedTokenizer(t)
+	spec := smallSpec(model.ArchGemma2, tok.VocabSize())
+	spec.Layers, spec.SlidingWindow, spec.AttnSoftcap, spec.FinalSoftcap, spec.Tied = 3, 5, 2, 4, true
+	src, dir := randomSource(t, spec)
+	want := logits(t, loadDir(t, dir), testTokens)
+	for _, typ := range []TensorType{F32, Q8_0} {
+		path := filepath.Join(t.TempDir(), "gemma2.gguf")
+		if err := WriteModel(path, src, tok, typ); err != nil {
+			t.Fatal(err)
+		}
+		gm := loadGGUF(t, path)
+		c := gm.Config
+		if c.Architecture != model.ArchGemma2 || c.SlidingWindow != 5 || c.AttnSoftcap != 2 || c.FinalSoftcap != 4 ||
+			!slices.Equal(c.WindowLayers, []bool{true, false, true}) || c.QKNorm || c.LocalRopeTheta != 0 {
+			t.Errorf("%v: read back as %+v", typ, c)
+		}
+		ref := want
+		if typ == Q8_0 {
+			ref = logits(t, loadQ8_0(t, dir), testTokens)
+		}
+		if d := maxDiff(logits(t, gm, testTokens), ref); d > 1e-4 {
+			t.Errorf("%v: logits differ by %g", typ, d)
+		}
+	}
+	nocap := smallSpec(model.ArchGemma2, tok.VocabSize())
+	nsrc, _ := randomSource(t, nocap)
+	if err := WriteModel(filepath.Join(t.TempDir(), "nocap.gguf"), nsrc, tok, F32); err == nil || !strings.Contains(err.Error(), "soft-caps") {
+		t.Errorf("a Gemma 2 without soft-caps: %v", err)
+	}
+}

@@ -97,6 +97,13 @@ func TestLlamaCppPerplexity(t *testing.T) {
 		// SmolLM3: the fourth of four layers without RoPE. The control
 		// rotates it too.
 		{"smollm3", func(s *model.RandomSpec) { s.Arch, s.Layers = model.ArchSmolLM3, 4 }, func(s *model.RandomSpec) { s.Arch = model.ArchLlama }, false},
+		// Gemma 2: Gemma 3's blocks without q/k norms, every other layer
+		// windowed, scores capped at 1.5 and logits at 3 (small, so that
+		// the caps bend them). The control lifts the caps out of reach
+		// (llama.cpp's gemma2 always caps).
+		{"gemma2", func(s *model.RandomSpec) {
+			s.Arch, s.Layers, s.Tied, s.SlidingWindow, s.AttnSoftcap, s.FinalSoftcap = model.ArchGemma2, 3, true, 16, 1.5, 3
+		}, func(s *model.RandomSpec) { s.AttnSoftcap, s.FinalSoftcap = 1e4, 1e4 }, false},
 		// Granite: Llama's blocks with its four multipliers (llama.cpp's
 		// granite: q and k permuted as llama's).
 		{"granite", func(s *model.RandomSpec) {

@@ -21,6 +21,7 @@ var Architectures = map[string]string{
 	"qwen2":   model.ArchQwen2,
 	"qwen3":   model.ArchQwen3,
 	"phi3":    model.ArchPhi3,
+	"gemma2":  model.ArchGemma2,
 	"gemma3":  model.ArchGemma3,
 	"granite": model.ArchGranite,
 	"olmo2":   model.ArchOlmo2,
@@ -246,7 +247,7 @@ func (m *Model) readConfig() error {
 	}
 	hf, known := Architectures[arch]
 	if !known {
-		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3, gemma3, granite, olmo2, smollm3)", arch)
+		return m.f.errorf("architecture %q is not one clawrl runs (llama, qwen2, qwen3, phi3, gemma2, gemma3, granite, olmo2, smollm3)", arch)
 	}
 	if n, _, err := m.intKey("split.count"); err != nil || n > 1 {
 		if err != nil {
@@ -264,8 +265,9 @@ func (m *Model) readConfig() error {
 	}
 
 	cfg := map[string]any{"architectures": []string{hf}, "model_type": arch, "hidden_act": "silu"}
-	if arch == "gemma3" {
-		cfg = map[string]any{"architectures": []string{hf}, "model_type": "gemma3_text", "hidden_activation": "gelu_pytorch_tanh"}
+	if arch == "gemma3" || arch == "gemma2" {
+		modelType := map[string]string{"gemma2": "gemma2", "gemma3": "gemma3_text"}[arch]
+		cfg = map[string]any{"architectures": []string{hf}, "model_type": modelType, "hidden_activation": "gelu_pytorch_tanh"}
 	}
 	for _, f := range []struct{ gguf, hf string }{
 		{"embedding_length", "hidden_size"},
@@ -396,6 +398,11 @@ func (m *Model) readConfig() error {
 			return err
 		}
 		cfg["attention_bias"] = qkvBias
+	case "gemma2":
+		if err := m.gemma2(cfg, key, headDim); err != nil {
+			return err
+		}
+		cfg["attention_bias"] = qkvBias
 	}
 	if err := m.specialTokens(cfg, vocab); err != nil {
 		return err
@@ -500,6 +507,65 @@ func (m *Model) granite(cfg map[string]any, key func(string) string, headDim int
 		}
 		cfg[k.hf] = v
 	}
+	return nil
+}
+
+// gemma2 reads Gemma 2's keys into config.json as llama.cpp reads them:
+// the soft-caps (50 and 30 when absent), a sliding window (4,096 when
+// absent) on layer il unless il % pattern is pattern−1
+// (attention.sliding_window_pattern, 2 when absent), the attention scale
+// head_dim^−½ but for the 27B shape (46 layers), hidden/heads. A rotary
+// base of the windowed layers of their own is refused.
+func (m *Model) gemma2(cfg map[string]any, key func(string) string, headDim int) error {
+	for _, k := range []struct {
+		gguf, hf string
+		def      float64
+	}{{"attn_logit_softcapping", "attn_logit_softcapping", 50}, {"final_logit_softcapping", "final_logit_softcapping", 30}} {
+		v, ok, err := m.floatKey(key(k.gguf))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			v = k.def
+		}
+		if !(v > 0) {
+			return m.metaError("%s is %g: llama.cpp's gemma2 caps by it, so it must be positive", key(k.gguf), v)
+		}
+		cfg[k.hf] = v
+	}
+	if v, ok, err := m.floatKey(key("rope.freq_base_swa")); err != nil {
+		return err
+	} else if base, _ := cfg["rope_theta"].(json.Number).Float64(); ok && float64(float32(v)) != float64(float32(base)) {
+		return m.f.errorf("a rotary base of %g for the windowed layers (%s) beside %g: not supported for gemma2", v, key("rope.freq_base_swa"), base)
+	}
+	layers, heads := cfg["num_hidden_layers"].(int), cfg["num_attention_heads"].(int)
+	cfg["query_pre_attn_scalar"] = headDim
+	if layers == 46 {
+		cfg["query_pre_attn_scalar"] = cfg["hidden_size"].(int) / heads
+	}
+	w, ok, err := m.intKey(key("attention.sliding_window"))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		w = 4096
+	}
+	cfg["sliding_window"] = w
+	pattern, ok, err := m.intKey(key("attention.sliding_window_pattern"))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		pattern = 2
+	}
+	types := make([]string, layers)
+	for il := range types {
+		types[il] = "full_attention"
+		if pattern == 0 || il%pattern < pattern-1 {
+			types[il] = "sliding_attention"
+		}
+	}
+	cfg["layer_types"] = types
 	return nil
 }
 

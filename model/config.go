@@ -48,6 +48,11 @@ const (
 	// ArchSmolLM3 is Hugging Face's SmolLM3 (SmolLM3ForCausalLM): Llama's
 	// blocks, every fourth without rotary embedding (NoRopeLayers).
 	ArchSmolLM3 = "SmolLM3ForCausalLM"
+	// ArchGemma2 is Gemma 2 (Gemma2ForCausalLM: 2B, 9B, 27B): Gemma 3's
+	// blocks without q/k norms, every other layer windowed (the same
+	// rotary base in all), and soft-capped attention scores and logits
+	// (AttnSoftcap, FinalSoftcap).
+	ArchGemma2 = "Gemma2ForCausalLM"
 )
 
 // Activations of the gated MLP (Config.Activation).
@@ -147,6 +152,11 @@ type Config struct {
 	// QueryPreAttnScalar^−½ (Gemma's query_pre_attn_scalar) instead of
 	// HeadDim^−½.
 	QueryPreAttnScalar float64
+
+	// AttnSoftcap and FinalSoftcap, when positive, soft-cap the attention
+	// scores and the logits as cap·tanh(x/cap) (Gemma 2's
+	// attn_logit_softcapping and final_logit_softcapping).
+	AttnSoftcap, FinalSoftcap float64
 
 	// Granite's multipliers (zero values: none).
 	//
@@ -389,22 +399,22 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKVBias = deref(j.AttentionBias, false)
 		c.OBias = c.QKVBias
 		c.QKNorm, c.QKNormFull, c.SandwichNorms, c.PostNormsOnly = true, true, true, true
-	case ArchGemma3:
+	case ArchGemma3, ArchGemma2:
 		defaultMaxPos = 131072
 		c.QKVBias = deref(j.AttentionBias, false)
 		c.OBias = c.QKVBias
-		c.QKNorm, c.SandwichNorms, c.NormOffset = true, true, 1
+		c.QKNorm, c.SandwichNorms, c.NormOffset = c.Architecture == ArchGemma3, true, 1
 		windowed = true
 	default:
-		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s, %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma3, ArchGranite, ArchOlmo2, ArchSmolLM3)
+		return nil, fmt.Errorf("architecture %q is not supported (want %s, %s, %s, %s, %s, %s, %s, %s, %s or %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma2, ArchGemma3, ArchGranite, ArchOlmo2, ArchSmolLM3)
 	}
 	if deref(j.UseSlidingWindow, false) {
 		return nil, fmt.Errorf("use_sliding_window is not supported")
 	}
 	c.Activation = ActSiLU
-	if c.Architecture == ArchGemma3 {
-		// Gemma3TextConfig names it hidden_activation; a hidden_act, if
-		// any, is ignored by Hugging Face's Gemma 3 code.
+	if c.Architecture == ArchGemma3 || c.Architecture == ArchGemma2 {
+		// Gemma3TextConfig and Gemma2Config name it hidden_activation; a
+		// hidden_act, if any, is ignored by Hugging Face's Gemma code.
 		if act := deref(j.HiddenActivation, "gelu_pytorch_tanh"); act != "gelu_pytorch_tanh" {
 			return nil, fmt.Errorf("hidden_activation %q is not supported (want gelu_pytorch_tanh)", act)
 		}
@@ -412,10 +422,15 @@ func ParseConfig(data []byte) (*Config, error) {
 		for _, sc := range []struct {
 			name string
 			v    *float64
-		}{{"attn_logit_softcapping", j.AttnSoftcap}, {"final_logit_softcapping", j.FinalSoftcap}} {
-			if sc.v != nil && *sc.v != 0 {
-				return nil, fmt.Errorf("%s %g is not supported (Gemma 3 has none; Gemma 2's soft-capping is not built)", sc.name, *sc.v)
+			dst  *float64
+		}{{"attn_logit_softcapping", j.AttnSoftcap, &c.AttnSoftcap}, {"final_logit_softcapping", j.FinalSoftcap, &c.FinalSoftcap}} {
+			if sc.v == nil || *sc.v == 0 {
+				continue // null in Gemma 3's configs, and in a Gemma 2 one: none
 			}
+			if !(*sc.v > 0) || math.IsInf(*sc.v, 0) {
+				return nil, fmt.Errorf("%s must be positive, got %g", sc.name, *sc.v)
+			}
+			*sc.dst = *sc.v
 		}
 	} else if act := deref(j.HiddenAct, "silu"); act != "silu" {
 		return nil, fmt.Errorf("hidden_act %q is not supported (want silu)", act)
@@ -494,9 +509,9 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("rms_norm_eps must be in (0, 1], got %g", c.RMSNormEps)
 	}
 	c.RopeTheta = deref(j.RopeTheta, 10000)
-	c.TieWordEmbeddings = deref(j.TieWordEmbeddings, c.Architecture == ArchGemma3)
-	if c.Architecture == ArchGemma3 {
-		if err := parseGemma3(&j, c); err != nil {
+	c.TieWordEmbeddings = deref(j.TieWordEmbeddings, c.Architecture == ArchGemma3 || c.Architecture == ArchGemma2)
+	if c.Architecture == ArchGemma3 || c.Architecture == ArchGemma2 {
+		if err := parseGemma(&j, c); err != nil {
 			return nil, err
 		}
 	}
@@ -619,16 +634,29 @@ func ParseConfig(data []byte) (*Config, error) {
 	return c, nil
 }
 
-// parseGemma3 reads what Gemma 3's config adds: the attention scale,
+// parseGemma reads what Gemma 3's (and Gemma 2's) config adds: the attention scale,
 // which layers are windowed (layer_types, or sliding_window_pattern: every
 // sixth layer attends over the whole context, the rest over the window),
 // the windowed layers' rotary base, and the embedding's scale.
-func parseGemma3(j *configJSON, c *Config) error {
+func parseGemma(j *configJSON, c *Config) error {
 	c.EmbedScale = math.Sqrt(float64(c.HiddenSize))
 	c.QueryPreAttnScalar = deref(j.QueryPreAttn, float64(c.HeadDim))
 	if !(c.QueryPreAttnScalar > 0) || math.IsInf(c.QueryPreAttnScalar, 0) {
 		return fmt.Errorf("query_pre_attn_scalar must be positive, got %g", c.QueryPreAttnScalar)
 	}
+	pattern := 6
+	if c.Architecture == ArchGemma2 {
+		// Gemma 2: every other layer windowed (the even ones), all with
+		// rope_theta.
+		pattern = 2
+	} else if err := parseLocalRope(j, c); err != nil {
+		return err
+	}
+	return parseWindowLayers(j, c, pattern)
+}
+
+// parseLocalRope reads Gemma 3's rotary base of its windowed layers.
+func parseLocalRope(j *configJSON, c *Config) error {
 	c.LocalRopeTheta = deref(j.RopeLocalBase, 10000)
 	if !isNull(j.RopeParameters) {
 		var per map[string]ropeJSON
@@ -644,6 +672,13 @@ func parseGemma3(j *configJSON, c *Config) error {
 	if !(c.LocalRopeTheta > 0) || math.IsInf(c.LocalRopeTheta, 0) {
 		return fmt.Errorf("rope_local_base_freq must be positive, got %g", c.LocalRopeTheta)
 	}
+	return nil
+}
+
+// parseWindowLayers reads which layers are windowed: layer_types, or
+// sliding_window_pattern (default pattern: Gemma 3's 6, Gemma 2's 2),
+// layer i windowed unless (i+1) % pattern is 0.
+func parseWindowLayers(j *configJSON, c *Config, pattern int) error {
 	if deref(j.SlidingWindow, 0) <= 0 {
 		return nil // no sliding layers: every layer is global, as llama.cpp reads a file without a window
 	}
@@ -663,7 +698,7 @@ func parseGemma3(j *configJSON, c *Config) error {
 			}
 		}
 	default:
-		p := deref(j.SlidingPattern, 6)
+		p := deref(j.SlidingPattern, pattern)
 		if p < 1 {
 			return fmt.Errorf("sliding_window_pattern must be at least 1, got %d", p)
 		}

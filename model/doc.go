@@ -1,5 +1,5 @@
 // Package model is clawrl's transformer: the Llama (Mistral), Qwen2, Qwen3,
-// Phi-3, Gemma 3, Granite 3, OLMo 2 and SmolLM3 families of decoder-only
+// Phi-3, Gemma 2, Gemma 3, Granite 3, OLMo 2 and SmolLM3 families of decoder-only
 // language models, written once over compute.Backend, so the same code runs
 // on the CPU and on a GPU.
 //
@@ -37,7 +37,9 @@
 // Wlm). OLMo 2 drops the two norms before the attention and the MLP (the
 // projections read x itself), normalises their outputs as Gemma does, and
 // normalises q and k over whole rows rather than per head. SmolLM3 skips
-// the rotation in every fourth layer.
+// the rotation in every fourth layer. Gemma 2 is Gemma 3 without q/k
+// norms and one rotary base, windowed every other layer, and soft-caps
+// the scores and the logits (cap·tanh(x/cap)).
 //
 // That is Model.block, line for line: the one forward pass of a layer,
 // which serving (over the paged KV cache) and training (over whole

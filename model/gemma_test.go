@@ -88,6 +88,12 @@ func TestGemma3Config(t *testing.T) {
 	if c.LayerWindow(0) != 512 || c.LayerWindow(1) != 0 || c.LayerWindow(5) != 512 {
 		t.Errorf("layer_types: windows %d %d %d", c.LayerWindow(0), c.LayerWindow(1), c.LayerWindow(5))
 	}
+	// Soft-caps, as Gemma3TextConfig allows them (null in every published
+	// Gemma 3).
+	c, err = ParseConfig([]byte(edit(`"final_logit_softcapping": null`, `"final_logit_softcapping": 30.0`)))
+	if err != nil || c.FinalSoftcap != 30 || c.AttnSoftcap != 0 {
+		t.Errorf("final_logit_softcapping 30: %v, caps %g and %g", err, c.AttnSoftcap, c.FinalSoftcap)
+	}
 	// rope_parameters per kind of layer (newer transformers).
 	c, err = ParseConfig([]byte(edit(`"rope_scaling": null,`, `"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}, "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}},`)))
 	if err != nil {
@@ -97,8 +103,8 @@ func TestGemma3Config(t *testing.T) {
 		t.Errorf("rope_parameters: linear %g, local %g, theta %g", c.RopeLinear, c.LocalRopeTheta, c.RopeTheta)
 	}
 	for _, tt := range []struct{ old, new, want string }{
-		{`"final_logit_softcapping": null`, `"final_logit_softcapping": 30.0`, "final_logit_softcapping"},
-		{`"attn_logit_softcapping": null`, `"attn_logit_softcapping": 50.0`, "attn_logit_softcapping"},
+		{`"final_logit_softcapping": null`, `"final_logit_softcapping": -30.0`, "final_logit_softcapping"},
+		{`"attn_logit_softcapping": null`, `"attn_logit_softcapping": -1`, "attn_logit_softcapping"},
 		{`"gelu_pytorch_tanh"`, `"gelu"`, "hidden_activation"},
 		{`"sliding_window_pattern": 6,`, `"layer_types": ["sliding_attention"],`, "layer_types has 1 entries"},
 		{`"sliding_window_pattern": 6,`, `"sliding_window_pattern": 0,`, "sliding_window_pattern"},
@@ -173,5 +179,57 @@ func TestGemma3Files(t *testing.T) {
 	short := testTokens(8, spec.Vocab)
 	if d := maxAbsDiff(fullLogits(t, capped, short), fullLogits(t, m, short)); d > 1e-5 {
 		t.Errorf("within the window the capped model's logits differ by %g", d)
+	}
+}
+
+// gemma2_2b is google/gemma-2-2b-it's config.json as published.
+const gemma2_2b = `{
+  "architectures": ["Gemma2ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "attn_logit_softcapping": 50.0,
+  "bos_token_id": 2,
+  "cache_implementation": "hybrid",
+  "eos_token_id": [1, 107],
+  "final_logit_softcapping": 30.0,
+  "head_dim": 256,
+  "hidden_act": "gelu_pytorch_tanh",
+  "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 2304,
+  "initializer_range": 0.02,
+  "intermediate_size": 9216,
+  "max_position_embeddings": 8192,
+  "model_type": "gemma2",
+  "num_attention_heads": 8,
+  "num_hidden_layers": 26,
+  "num_key_value_heads": 4,
+  "pad_token_id": 0,
+  "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "torch_dtype": "float32",
+  "transformers_version": "4.42.4",
+  "use_cache": true,
+  "vocab_size": 256000
+}`
+
+func TestGemma2Config(t *testing.T) {
+	c, err := ParseConfig([]byte(gemma2_2b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Architecture != ArchGemma2 || c.QKNorm || !c.SandwichNorms || c.NormOffset != 1 || c.Activation != ActGELUTanh ||
+		c.AttnSoftcap != 50 || c.FinalSoftcap != 30 || c.SlidingWindow != 4096 || c.LocalRopeTheta != 0 || !c.TieWordEmbeddings ||
+		c.QueryPreAttnScalar != 256 || !slices.Equal(c.EOSTokenIDs, []int{1, 107}) {
+		t.Fatalf("parsed %+v", c)
+	}
+	for l := range c.NumLayers {
+		if got, want := c.LayerWindow(l) > 0, l%2 == 0; got != want || c.localRope(l) {
+			t.Errorf("layer %d: window %d, local rope %v; want the even layers windowed, one rotary base", l, c.LayerWindow(l), c.localRope(l))
+		}
+	}
+	if n := c.NumParams(); n < 2_600_000_000 || n > 2_620_000_000 {
+		t.Errorf("NumParams %d, want about 2.61 billion (Gemma 2 2B)", n)
 	}
 }

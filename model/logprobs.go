@@ -190,6 +190,7 @@ func (m *Model) scoreRound(ws *weights, reqs []ScoreRequest, steps []Step, which
 			return fmt.Errorf("model: scratch memory: %w", err)
 		}
 		b.Linear(lg, b.Slice(h, r0, r1), ws.Output, nil)
+		m.capLogits(lg)
 		b.LogSoftmax(lg, lg)
 		b.WriteInt32(tg, targets[r0:r1])
 		b.Gather(lp, lg, tg)

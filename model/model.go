@@ -139,12 +139,23 @@ func LoadFrom(b compute.Backend, src Source) (*Model, error) {
 	return m, nil
 }
 
+// capLogits soft-caps logits (Config.FinalSoftcap, Gemma 2's
+// final_logit_softcapping), when the model does.
+func (m *Model) capLogits(lg compute.Tensor) {
+	if c := m.Config.FinalSoftcap; c > 0 {
+		m.b.(compute.Softcap).Softcap(lg, float32(c))
+	}
+}
+
 // needOps checks that the backend runs the ops the config needs beyond a
 // Llama block's.
 func (m *Model) needOps() error {
 	c := m.Config
 	if _, ok := m.b.(compute.Gemma); !ok && c.Activation == ActGELUTanh {
 		return fmt.Errorf("model: backend %s does not run %s's GELU MLP (compute.Gemma is not built for it)", m.b.Name(), c.Architecture)
+	}
+	if _, ok := m.b.(compute.Softcap); !ok && (c.AttnSoftcap > 0 || c.FinalSoftcap > 0) {
+		return fmt.Errorf("model: backend %s does not soft-cap attention scores and logits, which %s needs (compute.Softcap is not built for it)", m.b.Name(), c.Architecture)
 	}
 	if _, ok := m.b.(compute.Scaler); !ok && c.scales() {
 		return fmt.Errorf("model: backend %s does not scale tensors, which %s's embedding, residual or logit multipliers need (compute.Scaler is not built for it)", m.b.Name(), c.Architecture)
@@ -401,7 +412,7 @@ func (m *Model) run(w *weights, steps []Step) (compute.Tensor, error) {
 	attn := &s.attn
 	*attn = compute.Attention{
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Scale: c.AttentionScale(), Window: c.SlidingWindow,
+		Scale: c.AttentionScale(), Window: c.SlidingWindow, Softcap: float32(c.AttnSoftcap),
 		BlockSize: bs, Seqs: len(steps), MaxBlocks: maxBlocks,
 		QueryStart: views.qstart, ContextLen: views.ctx, BlockTable: views.table,
 	}
@@ -450,6 +461,7 @@ func (m *Model) logits(w *weights, x compute.Tensor, rows []int32, dst []float32
 			hr = m.b.Slice(h, r0, r1)
 		}
 		m.b.Linear(lg, hr, w.Output, nil)
+		m.capLogits(lg)
 		if err := m.b.Read(dst[r0*vocab:r1*vocab], lg); err != nil {
 			return dst, fmt.Errorf("model: reading logits: %w", err)
 		}

@@ -136,6 +136,12 @@ func TestForwardMatchesReference(t *testing.T) {
 			s.Arch, s.DType, s.KVHeads, s.QueryPreAttnScalar, s.RopeLinear, s.SlidingWindow = ArchGemma3, "bfloat16", 1, 24, 8, 5
 		}},
 		{"gemma3 f32 no window", func(s *RandomSpec) { s.Arch, s.Tied = ArchGemma3, true }},
+		{"gemma2 f32 tied window 4 softcaps", func(s *RandomSpec) {
+			s.Arch, s.Tied, s.SlidingWindow, s.AttnSoftcap, s.FinalSoftcap = ArchGemma2, true, 4, 1.5, 3
+		}},
+		{"gemma2 bf16 untied query scalar no caps", func(s *RandomSpec) {
+			s.Arch, s.DType, s.QueryPreAttnScalar, s.SlidingWindow = ArchGemma2, "bfloat16", 24, 5
+		}},
 		{"granite f32 tied multipliers", func(s *RandomSpec) {
 			s.Arch, s.Tied, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = ArchGranite, true, 12, 0.2, 0.22, 8
 		}},
@@ -381,12 +387,15 @@ func TestBF16ProductsWithBF16CacheMatchReference(t *testing.T) {
 }
 
 func TestIncrementalDecodeMatchesFullForward(t *testing.T) {
-	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral, ArchGemma3, ArchGranite, ArchOlmo2, ArchSmolLM3} {
+	for _, arch := range []string{ArchLlama, ArchQwen2, ArchQwen3, ArchMistral, ArchGemma3, ArchGranite, ArchOlmo2, ArchSmolLM3, ArchGemma2} {
 		t.Run(arch, func(t *testing.T) {
 			spec := tiny(arch)
 			spec.DType = "bfloat16"
-			if arch == ArchMistral || arch == ArchGemma3 {
+			if arch == ArchMistral || arch == ArchGemma3 || arch == ArchGemma2 {
 				spec.SlidingWindow = 6 // shorter than the 23 tokens, across blocks of 4
+			}
+			if arch == ArchGemma2 {
+				spec.AttnSoftcap, spec.FinalSoftcap = 2, 4
 			}
 			if arch == ArchGemma3 {
 				spec.SlidingPattern = 2 // a windowed layer, then a global one

@@ -47,6 +47,9 @@ type RandomSpec struct {
 	SlidingPattern     int
 	QueryPreAttnScalar float64
 	LocalRopeTheta     float64
+	// Gemma 2's attn_logit_softcapping and final_logit_softcapping (0:
+	// null).
+	AttnSoftcap, FinalSoftcap float64
 	// Granite's embedding_multiplier, attention_multiplier,
 	// residual_multiplier and logits_scaling (0: not written, 1).
 	EmbeddingMultiplier, AttentionMultiplier, ResidualMultiplier, LogitsScaling float64
@@ -241,6 +244,25 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 			cfg["rope_scaling"] = map[string]any{"type": "longrope", "short_factor": s.LongRopeShort, "long_factor": s.LongRopeLong}
 			cfg["original_max_position_embeddings"] = s.LongRopeOriginal
 		}
+	case ArchGemma2:
+		delete(cfg, "hidden_act")
+		cfg["model_type"] = "gemma2"
+		cfg["attention_bias"] = s.AttentionBias
+		cfg["head_dim"] = s.HeadDim
+		cfg["hidden_activation"] = "gelu_pytorch_tanh"
+		cfg["query_pre_attn_scalar"] = s.HeadDim
+		if s.QueryPreAttnScalar != 0 {
+			cfg["query_pre_attn_scalar"] = pyFloat(s.QueryPreAttnScalar)
+		}
+		cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"] = nil, nil
+		if s.AttnSoftcap != 0 {
+			cfg["attn_logit_softcapping"] = pyFloat(s.AttnSoftcap)
+		}
+		if s.FinalSoftcap != 0 {
+			cfg["final_logit_softcapping"] = pyFloat(s.FinalSoftcap)
+		}
+		cfg["sliding_window"] = slidingWindow(s.SlidingWindow)
+		cfg["pad_token_id"] = 0
 	case ArchGemma3:
 		delete(cfg, "hidden_act")
 		cfg["model_type"] = "gemma3_text"
@@ -435,7 +457,7 @@ func randomStream(ts TensorSpec, dt safetensors.DType, s RandomSpec) func(io.Wri
 		mean, std := 0.0, s.InitStd
 		if len(ts.Shape) == 1 && strings.HasSuffix(ts.Name, "norm.weight") {
 			mean, std = 1, 0.1
-			if s.Arch == ArchGemma3 {
+			if s.Arch == ArchGemma3 || s.Arch == ArchGemma2 {
 				mean = 0 // Gemma's norms multiply by 1 + w
 			}
 		}

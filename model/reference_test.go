@@ -29,11 +29,13 @@ type refModel struct {
 	// Gemma 3: norms multiply by 1 + w, sandwich norms, GELU (tanh), the
 	// embedding times √hidden, scores times query_pre_attn_scalar^−½, and
 	// per layer a window and rotary frequencies of its own.
-	gemma        bool
-	attnScale    float64   // 0: 1/√head_dim
-	layerWindow  []int     // per layer, when set (overrides window)
-	localLayer   []bool    // the layers that rotate with localInvFreq
-	localInvFreq []float64 // the windowed layers' frequencies (Gemma 3)
+	gemma       bool
+	attnScale   float64 // 0: 1/√head_dim
+	layerWindow []int   // per layer, when set (overrides window)
+	localLayer  []bool  // the layers that rotate with localInvFreq
+	// Gemma 2's soft-caps of the scores and the logits (0: none).
+	attnCap, finalCap float64
+	localInvFreq      []float64 // the windowed layers' frequencies (Gemma 3)
 
 	// OLMo 2: no norms before the attention and the MLP, q and k
 	// normalised over whole rows, the outputs normalised (post norms).
@@ -158,10 +160,12 @@ func loadRef(t *testing.T, dir string) *refModel {
 		}
 		r.embedMul, r.attnScale, r.residualMul, r.logitsDiv = get("embedding_multiplier"), get("attention_multiplier"), get("residual_multiplier"), get("logits_scaling")
 	}
-	if cfg["architectures"].([]any)[0] == "Gemma3ForCausalLM" {
+	if arch := cfg["architectures"].([]any)[0]; arch == "Gemma3ForCausalLM" || arch == "Gemma2ForCausalLM" {
 		// Gemma3TextConfig: layer i slides unless (i+1) % pattern == 0,
 		// or as layer_types says; sliding layers rotate with
-		// rope_local_base_freq and no scaling.
+		// rope_local_base_freq and no scaling. Gemma2Config: every other
+		// layer slides (pattern 2), all rotate alike; scores and logits
+		// are soft-capped.
 		r.gemma = true
 		r.attnScale = 1 / math.Sqrt(float64(r.hd))
 		if v, ok := cfg["query_pre_attn_scalar"].(float64); ok {
@@ -174,9 +178,14 @@ func loadRef(t *testing.T, dir string) *refModel {
 		for i := 0; i < r.rot; i += 2 {
 			r.localInvFreq = append(r.localInvFreq, 1/math.Pow(local, float64(i)/float64(r.rot)))
 		}
+		pattern := 6
+		if arch == "Gemma2ForCausalLM" {
+			pattern, r.localInvFreq = 2, r.invFreq
+			r.attnCap, _ = cfg["attn_logit_softcapping"].(float64)
+			r.finalCap, _ = cfg["final_logit_softcapping"].(float64)
+		}
 		r.layerWindow, r.localLayer = make([]int, r.layers), make([]bool, r.layers)
 		if w, ok := cfg["sliding_window"].(float64); ok {
-			pattern := 6
 			if v, ok := cfg["sliding_window_pattern"].(float64); ok {
 				pattern = int(v)
 			}
@@ -479,6 +488,9 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 						d += q[e] * ks[j][g*r.hd+e]
 					}
 					scores[j] = d * scale
+					if r.attnCap > 0 {
+						scores[j] = r.attnCap * math.Tanh(scores[j]/r.attnCap)
+					}
 					m = math.Max(m, scores[j])
 				}
 				z := 0.0
@@ -532,6 +544,9 @@ func (r *refModel) forward(tokens []int32) [][]float64 {
 		logits[i] = r.linear("lm_head.weight", r.rmsnorm(x[i], r.w["model.norm.weight"]), nil)
 		for e := range logits[i] {
 			logits[i][e] /= r.logitsDiv
+			if r.finalCap > 0 {
+				logits[i][e] = r.finalCap * math.Tanh(logits[i][e]/r.finalCap)
+			}
 		}
 	}
 	return logits

@@ -515,6 +515,7 @@ func (p *Pass) logitsBackward(dhfin, dlp, dOut compute.Tensor, f *fetch) error {
 			}
 			w := b.Slice(t.w.Output, v0, v1)
 			b.Linear(lg, hf, w, nil)
+			t.m.capLogits(lg)
 			for i, id := range p.hTargets[r0:r1] {
 				shifted[i] = id - int32(v0)
 				if id < int32(v0) || id >= int32(v1) {
@@ -522,14 +523,38 @@ func (p *Pass) logitsBackward(dhfin, dlp, dOut compute.Tensor, f *fetch) error {
 				}
 			}
 			b.WriteInt32(tg, shifted[:r1-r0])
-			b.LogProbsBackward(lg, lg, lse, tg, dl)
-			b.LinearBackwardInput(dhf, lg, w, v0 > 0)
+			dlg := p.logitsGrad(lg, lse, tg, dl, "d"+key, f)
+			if f.err != nil {
+				return f.err
+			}
+			b.LinearBackwardInput(dhf, dlg, w, v0 > 0)
 			if dOut != nil {
-				b.LinearBackwardWeight(b.Slice(dOut, v0, v1), lg, hf)
+				b.LinearBackwardWeight(b.Slice(dOut, v0, v1), dlg, hf)
 			}
 		}
 	}
 	return nil
+}
+
+// logitsGrad is the gradient of the log-probs with respect to the
+// pre-cap logits lg (rows of the vocabulary, or a tile of it): written
+// over lg (LogProbsBackward in place); with soft-capped logits
+// (Config.FinalSoftcap) into a buffer of its own, the arena's under key,
+// since the cap's derivative reads the capped values lg holds.
+func (p *Pass) logitsGrad(lg, lse, targets, dlp compute.Tensor, key string, f *fetch) compute.Tensor {
+	b, c := p.t.tb, p.t.m.Config
+	if c.FinalSoftcap <= 0 {
+		b.LogProbsBackward(lg, lg, lse, targets, dlp)
+		return lg
+	}
+	sh := lg.Shape()
+	dlg := f.get(key, compute.F32, sh[0], sh[1])
+	if f.err != nil {
+		return nil
+	}
+	b.LogProbsBackward(dlg, lg, lse, targets, dlp)
+	b.(compute.Softcap).SoftcapBackward(dlg, lg, float32(c.FinalSoftcap))
+	return dlg
 }
 
 // Forward runs the model with the trainable parameters over samples and
@@ -692,7 +717,7 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 	b.WriteInt32(p.targets, hTargets)
 	p.attn = compute.DenseAttention{
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Scale: c.AttentionScale(), Window: c.SlidingWindow, Seqs: len(hStart) - 1, SeqStart: start,
+		Scale: c.AttentionScale(), Window: c.SlidingWindow, Softcap: float32(c.AttnSoftcap), Seqs: len(hStart) - 1, SeqStart: start,
 	}
 
 	// The pass holds the machine a part of a layer at a time (see Slicer).
@@ -734,6 +759,7 @@ func (p *Pass) forward(hIDs, hPos, hStart, hRows, hTargets []int32) error {
 			return f.err
 		}
 		b.Linear(lg, b.Slice(p.hfin, r0, r1), t.w.Output, nil)
+		t.m.capLogits(lg)
 		b.LogProbs(b.Slice(logp, r0, r1), b.Slice(ent, r0, r1), b.Slice(p.lse, r0, r1), lg, b.Slice(p.targets, r0, r1))
 	}
 	p.logitsKept = R <= chunk
@@ -838,10 +864,13 @@ func (p *Pass) Backward(dLogProbs [][]float32) error {
 		if f.err != nil {
 			return f.err
 		}
-		b.LogProbsBackward(lg, lg, p.lse, p.targets, dlp)
-		b.LinearBackwardInput(dhfin, lg, t.w.Output, false)
+		dlg := p.logitsGrad(lg, p.lse, p.targets, dlp, "dlogits", f)
+		if f.err != nil {
+			return f.err
+		}
+		b.LinearBackwardInput(dhfin, dlg, t.w.Output, false)
 		if g.Output != nil {
-			b.LinearBackwardWeight(g.Output, lg, p.hfin)
+			b.LinearBackwardWeight(g.Output, dlg, p.hfin)
 		}
 	} else if err := p.logitsBackward(dhfin, dlp, g.Output, f); err != nil {
 		return err

@@ -255,6 +255,12 @@ var gradSpecs = []struct {
 		s.Arch, s.Tied, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = ArchGranite, true, 3, 0.3, 0.5, 4
 	}, true},
 	{"olmo2 untied", func(s *RandomSpec) { s.Arch = ArchOlmo2 }, true},
+	{"gemma2 tied window 3 softcaps", func(s *RandomSpec) {
+		s.Arch, s.Tied, s.SlidingWindow, s.AttnSoftcap, s.FinalSoftcap = ArchGemma2, true, 3, 1.5, 3
+	}, true},
+	{"gemma2 untied softcaps", func(s *RandomSpec) {
+		s.Arch, s.SlidingWindow, s.AttnSoftcap, s.FinalSoftcap = ArchGemma2, 4, 2, 2.5
+	}, false},
 	{"smollm3 tied nope layer", func(s *RandomSpec) { s.Arch, s.Tied, s.Layers = ArchSmolLM3, true, 4 }, false},
 	{"olmo2 tied mqa", func(s *RandomSpec) { s.Arch, s.Tied, s.KVHeads = ArchOlmo2, true, 1 }, false},
 	{"granite untied multipliers", func(s *RandomSpec) {
@@ -335,6 +341,7 @@ func TestLoRAGradientsMatchReference(t *testing.T) {
 		{"gemma3 all targets", ArchGemma3, nil},
 		{"granite all targets", ArchGranite, nil},
 		{"olmo2 all targets", ArchOlmo2, nil},
+		{"gemma2 all targets", ArchGemma2, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tiny(tt.arch)
@@ -343,6 +350,9 @@ func TestLoRAGradientsMatchReference(t *testing.T) {
 			}
 			if tt.arch == ArchGranite {
 				spec.EmbeddingMultiplier, spec.AttentionMultiplier, spec.ResidualMultiplier, spec.LogitsScaling = 3, 0.3, 0.5, 4
+			}
+			if tt.arch == ArchGemma2 {
+				spec.SlidingWindow, spec.AttnSoftcap, spec.FinalSoftcap = 3, 1.5, 3
 			}
 			m, dir := writeAndLoad(t, spec)
 			ref := loadRef(t, dir)
@@ -423,12 +433,16 @@ func TestCheckpointingIsExact(t *testing.T) {
 		{"granite full", ArchGranite, nil},
 		{"olmo2 full", ArchOlmo2, nil},
 		{"olmo2 lora", ArchOlmo2, &LoRAConfig{Rank: 4, Alpha: 8, Seed: 1}},
+		{"gemma2 full", ArchGemma2, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := tiny(tt.arch)
 			spec.DType = "bfloat16"
 			if tt.arch == ArchGemma3 {
 				spec.SlidingWindow, spec.SlidingPattern = 3, 2
+			}
+			if tt.arch == ArchGemma2 {
+				spec.SlidingWindow, spec.AttnSoftcap, spec.FinalSoftcap = 3, 1.5, 3
 			}
 			m, _ := writeAndLoad(t, spec)
 			samples := trainBatch(spec.Vocab)

@@ -16,25 +16,30 @@ type pagedCase struct {
 	name                          string
 	heads, kvHeads, hd, blockSize int
 	seqs                          []pagedSeq
-	window                        int // sliding window (0: none); for compute.SlidingWindow backends
+	window                        int     // sliding window (0: none); for compute.SlidingWindow backends
+	softcap                       float32 // soft-capped scores (0: none); for compute.Softcap backends
 }
 
 var pagedCases = []pagedCase{
-	{"mha-bs1", 2, 2, 8, 1, []pagedSeq{{5, 5}, {3, 1}}, 0},
-	{"gqa-bs4", 4, 2, 8, 4, []pagedSeq{{9, 9}, {6, 1}, {13, 3}}, 0},
-	{"mqa-bs16", 4, 1, 16, 16, []pagedSeq{{20, 1}, {40, 7}, {1, 1}, {17, 17}}, 0},
-	{"decode-batch-d32", 6, 2, 32, 16, []pagedSeq{{33, 1}, {17, 1}, {2, 1}, {64, 1}}, 0},
-	{"prefill-chunk-d64", 4, 2, 64, 16, []pagedSeq{{70, 70}, {50, 13}}, 0},
-	{"d128-bs4", 4, 1, 128, 4, []pagedSeq{{30, 5}, {9, 1}}, 0},
-	{"empty-sequence", 4, 2, 16, 4, []pagedSeq{{20, 0}, {12, 3}}, 0},
-	{"long-decode-d64", 2, 1, 64, 16, []pagedSeq{{300, 1}}, 0},
-	{"short-chunks-d64", 4, 2, 64, 16, []pagedSeq{{25, 3}, {40, 4}, {17, 2}}, 0}, // a few tokens after context (speculative decoding)
+	{"mha-bs1", 2, 2, 8, 1, []pagedSeq{{5, 5}, {3, 1}}, 0, 0},
+	{"gqa-bs4", 4, 2, 8, 4, []pagedSeq{{9, 9}, {6, 1}, {13, 3}}, 0, 0},
+	{"mqa-bs16", 4, 1, 16, 16, []pagedSeq{{20, 1}, {40, 7}, {1, 1}, {17, 17}}, 0, 0},
+	{"decode-batch-d32", 6, 2, 32, 16, []pagedSeq{{33, 1}, {17, 1}, {2, 1}, {64, 1}}, 0, 0},
+	{"prefill-chunk-d64", 4, 2, 64, 16, []pagedSeq{{70, 70}, {50, 13}}, 0, 0},
+	{"d128-bs4", 4, 1, 128, 4, []pagedSeq{{30, 5}, {9, 1}}, 0, 0},
+	{"empty-sequence", 4, 2, 16, 4, []pagedSeq{{20, 0}, {12, 3}}, 0, 0},
+	{"long-decode-d64", 2, 1, 64, 16, []pagedSeq{{300, 1}}, 0, 0},
+	{"short-chunks-d64", 4, 2, 64, 16, []pagedSeq{{25, 3}, {40, 4}, {17, 2}}, 0, 0}, // a few tokens after context (speculative decoding)
 	// Sliding windows: shorter than the context, within and across blocks,
 	// decode and prefill, a window of one.
-	{"window-decode-d64", 4, 2, 64, 16, []pagedSeq{{300, 1}, {33, 1}, {5, 1}}, 20},
-	{"window-prefill-bs4", 4, 2, 16, 4, []pagedSeq{{40, 40}, {30, 7}, {9, 9}}, 6},
-	{"window-one-mqa", 4, 1, 8, 16, []pagedSeq{{17, 17}, {20, 1}}, 1},
-	{"window-long-d32", 2, 1, 32, 16, []pagedSeq{{600, 200}}, 100},
+	{"window-decode-d64", 4, 2, 64, 16, []pagedSeq{{300, 1}, {33, 1}, {5, 1}}, 20, 0},
+	{"window-prefill-bs4", 4, 2, 16, 4, []pagedSeq{{40, 40}, {30, 7}, {9, 9}}, 6, 0},
+	{"window-one-mqa", 4, 1, 8, 16, []pagedSeq{{17, 17}, {20, 1}}, 1, 0},
+	{"window-long-d32", 2, 1, 32, 16, []pagedSeq{{600, 200}}, 100, 0},
+	// Soft-capped scores (Gemma 2), with queries large enough that the cap
+	// bends them: decode and prefill, alone and under a window.
+	{"softcap-prefill-d64", 4, 2, 64, 16, []pagedSeq{{70, 70}, {50, 13}, {33, 1}}, 0, 3},
+	{"softcap-window-bs4", 4, 2, 16, 4, []pagedSeq{{40, 40}, {30, 1}}, 6, 2},
 }
 
 // Values of the cache slots that no sequence owns (spare blocks, and the
@@ -64,8 +69,9 @@ const (
 func checkAttention(h *harness) {
 	_, q8 := h.b.(compute.QuantKVBackend)
 	sw, _ := h.b.(compute.SlidingWindow)
+	_, capped := h.b.(compute.Softcap)
 	for _, c := range pagedCases {
-		if c.window > 0 && (sw == nil || !sw.SlidingWindow()) {
+		if c.window > 0 && (sw == nil || !sw.SlidingWindow()) || c.softcap > 0 && !capped {
 			continue
 		}
 		for _, dt := range []compute.DType{compute.F32, compute.BF16, compute.Q8_0} {
@@ -232,7 +238,7 @@ func (h *harness) pagedAttention(c pagedCase, dt compute.DType) {
 	a := &compute.Attention{
 		Heads: c.heads, KVHeads: c.kvHeads, HeadDim: hd,
 		Scale: float32(1 / math.Sqrt(float64(hd))), BlockSize: bs,
-		Seqs: len(c.seqs), MaxBlocks: maxBlocks, Window: c.window,
+		Seqs: len(c.seqs), MaxBlocks: maxBlocks, Window: c.window, Softcap: c.softcap,
 		QueryStart: h.ids(qstart), ContextLen: h.ids(ctxLen), BlockTable: h.ids(table),
 	}
 	h.b.Attention(dst, q, kc, vc, a)
@@ -254,7 +260,7 @@ func (h *harness) pagedAttention(c pagedCase, dt compute.DType) {
 	if h.opt.BF16Products && dt == compute.BF16 {
 		qr = roundBF16(qv)
 	}
-	want, _ := refAttention(widen(qr), rows, seqs, attnGeom{c.heads, c.kvHeads, hd, float64(a.Scale), c.window})
+	want, _ := refAttention(widen(qr), rows, seqs, attnGeom{c.heads, c.kvHeads, hd, float64(a.Scale), c.window, float64(c.softcap)})
 	h.near(desc+": dst", []int{rows, qdim}, h.read(dst), want, h.tol(hd+maxCtx))
 	h.unchanged(desc+": q", q, qv)
 	if got, ok := h.readAny(kc); ok {

@@ -284,7 +284,17 @@ type attnSeq struct {
 type attnGeom struct {
 	heads, kvHeads, hd int
 	scale              float64
-	window             int // sliding window (0: none): query at p sees keys from p−window+1
+	window             int     // sliding window (0: none): query at p sees keys from p−window+1
+	softcap            float64 // scores capped as softcap·tanh(s/softcap) (0: none)
+}
+
+// capScore is the score s after g's soft-cap, and its derivative.
+func (g attnGeom) capScore(s float64) (capped, deriv float64) {
+	if g.softcap <= 0 {
+		return s, 1
+	}
+	t := math.Tanh(s / g.softcap)
+	return g.softcap * t, 1 - t*t
 }
 
 // lo is the first key the query at position pos sees.
@@ -318,7 +328,7 @@ func refAttention(q []float64, rows int, seqs []attnSeq, g attnGeom) (out, lse [
 					for j := range qv {
 						d += qv[j] * kv[j]
 					}
-					sc[i] = d * g.scale
+					sc[i], _ = g.capScore(d * g.scale)
 				}
 				l := refLSE(sc)
 				lse[r*g.heads+h] = l
@@ -359,12 +369,12 @@ func refDenseAttentionBackward(dOut, q, k, v []float64, starts []int32, g attnGe
 				valAt := func(j int) []float64 { return v[j*kvdim+kh*g.hd : j*kvdim+(kh+1)*g.hd] }
 				first := r0 + g.lo(i-r0) // the first key row the query sees
 				n := i - first + 1
-				p, dp := make([]float64, n), make([]float64, n)
+				p, dp, dcap := make([]float64, n), make([]float64, n), make([]float64, n)
 				for j := range n {
 					for e, x := range qv {
 						p[j] += x * keyAt(first + j)[e]
 					}
-					p[j] *= g.scale
+					p[j], dcap[j] = g.capScore(p[j] * g.scale)
 				}
 				l := refLSE(p)
 				sum := 0.0
@@ -376,7 +386,7 @@ func refDenseAttentionBackward(dOut, q, k, v []float64, starts []int32, g attnGe
 					sum += p[j] * dp[j]
 				}
 				for j := range n {
-					ds := p[j] * (dp[j] - sum)
+					ds := p[j] * (dp[j] - sum) * dcap[j]
 					r := first + j
 					for e := range g.hd {
 						dq[i*qdim+h*g.hd+e] += g.scale * ds * keyAt(r)[e]

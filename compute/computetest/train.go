@@ -19,6 +19,7 @@ var trainerChecks = []check{
 	{"DenseAttention", checkDenseAttention},
 	{"SiLUMulBackward", checkSiLUMulBackward},
 	{"GELUMulBackward", checkGELUMulBackward},
+	{"Softcap", checkSoftcap},
 	{"LogProbs", checkLogProbs},
 	{"AdamW", checkAdamW},
 	{"SumSquares", checkSumSquares},
@@ -449,26 +450,30 @@ func checkRoPEBackward(h *harness) {
 // out and lse, so that its errors are its own.
 func checkDenseAttention(h *harness) {
 	sw, _ := h.tr.(compute.SlidingWindow)
+	_, capped := h.tr.(compute.Softcap)
 	for _, c := range []struct {
 		lens               []int
 		heads, kvHeads, hd int
-		window             int // sliding window, for compute.SlidingWindow backends
+		window             int     // sliding window, for compute.SlidingWindow backends
+		softcap            float32 // soft-capped scores, for compute.Softcap backends
 	}{
-		{[]int{7}, 2, 2, 4, 0},
-		{[]int{9, 1, 6}, 4, 2, 4, 0},
-		{[]int{5, 10}, 3, 1, 6, 0},
-		{[]int{4, 0, 3}, 2, 1, 8, 0},
-		{[]int{70, 13}, 4, 2, 16, 0},
-		{[]int{20, 33}, 4, 2, 64, 0},
-		{[]int{9, 1, 6}, 4, 2, 4, 3},
-		{[]int{70, 13}, 4, 2, 16, 20},
-		{[]int{12}, 2, 1, 8, 1},
+		{[]int{7}, 2, 2, 4, 0, 0},
+		{[]int{9, 1, 6}, 4, 2, 4, 0, 0},
+		{[]int{5, 10}, 3, 1, 6, 0, 0},
+		{[]int{4, 0, 3}, 2, 1, 8, 0, 0},
+		{[]int{70, 13}, 4, 2, 16, 0, 0},
+		{[]int{20, 33}, 4, 2, 64, 0, 0},
+		{[]int{9, 1, 6}, 4, 2, 4, 3, 0},
+		{[]int{70, 13}, 4, 2, 16, 20, 0},
+		{[]int{12}, 2, 1, 8, 1, 0},
+		{[]int{9, 1, 6}, 4, 2, 4, 0, 1.5},
+		{[]int{20, 13}, 4, 2, 16, 5, 2},
 	} {
-		if c.window > 0 && (sw == nil || !sw.SlidingWindow()) {
+		if c.window > 0 && (sw == nil || !sw.SlidingWindow()) || c.softcap > 0 && !capped {
 			continue
 		}
-		h.run(fmt.Sprintf("lens%v/h%d_kv%d_d%d_w%d", c.lens, c.heads, c.kvHeads, c.hd, c.window), func(h *harness) {
-			desc := fmt.Sprintf("DenseAttention of sequences %v, %d heads, %d kv heads of %d, window %d", c.lens, c.heads, c.kvHeads, c.hd, c.window)
+		h.run(fmt.Sprintf("lens%v/h%d_kv%d_d%d_w%d_cap%g", c.lens, c.heads, c.kvHeads, c.hd, c.window, c.softcap), func(h *harness) {
+			desc := fmt.Sprintf("DenseAttention of sequences %v, %d heads, %d kv heads of %d, window %d, softcap %g", c.lens, c.heads, c.kvHeads, c.hd, c.window, c.softcap)
 			starts := []int32{0}
 			maxLen := 0
 			for _, n := range c.lens {
@@ -479,8 +484,8 @@ func checkDenseAttention(h *harness) {
 			qdim, kvdim := c.heads*c.hd, c.kvHeads*c.hd
 			qv, kv, vv := h.randn(rows*qdim, 2), h.randn(rows*kvdim, 1), h.randn(rows*kvdim, 1)
 			scale := float32(1 / math.Sqrt(float64(c.hd)))
-			g := attnGeom{c.heads, c.kvHeads, c.hd, float64(scale), c.window}
-			a := &compute.DenseAttention{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.hd, Scale: scale, Window: c.window, Seqs: len(c.lens), SeqStart: h.ids(starts)}
+			g := attnGeom{c.heads, c.kvHeads, c.hd, float64(scale), c.window, float64(c.softcap)}
+			a := &compute.DenseAttention{Heads: c.heads, KVHeads: c.kvHeads, HeadDim: c.hd, Scale: scale, Window: c.window, Softcap: c.softcap, Seqs: len(c.lens), SeqStart: h.ids(starts)}
 			q, k, v := h.input(qv, rows, qdim), h.input(kv, rows, kvdim), h.input(vv, rows, kvdim)
 			out, lse := h.output(rows, qdim), h.output(rows, c.heads)
 			h.tr.DenseAttention(out, lse, q, k, v, a)
@@ -524,6 +529,57 @@ func checkDenseAttention(h *harness) {
 
 func checkSiLUMulBackward(h *harness) {
 	checkGatedBackward(h, "SiLUMulBackward", h.tr.SiLUMulBackward, refSiLUMul, refSiLUMulBackward)
+}
+
+// checkSoftcap checks compute.Softcap's Softcap (in place, against
+// cap·tanh(x/cap) in float64) and SoftcapBackward (against the
+// derivative and central differences), on a backend that implements it.
+func checkSoftcap(h *harness) {
+	sb, ok := h.tr.(compute.Softcap)
+	if !ok {
+		h.t.Skipf("%s does not implement compute.Softcap", h.b.Name())
+	}
+	for _, n := range []int{1, 37, 20000} {
+		for _, cap := range []float32{30, 2} {
+			h.run(fmt.Sprintf("n%d/cap%g", n, cap), func(h *harness) {
+				desc := fmt.Sprintf("Softcap [%d] at %g", n, cap)
+				xv, dv := h.randn(n, 20), h.randn(n, 1)
+				if n > 3 {
+					xv[1], xv[2] = 1e4, -1e4
+				}
+				fwd := func(x []float64) []float64 {
+					y := make([]float64, len(x))
+					for i, v := range x {
+						y[i] = float64(cap) * math.Tanh(v/float64(cap))
+					}
+					return y
+				}
+				x := h.input(xv, n)
+				sb.Softcap(x, cap)
+				x64 := widen(xv)
+				want := fwd(x64)
+				h.near(desc+": y", []int{n}, h.read(x), want, h.tol(2))
+				// The backward reads the derivative from y, which float32
+				// holds too coarsely where x saturates the cap (1 − (y/cap)²
+				// of a y within an ulp of cap): it is checked where it is
+				// not deep in the tails, x of the order of cap.
+				xb := h.randn(n, float64(cap))
+				x64 = widen(xb)
+				y := h.input(float32s(fwd(x64)), n)
+				dx := h.input(dv, n)
+				sb.SoftcapBackward(dx, y, cap)
+				wantD := make([]float64, n)
+				for i, v := range x64 {
+					t := math.Tanh(v / float64(cap))
+					wantD[i] = float64(dv[i]) * (1 - t*t)
+				}
+				k := min(n, 48)
+				at := h.sample(k, k)
+				xk := x64[:k]
+				h.gradCheck(desc+": dx", []int{n}, h.read(dx), wantD, numGrad(func() []float64 { return fwd(xk) }, widen(dv)[:k], xk, at), at, h.tol(8))
+			})
+		}
+	}
 }
 
 // checkGELUMulBackward checks compute.GemmaTrainer's GELUMulBackward
