@@ -102,11 +102,13 @@ var metaKeys = []string{
 	"tokenizer.ggml.model", "tokenizer.chat_template",
 	"{a}.attention.sliding_window_pattern", "{a}.rope.freq_base_swa", "{a}.final_logit_softcapping",
 	"{a}.logit_scale", "{a}.embedding_scale", "{a}.residual_scale", "{a}.attention.scale",
+	"{a}.attn_logit_softcapping",
 }
 
 // FuzzModelMetadata opens small model files (a Phi-3 model with LongRoPE
 // and partial rotary, a Llama with linear rope scaling, a Gemma 3 with
-// windowed layers, a Granite with its multipliers) with one metadata
+// windowed layers, a Granite with its multipliers, a Gemma 2 with its
+// soft-caps) with one metadata
 // value replaced by an arbitrary one of any type, or removed: OpenModel
 // must refuse the file with an error or describe a model that loads and
 // runs a forward pass, and never panic. Values that describe a model
@@ -131,6 +133,9 @@ func FuzzModelMetadata(f *testing.F) {
 		func(s *model.RandomSpec) {
 			s.Arch, s.EmbeddingMultiplier, s.AttentionMultiplier, s.ResidualMultiplier, s.LogitsScaling = model.ArchGranite, 12, 0.03, 0.2, 8
 		},
+		func(s *model.RandomSpec) {
+			s.Arch, s.Layers, s.SlidingWindow, s.AttnSoftcap, s.FinalSoftcap = model.ArchGemma2, 2, 16, 50, 30
+		},
 	} {
 		spec := model.RandomSpec{Arch: model.ArchLlama, Hidden: 64, Intermediate: 64, Layers: 1, Heads: 2, KVHeads: 1, HeadDim: 32,
 			Vocab: tok.VocabSize(), MaxPositions: 128, DType: "float32", Seed: 3, InitStd: 0.05}
@@ -154,6 +159,8 @@ func FuzzModelMetadata(f *testing.F) {
 	f.Add(uint8(2), uint8(27), uint8(1), uint64(0), 30.0, "")
 	f.Add(uint8(3), uint8(28), uint8(1), uint64(0), math.Inf(1), "")
 	f.Add(uint8(3), uint8(31), uint8(5), uint64(0), 0.0, "")
+	f.Add(uint8(4), uint8(32), uint8(1), uint64(0), -50.0, "")
+	f.Add(uint8(4), uint8(26), uint8(1), uint64(0), 0.0, "")
 	f.Fuzz(func(t *testing.T, file, key, typ uint8, u uint64, x float64, s string) {
 		kvs, tensors := readBack(t, files[int(file)%len(files)])
 		var arch Value
