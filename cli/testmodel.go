@@ -29,6 +29,7 @@ func presets() map[string]model.RandomSpec {
 		"qwen3-1.7b":  model.SpecQwen3_1_7B(),
 		"gemma3-1b":   model.SpecGemma3_1B(),
 		"gemma3-270m": model.SpecGemma3_270M(),
+		"gemma2-2b":   model.SpecGemma2_2B(),
 	}
 }
 

@@ -104,6 +104,17 @@ func SpecGemma3_270M() RandomSpec {
 	}
 }
 
+// SpecGemma2_2B has the shapes of Gemma 2 2B (gemma-2-2b-it: 2.6 billion
+// parameters, tied embeddings, a window of 4,096 on every other layer,
+// soft-caps of 50 and 30), with BF16 weights.
+func SpecGemma2_2B() RandomSpec {
+	return RandomSpec{
+		Arch: ArchGemma2, Hidden: 2304, Intermediate: 9216, Layers: 26, Heads: 8, KVHeads: 4, HeadDim: 256,
+		Vocab: 256000, MaxPositions: 8192, RopeTheta: 10000, SlidingWindow: 4096, AttnSoftcap: 50, FinalSoftcap: 30,
+		Tied: true, DType: "bfloat16", Seed: 1,
+	}
+}
+
 // SpecLlama20M is a Llama of about 20 million parameters (hidden 384,
 // 8 layers, 6 query and 2 key/value heads, vocabulary 8192), with BF16
 // weights.
