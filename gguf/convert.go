@@ -248,8 +248,15 @@ func gemma3Keys(c *model.Config, k func(string) string) ([]KV, error) {
 	if c.QueryPreAttnScalar != 0 && c.QueryPreAttnScalar != want {
 		return nil, fmt.Errorf("query_pre_attn_scalar %g: llama.cpp derives %g for this shape, and a GGUF file cannot say otherwise", c.QueryPreAttnScalar, want)
 	}
+	if c.AttnSoftcap > 0 {
+		return nil, fmt.Errorf("attn_logit_softcapping %g: llama.cpp's gemma3 does not cap attention scores, and a GGUF file cannot ask it to", c.AttnSoftcap)
+	}
+	var kvs []KV
+	if c.FinalSoftcap > 0 {
+		kvs = append(kvs, KV{k("final_logit_softcapping"), Float32(float32(c.FinalSoftcap))})
+	}
 	if c.WindowLayers == nil {
-		return nil, nil
+		return kvs, nil
 	}
 	p, ok := SlidingPattern(c)
 	if !ok {
@@ -259,11 +266,11 @@ func gemma3Keys(c *model.Config, k func(string) string) ([]KV, error) {
 	if w == 0 {
 		w = c.MaxPositions // a window no shorter than the context
 	}
-	return []KV{
-		{k("attention.sliding_window"), Uint32(uint32(w))},
-		{k("attention.sliding_window_pattern"), Uint32(uint32(p))},
-		{k("rope.freq_base_swa"), Float32(float32(c.LocalRopeTheta))},
-	}, nil
+	return append(kvs,
+		KV{k("attention.sliding_window"), Uint32(uint32(w))},
+		KV{k("attention.sliding_window_pattern"), Uint32(uint32(p))},
+		KV{k("rope.freq_base_swa"), Float32(float32(c.LocalRopeTheta))},
+	), nil
 }
 
 // gemma2Keys are the keys llama.cpp reads of a Gemma 2 file (see

@@ -95,6 +95,28 @@ func TestGemma3GGUF(t *testing.T) {
 	if p, ok := SlidingPattern(&model.Config{NumLayers: 4, WindowLayers: []bool{false, true, true, true}}); ok {
 		t.Errorf("a global first layer fits period %d", p)
 	}
+	// A final soft-cap (Gemma3TextConfig allows one) goes into the file
+	// as llama.cpp's gemma3 reads it; an attention cap, which llama.cpp's
+	// gemma3 does not apply, is refused.
+	capped := smallSpec(model.ArchGemma3, tok.VocabSize())
+	capped.FinalSoftcap = 5
+	csrc, cdir := randomSource(t, capped)
+	cpath := filepath.Join(t.TempDir(), "capped.gguf")
+	if err := WriteModel(cpath, csrc, tok, F32); err != nil {
+		t.Fatal(err)
+	}
+	cm := loadGGUF(t, cpath)
+	if cm.Config.FinalSoftcap != 5 {
+		t.Errorf("final soft-cap read back as %g", cm.Config.FinalSoftcap)
+	}
+	if d := maxDiff(logits(t, cm, testTokens), logits(t, loadDir(t, cdir), testTokens)); d > 1e-4 {
+		t.Errorf("final soft-cap: logits differ by %g", d)
+	}
+	capped.FinalSoftcap, capped.AttnSoftcap = 0, 20
+	asrc, _ := randomSource(t, capped)
+	if err := WriteModel(filepath.Join(t.TempDir(), "attncap.gguf"), asrc, tok, F32); err == nil || !strings.Contains(err.Error(), "attn_logit_softcapping") {
+		t.Errorf("a Gemma 3 with an attention cap: %v", err)
+	}
 	scaled := smallSpec(model.ArchGemma3, tok.VocabSize())
 	scaled.QueryPreAttnScalar = 32
 	ssrc, _ := randomSource(t, scaled)

@@ -436,14 +436,14 @@ func (m *Model) readConfig() error {
 // a sliding window makes layer il windowed unless il % pattern is
 // pattern−1 (attention.sliding_window_pattern, 6 when absent; 0: every
 // layer), the windowed layers rotate with rope.freq_base_swa (10,000 when
-// absent), and the attention scale is head_dim^−½ but for the 27B shape
-// (62 layers), whose query_pre_attn_scalar is hidden/heads. A final
-// logit soft-cap is refused.
+// absent), the attention scale is head_dim^−½ but for the 27B shape (62
+// layers), whose query_pre_attn_scalar is hidden/heads, and a
+// final_logit_softcapping key caps the logits.
 func (m *Model) gemma3(cfg map[string]any, key func(string) string, headDim int) error {
 	if c, ok, err := m.floatKey(key("final_logit_softcapping")); err != nil {
 		return err
 	} else if ok && c != 0 {
-		return m.f.errorf("final logit soft-capping (%s = %g) is not supported", key("final_logit_softcapping"), c)
+		cfg["final_logit_softcapping"] = c // llama.cpp's gemma3 caps the logits when the key says so
 	}
 	layers, heads := cfg["num_hidden_layers"].(int), cfg["num_attention_heads"].(int)
 	cfg["query_pre_attn_scalar"] = headDim

@@ -634,10 +634,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	return c, nil
 }
 
-// parseGemma reads what Gemma 3's (and Gemma 2's) config adds: the attention scale,
-// which layers are windowed (layer_types, or sliding_window_pattern: every
-// sixth layer attends over the whole context, the rest over the window),
-// the windowed layers' rotary base, and the embedding's scale.
+// parseGemma reads what Gemma 3's and Gemma 2's configs add: the attention
+// scale, which layers are windowed (layer_types, or
+// sliding_window_pattern: in Gemma 3 every sixth layer attends over the
+// whole context and the rest over the window, in Gemma 2 every other),
+// Gemma 3's rotary base of the windowed layers, and the embedding's scale.
 func parseGemma(j *configJSON, c *Config) error {
 	c.EmbedScale = math.Sqrt(float64(c.HiddenSize))
 	c.QueryPreAttnScalar = deref(j.QueryPreAttn, float64(c.HeadDim))
@@ -711,8 +712,8 @@ func parseWindowLayers(j *configJSON, c *Config, pattern int) error {
 
 // perLayerRope returns the full-attention layers' parameters when
 // rope_parameters holds one set per kind of layer (newer transformers'
-// Gemma 3 configs: "full_attention" and "sliding_attention"; parseGemma3
-// reads the other); they are then read as the model's rope_scaling.
+// Gemma 3 configs: "full_attention" and "sliding_attention";
+// parseLocalRope reads the other); they are then read as the model's rope_scaling.
 func perLayerRope(raw json.RawMessage) (json.RawMessage, bool) {
 	var per map[string]json.RawMessage
 	if json.Unmarshal(raw, &per) != nil {

@@ -47,7 +47,7 @@ type RandomSpec struct {
 	SlidingPattern     int
 	QueryPreAttnScalar float64
 	LocalRopeTheta     float64
-	// Gemma 2's attn_logit_softcapping and final_logit_softcapping (0:
+	// Gemma's attn_logit_softcapping and final_logit_softcapping (0:
 	// null).
 	AttnSoftcap, FinalSoftcap float64
 	// Granite's embedding_multiplier, attention_multiplier,
@@ -280,8 +280,13 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 		cfg["attention_bias"] = s.AttentionBias
 		cfg["head_dim"] = s.HeadDim
 		cfg["hidden_activation"] = "gelu_pytorch_tanh"
-		cfg["attn_logit_softcapping"] = nil
-		cfg["final_logit_softcapping"] = nil
+		cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"] = nil, nil
+		if s.AttnSoftcap != 0 {
+			cfg["attn_logit_softcapping"] = pyFloat(s.AttnSoftcap)
+		}
+		if s.FinalSoftcap != 0 {
+			cfg["final_logit_softcapping"] = pyFloat(s.FinalSoftcap)
+		}
 		cfg["query_pre_attn_scalar"] = s.HeadDim
 		if s.QueryPreAttnScalar != 0 {
 			cfg["query_pre_attn_scalar"] = pyFloat(s.QueryPreAttnScalar)
