@@ -463,12 +463,20 @@ func (m *Model) gemma3(cfg map[string]any, key func(string) string, headDim int)
 		return err
 	}
 	cfg["sliding_window"] = w
+	return m.layerTypes(cfg, key, layers, 6)
+}
+
+// layerTypes sets config.json's layer_types from the period of the
+// windowed layers as llama.cpp reads it (attention.sliding_window_pattern,
+// def when absent): layer il is windowed unless il % pattern is
+// pattern−1; a pattern of 0 windows every layer.
+func (m *Model) layerTypes(cfg map[string]any, key func(string) string, layers, def int) error {
 	pattern, ok, err := m.intKey(key("attention.sliding_window_pattern"))
 	if err != nil {
 		return err
 	}
 	if !ok {
-		pattern = 6
+		pattern = def
 	}
 	types := make([]string, layers)
 	for il := range types {
@@ -551,22 +559,7 @@ func (m *Model) gemma2(cfg map[string]any, key func(string) string, headDim int)
 		w = 4096
 	}
 	cfg["sliding_window"] = w
-	pattern, ok, err := m.intKey(key("attention.sliding_window_pattern"))
-	if err != nil {
-		return err
-	}
-	if !ok {
-		pattern = 2
-	}
-	types := make([]string, layers)
-	for il := range types {
-		types[il] = "full_attention"
-		if pattern == 0 || il%pattern < pattern-1 {
-			types[il] = "sliding_attention"
-		}
-	}
-	cfg["layer_types"] = types
-	return nil
+	return m.layerTypes(cfg, key, layers, 2)
 }
 
 // SlidingPattern is the period of a config's windowed layers as
