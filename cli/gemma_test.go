@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -41,24 +40,15 @@ func testGemmaModel(t *testing.T, arch string) {
 		t.Fatalf("testmodel: %v\n%s", err, out)
 	}
 	gg := filepath.Join(hf, "model-bf16.gguf")
-	generate := func(m string) string {
-		t.Helper()
-		out, err := exec.Command(bin, "generate", "--model", m, "-t", "0", "-n", "16", "--chat", "--prompt", "Name three primes, please.").Output()
-		if err != nil {
-			t.Fatalf("generate --model %s: %v\n%s", m, err, out)
-		}
-		return string(out)
-	}
+	generate := func(m string) string { return generateGreedy(t, bin, m, "Name three primes, please.", 16) }
 	if a, b := generate(hf), generate(gg); a != b || strings.TrimSpace(a) == "" {
 		t.Errorf("greedy generation: the checkpoint says %q, its BF16 GGUF %q", a, b)
 	}
 
 	var cfg string
 	for _, c := range []struct{ name, model, extra string }{{"lora", gg, ""}, {"full", hf, "  lora_rank: 0\n"}} {
-		data := filepath.Join(dir, "data-"+c.name)
-		cfg = filepath.Join(dir, c.name+".yaml")
-		os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\n%sreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n",
-			c.model, c.extra, data)), 0o600)
+		var data string
+		cfg, data = quickTrainConfig(t, dir, c.name, c.model, c.extra)
 		d := startDaemon(t, bin, cfg, freePort(t))
 		chatWithThumbs(t, d, "gemma", "Name a fruit.", 2, 1, "", nil)
 		root := filepath.Join(data, "checkpoints")

@@ -46,14 +46,7 @@ func TestPhi3Model(t *testing.T) {
 	}
 	fused(hf)
 	gg := filepath.Join(hf, "model-bf16.gguf")
-	generate := func(m string) string {
-		t.Helper()
-		out, err := exec.Command(bin, "generate", "--model", m, "-t", "0", "-n", "12", "--chat", "--prompt", "Name three primes.").Output()
-		if err != nil {
-			t.Fatalf("generate --model %s: %v\n%s", m, err, out)
-		}
-		return string(out)
-	}
+	generate := func(m string) string { return generateGreedy(t, bin, m, "Name three primes.", 12) }
 	if a, b := generate(hf), generate(gg); a != b || strings.TrimSpace(a) == "" {
 		t.Errorf("greedy generation: the checkpoint says %q, its BF16 GGUF %q", a, b)
 	}
@@ -62,10 +55,8 @@ func TestPhi3Model(t *testing.T) {
 	// checkpoint, whose versions' checkpoints hold the fused tensors.
 	var cfg string
 	for _, c := range []struct{ name, model, extra string }{{"lora", gg, ""}, {"full", hf, "  lora_rank: 0\n"}} {
-		data := filepath.Join(dir, "data-"+c.name)
-		cfg = filepath.Join(dir, c.name+".yaml")
-		os.WriteFile(cfg, []byte(fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\n%sreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n",
-			c.model, c.extra, data)), 0o600)
+		var data string
+		cfg, data = quickTrainConfig(t, dir, c.name, c.model, c.extra)
 		d := startDaemon(t, bin, cfg, freePort(t))
 		chatWithThumbs(t, d, "phi3", "Name a fruit.", 2, 1, "", nil)
 		root := filepath.Join(data, "checkpoints")
@@ -141,4 +132,30 @@ func waitCheckpoint(t *testing.T, d *daemon, root string, min uint64) uint64 {
 	}
 	t.Fatalf("no checkpoint of version %d after two minutes\n%s", min, d.log)
 	return 0
+}
+
+// generateGreedy runs `clawrl generate` on model m with the chat template,
+// greedy, for n tokens, and returns what it printed.
+func generateGreedy(t *testing.T, bin, m, prompt string, n int) string {
+	t.Helper()
+	out, err := exec.Command(bin, "generate", "--model", m, "-t", "0", "-n", fmt.Sprint(n), "--chat", "--prompt", prompt).Output()
+	if err != nil {
+		t.Fatalf("generate --model %s: %v\n%s", m, err, out)
+	}
+	return string(out)
+}
+
+// quickTrainConfig writes dir/name.yaml: a daemon serving model that
+// trains after every two samples, one judge vote and no hints, extra
+// added to its trainer section, data in dir/data-name. It returns the
+// config's path and the data directory.
+func quickTrainConfig(t *testing.T, dir, name, model, extra string) (cfg, data string) {
+	t.Helper()
+	data = filepath.Join(dir, "data-"+name)
+	cfg = filepath.Join(dir, name+".yaml")
+	yaml := fmt.Sprintf("model:\n  path: %s\ntrainer:\n  batch_size: 2\n  max_wait: 100ms\n%sreward:\n  votes: 1\n  hint_votes: 0\n  max_tokens: 8\ndata:\n  dir: %s\n", model, extra, data)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, data
 }

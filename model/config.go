@@ -365,14 +365,14 @@ func ParseConfig(data []byte) (*Config, error) {
 	defaultMaxPos := 32768
 	windowed := c.Architecture == ArchMistral || c.Architecture == ArchPhi3 // a window caps the context
 	switch c.Architecture {
-	case ArchMistral:
-		c.Architecture = ArchLlama
-		defaultMaxPos = 32768
-		c.QKVBias = deref(j.AttentionBias, false)
-		c.OBias = c.QKVBias
-		c.MLPBias = deref(j.MLPBias, false)
-	case ArchLlama:
-		defaultMaxPos = 2048
+	case ArchLlama, ArchMistral, ArchGranite, ArchSmolLM3:
+		// Llama's attention_bias and mlp_bias.
+		if c.Architecture == ArchLlama || c.Architecture == ArchGranite {
+			defaultMaxPos = 2048
+		}
+		if c.Architecture == ArchMistral {
+			c.Architecture = ArchLlama
+		}
 		c.QKVBias = deref(j.AttentionBias, false)
 		c.OBias = c.QKVBias
 		c.MLPBias = deref(j.MLPBias, false)
@@ -384,16 +384,6 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.QKVBias = deref(j.AttentionBias, false)
 		c.OBias = c.QKVBias
 		c.QKNorm = true
-	case ArchGranite:
-		defaultMaxPos = 2048
-		c.QKVBias = deref(j.AttentionBias, false)
-		c.OBias = c.QKVBias
-		c.MLPBias = deref(j.MLPBias, false)
-	case ArchSmolLM3:
-		defaultMaxPos = 32768
-		c.QKVBias = deref(j.AttentionBias, false)
-		c.OBias = c.QKVBias
-		c.MLPBias = deref(j.MLPBias, false)
 	case ArchOlmo2:
 		defaultMaxPos = 4096
 		c.QKVBias = deref(j.AttentionBias, false)
