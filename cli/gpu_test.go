@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/clawrl/clawrl/cuda/fakecuda"
+	"github.com/clawrl/clawrl/model"
 )
 
 // TestServeOnFakeGPU runs `clawrl serve` (built without cgo) with
@@ -18,62 +19,77 @@ import (
 // driver bound at run time, the embedded PTX handed to cuModuleLoadData,
 // every serving kernel, run by the emulator of the CUDA thread model)
 // answers the greedy completions that the CPU backend answers, with close
-// log-probs, and refuses GPUs that are not there.
+// log-probs, and refuses GPUs that are not there. The models: a Qwen3,
+// and a Gemma 3 and a Gemma 2 whose sliding windows (8) are shorter than
+// the prompts, so that the GPU's windowed attention, GELU, embedding
+// scale and (Gemma 2) soft-capped scores and logits all count.
 func TestServeOnFakeGPU(t *testing.T) {
 	lib := fakecuda.Build(t)
 	bin := realBinary(t)
 	dir := t.TempDir()
-	m := filepath.Join(dir, "m")
-	spec := presets()["tiny"]
-	spec.InitStd = 0.3 // peaked distributions: greedy choices far apart
-	if err := writeTestModel(m, spec, "", false); err != nil {
-		t.Fatal(err)
-	}
-	config := func(name, devices string) string {
+	config := func(name, m, devices string) string {
 		p := filepath.Join(dir, name+".yaml")
 		// BF16 products on the CPU too, as the tensor cores multiply.
 		os.WriteFile(p, []byte(fmt.Sprintf("model:\n  path: %s\n  precision: bf16\n  kv_cache_dtype: bf16\n  kv_cache_mb: 64\ntrainer:\n  enabled: false\ndata:\n  dir: %s\n%s",
 			m, filepath.Join(dir, name), devices)), 0o600)
 		return p
 	}
-	cpuD := startDaemon(t, bin, config("cpu", ""), freePort(t))
-	gpuCfg := config("gpu", "devices:\n  rollout:\n    gpus: [0]\n")
-	gpuD := startDaemonEnv(t, bin, gpuCfg, freePort(t), "CLAWRL_LIBCUDA="+lib)
-	if !strings.Contains(gpuD.log.String(), `"message":"replica ready"`) || !strings.Contains(gpuD.log.String(), `cuda:0 (`) {
-		t.Fatalf("no GPU replica in the log:\n%s", gpuD.log)
-	}
-
-	worst := 0.0
-	for i, prompt := range []string{"Hello!", "What is the weather like?", "Tell me a story about a fox.", "List three colors."} {
-		body := map[string]any{"model": "m", "messages": []map[string]string{{"role": "user", "content": prompt}},
-			"max_tokens": 16, "temperature": 0, "logprobs": true}
-		var texts [2]string
-		var lps [2][]float64
-		for j, d := range []*daemon{cpuD, gpuD} {
-			code, reply, _ := d.post(t, "/v1/chat/completions", "", map[string]string{"X-Turn-Type": "side"}, body)
-			if code != 200 {
-				t.Fatalf("prompt %d on %s: %d %v", i, []string{"cpu", "gpu"}[j], code, reply)
+	tiny := presets()["tiny"]
+	tiny.InitStd = 0.3 // peaked distributions: greedy choices far apart
+	gemma3 := tiny
+	gemma3.Arch, gemma3.Layers, gemma3.SlidingWindow, gemma3.SlidingPattern = model.ArchGemma3, 3, 8, 3
+	gemma2 := tiny
+	gemma2.Arch, gemma2.SlidingWindow, gemma2.AttnSoftcap, gemma2.FinalSoftcap = model.ArchGemma2, 8, 50, 30
+	gemma2.InitStd = 0.1 // not so peaked that the logits' cap (30) makes every choice certain
+	var m string
+	for _, c := range []struct {
+		name string
+		spec model.RandomSpec
+	}{{"qwen3", tiny}, {"gemma3", gemma3}, {"gemma2", gemma2}} {
+		t.Run(c.name, func(t *testing.T) {
+			m = filepath.Join(dir, c.name)
+			if err := writeTestModel(m, c.spec, "", false); err != nil {
+				t.Fatal(err)
 			}
-			ch := reply["choices"].([]any)[0].(map[string]any)
-			texts[j] = ch["message"].(map[string]any)["content"].(string)
-			for _, c := range ch["logprobs"].(map[string]any)["content"].([]any) {
-				lps[j] = append(lps[j], c.(map[string]any)["logprob"].(float64))
+			cpuD := startDaemon(t, bin, config(c.name+"-cpu", m, ""), freePort(t))
+			gpuD := startDaemonEnv(t, bin, config(c.name+"-gpu", m, "devices:\n  rollout:\n    gpus: [0]\n"), freePort(t), "CLAWRL_LIBCUDA="+lib)
+			if !strings.Contains(gpuD.log.String(), `"message":"replica ready"`) || !strings.Contains(gpuD.log.String(), `cuda:0 (`) {
+				t.Fatalf("no GPU replica in the log:\n%s", gpuD.log)
 			}
-		}
-		if texts[0] != texts[1] {
-			t.Errorf("prompt %q: CPU %q, GPU %q", prompt, texts[0], texts[1])
-			continue
-		}
-		for k := range lps[0] {
-			worst = max(worst, math.Abs(lps[0][k]-lps[1][k]))
-		}
-	}
-	t.Logf("greedy completions equal; max |Δ log-prob| %.3g", worst)
-	if worst > 0.1 {
-		t.Errorf("log-probs differ by up to %.3g between the CPU and the (emulated) GPU", worst)
-	}
-	if err := gpuD.stop(); err != nil {
-		t.Fatalf("SIGTERM: %v\n%s", err, gpuD.log)
+			worst := 0.0
+			for i, prompt := range []string{"Hello!", "What is the weather like?", "Tell me a story about a fox.", "List three colors."} {
+				body := map[string]any{"model": c.name, "messages": []map[string]string{{"role": "user", "content": prompt}},
+					"max_tokens": 16, "temperature": 0, "logprobs": true}
+				var texts [2]string
+				var lps [2][]float64
+				for j, d := range []*daemon{cpuD, gpuD} {
+					code, reply, _ := d.post(t, "/v1/chat/completions", "", map[string]string{"X-Turn-Type": "side"}, body)
+					if code != 200 {
+						t.Fatalf("prompt %d on %s: %d %v", i, []string{"cpu", "gpu"}[j], code, reply)
+					}
+					ch := reply["choices"].([]any)[0].(map[string]any)
+					texts[j] = ch["message"].(map[string]any)["content"].(string)
+					for _, c := range ch["logprobs"].(map[string]any)["content"].([]any) {
+						lps[j] = append(lps[j], c.(map[string]any)["logprob"].(float64))
+					}
+				}
+				t.Logf("prompt %q: %q, %d tokens", prompt, texts[0], len(lps[0]))
+				if texts[0] != texts[1] {
+					t.Errorf("prompt %q: CPU %q, GPU %q", prompt, texts[0], texts[1])
+					continue
+				}
+				for k := range lps[0] {
+					worst = max(worst, math.Abs(lps[0][k]-lps[1][k]))
+				}
+			}
+			t.Logf("greedy completions equal; max |Δ log-prob| %.3g", worst)
+			if worst > 0.1 {
+				t.Errorf("log-probs differ by up to %.3g between the CPU and the (emulated) GPU", worst)
+			}
+			if err := gpuD.stop(); err != nil {
+				t.Fatalf("SIGTERM: %v\n%s", err, gpuD.log)
+			}
+		})
 	}
 
 	// A GPU that is not there, and no driver at all: clear errors.
@@ -81,7 +97,7 @@ func TestServeOnFakeGPU(t *testing.T) {
 		{"devices:\n  rollout:\n    gpus: [3]\n", "CLAWRL_LIBCUDA=" + lib, "GPU 3 is not there"},
 		{"devices:\n  rollout:\n    gpus: [0]\n", "CLAWRL_LIBCUDA=" + filepath.Join(dir, "missing.so"), "no CUDA driver found (libcuda.so.1)"},
 	} {
-		out, err := runBin(bin, []string{tc.env}, "serve", "--config", config("bad", tc.devices))
+		out, err := runBin(bin, []string{tc.env}, "serve", "--config", config("bad", m, tc.devices))
 		if err == nil || !strings.Contains(out, tc.want) {
 			t.Errorf("%s with %s: %v\n%s", strings.TrimSpace(tc.devices), tc.env, err, out)
 		}

@@ -31,7 +31,8 @@ func TestConformance(t *testing.T) {
 	launched(t, b.dev, "gemv_f32", "gemv_bf16", "gemm_f32", "gemm_bf16_64x64", "gemm_bf16_128x128",
 		"attn_decode_f32", "attn_decode_bf16", "attn_combine", "attn_prefill_f32", "attn_prefill_bf16",
 		"store_kv_f32", "store_kv_bf16", "embedding_f32", "embedding_bf16", "rmsnorm_warp_f32", "rmsnorm_block_f32",
-		"rope_f32", "silu_mul_f32", "add_f32", "log_softmax_f32", "gather_f32")
+		"rope_f32", "silu_mul_f32", "gelu_mul_f32", "scale_f32", "softcap_f32", "softcap_backward_f32", "add_f32",
+		"log_softmax_f32", "gather_f32")
 }
 
 // variant returns a backend on b's device with b's tuning knobs changed by

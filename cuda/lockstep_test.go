@@ -202,6 +202,34 @@ func (l *lockstep) SiLUMul(dst, gate, up compute.Tensor) {
 	l.check("SiLUMul", dst)
 }
 
+// The ops of compute.Gemma, compute.Softcap and compute.SlidingWindow,
+// which both sides of a lockstep over the CPU and this backend have.
+func (l *lockstep) SlidingWindow() bool { return true }
+
+func (l *lockstep) GELUMul(dst, gate, up compute.Tensor) {
+	l.ref.(compute.Gemma).GELUMul(pr(dst), pr(gate), pr(up))
+	l.got.(compute.Gemma).GELUMul(pg(dst), pg(gate), pg(up))
+	l.check("GELUMul", dst)
+}
+
+func (l *lockstep) Scale(x compute.Tensor, alpha float32) {
+	l.ref.(compute.Scaler).Scale(pr(x), alpha)
+	l.got.(compute.Scaler).Scale(pg(x), alpha)
+	l.check("Scale", x)
+}
+
+func (l *lockstep) Softcap(x compute.Tensor, cap float32) {
+	l.ref.(compute.Softcap).Softcap(pr(x), cap)
+	l.got.(compute.Softcap).Softcap(pg(x), cap)
+	l.check("Softcap", x)
+}
+
+func (l *lockstep) SoftcapBackward(dx, y compute.Tensor, cap float32) {
+	l.ref.(compute.Softcap).SoftcapBackward(pr(dx), pr(y), cap)
+	l.got.(compute.Softcap).SoftcapBackward(pg(dx), pg(y), cap)
+	l.check("SoftcapBackward", dx)
+}
+
 func (l *lockstep) Add(dst, a, b compute.Tensor) {
 	l.ref.Add(pr(dst), pr(a), pr(b))
 	l.got.Add(pg(dst), pg(a), pg(b))

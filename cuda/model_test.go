@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/clawrl/clawrl/compute"
@@ -48,6 +47,24 @@ func TestModelMatchesCPU(t *testing.T) {
 			Vocab: 256, MaxPositions: 256, DType: "float32", Seed: 6}, compute.F32},
 		{"smollm3-f32", model.RandomSpec{Arch: model.ArchSmolLM3, Hidden: 48, Intermediate: 96, Layers: 4, Heads: 6, KVHeads: 2,
 			Vocab: 200, MaxPositions: 256, DType: "float32", Tied: true, Seed: 7}, compute.F32},
+		// The ops Gemma and Granite add: sliding windows shorter than
+		// the 37-token prompt (and Gemma 3's global layer among windowed
+		// ones), GELU, soft-capped scores and logits, scales. (Gemma 3
+		// with BF16 weights differed from the CPU's BF16 products by
+		// 0.9% of the logits' rms, first past 1/256 at a GELU whose
+		// inputs had drifted by BF16 rounding, as OLMo 2's; in F32 the
+		// two agree to 6e-7.)
+		{"mistral-window-f32", model.RandomSpec{Arch: model.ArchMistral, Hidden: 48, Intermediate: 96, Layers: 2, Heads: 6, KVHeads: 2,
+			Vocab: 200, MaxPositions: 256, SlidingWindow: 16, DType: "float32", Seed: 8}, compute.F32},
+		{"gemma3-f32", model.RandomSpec{Arch: model.ArchGemma3, Hidden: 64, Intermediate: 128, Layers: 3, Heads: 4, KVHeads: 1,
+			HeadDim: 32, Vocab: 256, MaxPositions: 256, SlidingWindow: 16, SlidingPattern: 3, DType: "float32", Tied: true, Seed: 9}, compute.F32},
+		{"gemma3-bf16-cache", model.RandomSpec{Arch: model.ArchGemma3, Hidden: 64, Intermediate: 128, Layers: 3, Heads: 4, KVHeads: 1,
+			HeadDim: 32, Vocab: 256, MaxPositions: 256, SlidingWindow: 16, SlidingPattern: 3, DType: "float32", Tied: true, Seed: 10}, compute.BF16},
+		{"gemma2-f32", model.RandomSpec{Arch: model.ArchGemma2, Hidden: 64, Intermediate: 128, Layers: 2, Heads: 4, KVHeads: 2,
+			HeadDim: 16, Vocab: 256, MaxPositions: 256, SlidingWindow: 16, AttnSoftcap: 2, FinalSoftcap: 3, DType: "float32", Tied: true, Seed: 11}, compute.F32},
+		{"granite-f32", model.RandomSpec{Arch: model.ArchGranite, Hidden: 48, Intermediate: 96, Layers: 2, Heads: 6, KVHeads: 2,
+			Vocab: 200, MaxPositions: 256, EmbeddingMultiplier: 12, AttentionMultiplier: 0.015625, ResidualMultiplier: 0.22,
+			LogitsScaling: 8, DType: "float32", Seed: 12}, compute.F32},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -91,36 +108,6 @@ func TestModelMatchesCPU(t *testing.T) {
 					}
 					next[i] = []int32{want}
 				}
-			}
-		})
-	}
-}
-
-// TestRefusesWhatItLacks: the families whose ops this backend does not
-// have (Gemma's GELU and soft-caps, Granite's scales) are refused at load
-// with an error that names what is missing.
-func TestRefusesWhatItLacks(t *testing.T) {
-	b := testBackend(t)
-	for _, c := range []struct {
-		spec model.RandomSpec
-		want string
-	}{
-		{model.RandomSpec{Arch: model.ArchGemma3, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 16, Vocab: 64, DType: "float32", Seed: 1}, "compute.Gemma"},
-		{model.RandomSpec{Arch: model.ArchGemma2, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 16, Vocab: 64, DType: "float32", AttnSoftcap: 50, FinalSoftcap: 30, Seed: 1}, "compute.Gemma"},
-		{model.RandomSpec{Arch: model.ArchGranite, Hidden: 32, Intermediate: 64, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 16, Vocab: 64, DType: "float32", EmbeddingMultiplier: 12, Seed: 1}, "compute.Scaler"},
-	} {
-		t.Run(c.spec.Arch, func(t *testing.T) {
-			dir := t.TempDir()
-			if err := model.WriteRandomCheckpoint(dir, c.spec); err != nil {
-				t.Fatal(err)
-			}
-			m, err := model.Load(b, dir)
-			if err == nil {
-				m.Close()
-				t.Fatalf("%s loaded on %s", c.spec.Arch, b.Name())
-			}
-			if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "not built") {
-				t.Errorf("error %q, want one naming %s as not built", err, c.want)
 			}
 		})
 	}

@@ -208,8 +208,8 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		shapePanic("Attention", "heads %d, kv heads %d, head dim %d, block size %d", a.Heads, a.KVHeads, hd, bs)
 	case hd > 256:
 		shapePanic("Attention", "head dim %d (at most 256)", hd)
-	case a.Window > 0:
-		shapePanic("Attention", "a sliding window of %d: not supported on the GPU (the model caps its context instead)", a.Window)
+	case a.Window < 0 || a.Softcap < 0:
+		shapePanic("Attention", "window %d, soft-cap %g", a.Window, a.Softcap)
 	case compute.Cols(qs) != qdim || compute.Cols(out) != qdim || out.shape[0] != qs.shape[0]:
 		shapePanic("Attention", "q %s, dst %s for %d heads of %d", compute.ShapeString(qs.shape), compute.ShapeString(out.shape), a.Heads, hd)
 	case compute.Cols(kc) != kvdim || kc.shape[0]%bs != 0 || vc.dt != kc.dt || !slices.Equal(vc.shape, kc.shape):
@@ -243,13 +243,17 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 		shared := 4 * ((32+32)*(hd+1) + 32*33)
 		b.launch("Attention", "attn_prefill"+suffix, Dim3{tiles, a.KVHeads, 1}, Dim3{128, 1, 1}, shared,
 			out.ptr, qs.ptr, kc.ptr, vc.ptr, qstart.ptr, ctxLen.ptr, table.ptr, a.Seqs, a.MaxBlocks,
-			a.Heads, a.KVHeads, hd, bs, nBlocks, a.Scale, roundQ, b.errWord)
+			a.Heads, a.KVHeads, hd, bs, nBlocks, a.Scale, a.Window, a.Softcap, roundQ, b.errWord)
 		return
 	}
 
 	// Decode: split the keys (the most a sequence can have: MaxBlocks
-	// blocks) so that there are about two blocks of work per SM.
+	// blocks, or the window) so that there are about two blocks of work
+	// per SM.
 	maxCtx := max(a.MaxBlocks*bs, 1)
+	if a.Window > 0 {
+		maxCtx = min(maxCtx, a.Window)
+	}
 	splits := 1
 	if want := 2 * b.dev.Info().SMs; rows*a.Heads < want {
 		splits = min((want+rows*a.Heads-1)/(rows*a.Heads), (maxCtx+b.minSplitLen-1)/b.minSplitLen, 64)
@@ -273,7 +277,7 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 	}
 	b.launch("Attention", "attn_decode"+suffix, Dim3{rows, a.Heads, splits}, Dim3{128, 1, 1}, 0,
 		out.ptr, partO, partML, qs.ptr, kc.ptr, vc.ptr, qstart.ptr, ctxLen.ptr, table.ptr, a.Seqs, a.MaxBlocks,
-		a.Heads, a.KVHeads, hd, bs, nBlocks, a.Scale, splitLen, roundQ, vec, b.errWord)
+		a.Heads, a.KVHeads, hd, bs, nBlocks, a.Scale, a.Window, a.Softcap, splitLen, roundQ, vec, b.errWord)
 	if splits > 1 {
 		b.launch("Attention", "attn_combine", Dim3{rows, a.Heads, 1}, Dim3{min(256, roundUp(hd, 32)), 1, 1}, 0,
 			out.ptr, partO, partML, a.Heads, hd, splits)
@@ -292,6 +296,61 @@ func (b *Backend) SiLUMul(dst, gate, up compute.Tensor) {
 		return
 	}
 	b.launch("SiLUMul", "silu_mul_f32", elemGrid(d.n, 256), Dim3{256, 1, 1}, 0, d.ptr, g.ptr, u.ptr, d.n)
+}
+
+// SlidingWindow reports that Attention honours Attention.Window
+// (compute.SlidingWindow).
+func (b *Backend) SlidingWindow() bool { return true }
+
+// GELUMul computes dst = gelu(gate)·up with GELU's tanh form
+// (compute.Gemma).
+func (b *Backend) GELUMul(dst, gate, up compute.Tensor) {
+	d := b.must(dst, compute.F32, "GELUMul dst")
+	g := b.must(gate, compute.F32, "GELUMul gate")
+	u := b.must(up, compute.F32, "GELUMul up")
+	if g.n != d.n || u.n != d.n {
+		shapePanic("GELUMul", "lengths %d, %d, %d", d.n, g.n, u.n)
+	}
+	if d.n == 0 {
+		return
+	}
+	b.launch("GELUMul", "gelu_mul_f32", elemGrid(d.n, 256), Dim3{256, 1, 1}, 0, d.ptr, g.ptr, u.ptr, d.n)
+}
+
+// Scale multiplies x by alpha in place (compute.Scaler).
+func (b *Backend) Scale(x compute.Tensor, alpha float32) {
+	d := b.must(x, compute.F32, "Scale x")
+	if d.n == 0 {
+		return
+	}
+	b.launch("Scale", "scale_f32", elemGrid(d.n, 256), Dim3{256, 1, 1}, 0, d.ptr, alpha, d.n)
+}
+
+// Softcap replaces every element of x with cap·tanh(x/cap)
+// (compute.Softcap).
+func (b *Backend) Softcap(x compute.Tensor, cap float32) {
+	d := b.must(x, compute.F32, "Softcap x")
+	if !(cap > 0) {
+		shapePanic("Softcap", "cap %g", cap)
+	}
+	if d.n == 0 {
+		return
+	}
+	b.launch("Softcap", "softcap_f32", elemGrid(d.n, 256), Dim3{256, 1, 1}, 0, d.ptr, cap, d.n)
+}
+
+// SoftcapBackward multiplies dx by 1 − (y/cap)², the derivative of
+// Softcap at the elements whose capped values are y.
+func (b *Backend) SoftcapBackward(dx, y compute.Tensor, cap float32) {
+	d := b.must(dx, compute.F32, "SoftcapBackward dx")
+	ys := b.must(y, compute.F32, "SoftcapBackward y")
+	if ys.n != d.n || !(cap > 0) {
+		shapePanic("SoftcapBackward", "lengths %d, %d, cap %g", d.n, ys.n, cap)
+	}
+	if d.n == 0 {
+		return
+	}
+	b.launch("SoftcapBackward", "softcap_backward_f32", elemGrid(d.n, 256), Dim3{256, 1, 1}, 0, d.ptr, ys.ptr, cap, d.n)
 }
 
 // Add computes dst = a + b.

@@ -86,8 +86,8 @@ type Config struct {
 	// it is shorter than max_position_embeddings (Mistral 7B v0.1's 4096
 	// of 32768, Phi-3 mini's 2047 of 4096): the query at position p
 	// attends to positions p−SlidingWindow+1 through p. A model loaded on
-	// a backend whose attention has no window (compute.SlidingWindow: the
-	// GPU's) runs with MaxPositions capped to the window instead, where
+	// a backend whose attention has no window (compute.SlidingWindow; the
+	// CPU's and the GPU's have it) runs with MaxPositions capped to the window instead, where
 	// attending over every earlier position is the same, and
 	// CappedToWindow set.
 	SlidingWindow  int

@@ -253,7 +253,8 @@ func TestPartialRotaryFiles(t *testing.T) {
 	}
 }
 
-// noWindow is the CPU backend without sliding windows, as the GPU's is.
+// noWindow is the CPU backend without sliding windows, as a backend
+// without them would be.
 type noWindow struct{ *cpu.Backend }
 
 func (noWindow) SlidingWindow() bool { return false }

@@ -19,6 +19,8 @@ var forwardChecks = []check{
 	{"Attention", checkAttention},
 	{"SiLUMul", checkSiLUMul},
 	{"GELUMul", checkGELUMul},
+	{"Scale", checkScale},
+	{"Softcap", checkSoftcap},
 	{"Add", checkAdd},
 	{"LogSoftmax", checkLogSoftmax},
 	{"Gather", checkGather},

@@ -19,11 +19,9 @@ var trainerChecks = []check{
 	{"DenseAttention", checkDenseAttention},
 	{"SiLUMulBackward", checkSiLUMulBackward},
 	{"GELUMulBackward", checkGELUMulBackward},
-	{"Softcap", checkSoftcap},
 	{"LogProbs", checkLogProbs},
 	{"AdamW", checkAdamW},
 	{"SumSquares", checkSumSquares},
-	{"Scale", checkScale},
 	{"Zero", checkZero},
 	{"AddScaled", checkAddScaled},
 	{"Deterministic", checkDeterministic},
@@ -535,7 +533,7 @@ func checkSiLUMulBackward(h *harness) {
 // cap·tanh(x/cap) in float64) and SoftcapBackward (against the
 // derivative and central differences), on a backend that implements it.
 func checkSoftcap(h *harness) {
-	sb, ok := h.tr.(compute.Softcap)
+	sb, ok := h.b.(compute.Softcap)
 	if !ok {
 		h.t.Skipf("%s does not implement compute.Softcap", h.b.Name())
 	}
@@ -802,13 +800,19 @@ func checkSumSquares(h *harness) {
 	h.scalar("SumSquares of [7]", one, w1, h.tol(8))
 }
 
+// checkScale checks compute.Scaler's Scale (in place; every Trainer is
+// one) against float64, on a backend that implements it.
 func checkScale(h *harness) {
+	sb, ok := h.b.(compute.Scaler)
+	if !ok {
+		h.t.Skipf("%s does not implement compute.Scaler", h.b.Name())
+	}
 	for _, n := range []int{7, 40000} {
 		for _, alpha := range []float32{-2, 0.37, 0} {
 			h.run(fmt.Sprintf("n%d/alpha%g", n, alpha), func(h *harness) {
 				xv := h.randn(n, 1)
 				x := h.input(xv, n)
-				h.tr.Scale(x, alpha)
+				sb.Scale(x, alpha)
 				want := make([]float64, n)
 				for i, v := range xv {
 					want[i] = float64(alpha) * float64(v) // exact; one rounding to float32

@@ -83,16 +83,17 @@ DEVICE_FN int seq_of_row(const int* qstart, int seqs, int r) {
 template <typename T>
 static __device__ void attn_decode(float* out, float* part_o, float* part_ml, const float* q, const T* kc, const T* vc,
                                    const int* qstart, const int* ctxlen, const int* table, int seqs, int max_blocks,
-                                   int heads, int kvheads, int hd, int bs, int nblocks, float scale, int split_len,
-                                   int round_q, int vec, int* err) {
+                                   int heads, int kvheads, int hd, int bs, int nblocks, float scale, int window,
+                                   float softcap, int split_len, int round_q, int vec, int* err) {
   __shared__ __align__(16) float qs[MAX_HEAD_DIM];
   __shared__ float wm[DEC_WARPS], wl[DEC_WARPS];
   __shared__ float wo[DEC_WARPS][MAX_HEAD_DIM];
   int r = blockIdx.x, h = blockIdx.y, sp = blockIdx.z, splits = gridDim.z;
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int s = seq_of_row(qstart, seqs, r);
-  int pos = ctxlen[s] - (qstart[s + 1] - r);  // the query's position: it sees keys 0..pos
-  int k_begin = sp * split_len, k_end = min_i(pos + 1, k_begin + split_len);
+  int pos = ctxlen[s] - (qstart[s + 1] - r);  // the query's position: it sees keys k_lo..pos
+  int k_lo = window > 0 ? max_i(0, pos - window + 1) : 0;
+  int k_begin = k_lo + sp * split_len, k_end = min_i(pos + 1, k_begin + split_len);
   int g = h / (heads / kvheads);
   const int* tab = table + (size_t)s * max_blocks;
   if (pos < 0 || (pos + bs) / bs > max_blocks) {  // inconsistent metadata: nothing is read
@@ -131,6 +132,7 @@ static __device__ void attn_decode(float* out, float* part_o, float* part_ml, co
         for (int d = 0; d < hd; d++) dot = fma_f(qs[d], ld(kp, d), dot);
       }
       sc = dot * scale;
+      if (softcap > 0.0f) sc = softcap * tanh_f(sc / softcap);
     }
     float m_new = max_f(m, warp_max(sc));  // finite: lane 0's key is in range
     float alpha = exp_f(m - m_new);        // 0 while m is −∞
@@ -189,18 +191,18 @@ static __device__ void attn_decode(float* out, float* part_o, float* part_ml, co
 extern "C" __global__ void __launch_bounds__(128)
     attn_decode_f32(float* out, float* part_o, float* part_ml, const float* q, const float* kc, const float* vc,
                     const int* qstart, const int* ctxlen, const int* table, int seqs, int max_blocks, int heads,
-                    int kvheads, int hd, int bs, int nblocks, float scale, int split_len, int round_q, int vec,
-                    int* err) {
+                    int kvheads, int hd, int bs, int nblocks, float scale, int window, float softcap,
+                    int split_len, int round_q, int vec, int* err) {
   attn_decode(out, part_o, part_ml, q, kc, vc, qstart, ctxlen, table, seqs, max_blocks, heads, kvheads, hd, bs, nblocks,
-              scale, split_len, round_q, vec, err);
+              scale, window, softcap, split_len, round_q, vec, err);
 }
 extern "C" __global__ void __launch_bounds__(128)
     attn_decode_bf16(float* out, float* part_o, float* part_ml, const float* q, const uint16_t* kc, const uint16_t* vc,
                      const int* qstart, const int* ctxlen, const int* table, int seqs, int max_blocks, int heads,
-                     int kvheads, int hd, int bs, int nblocks, float scale, int split_len, int round_q, int vec,
-                    int* err) {
+                     int kvheads, int hd, int bs, int nblocks, float scale, int window, float softcap,
+                     int split_len, int round_q, int vec, int* err) {
   attn_decode(out, part_o, part_ml, q, kc, vc, qstart, ctxlen, table, seqs, max_blocks, heads, kvheads, hd, bs, nblocks,
-              scale, split_len, round_q, vec, err);
+              scale, window, softcap, split_len, round_q, vec, err);
 }
 
 // attn_combine merges the splits of query row blockIdx.x, head blockIdx.y:
@@ -248,7 +250,8 @@ extern "C" __global__ void attn_combine(float* out, const float* part_o, const f
 template <typename T>
 static __device__ void attn_prefill(float* out, const float* q, const T* kc, const T* vc, const int* qstart,
                                     const int* ctxlen, const int* table, int seqs, int max_blocks, int heads, int kvheads,
-                                    int hd, int bs, int nblocks, float scale, int round_q, int* err) {
+                                    int hd, int bs, int nblocks, float scale, int window, float softcap, int round_q,
+                                    int* err) {
   DYNAMIC_SHARED(float, smem);
   const int ldq = hd + 1, ldp = PF_BK + 1;
   float* Qs = smem;
@@ -267,7 +270,10 @@ static __device__ void attn_prefill(float* out, const float* q, const T* kc, con
   if (s == seqs) return;
   int first = ctxlen[s] - n;  // position of the sequence's first new token
   int row0 = b * PF_BQ, nrows = min_i(PF_BQ, n * group - row0);
-  int last = first + (row0 + nrows - 1) / group;  // the tile sees keys 0..last
+  int last = first + (row0 + nrows - 1) / group;  // the tile sees keys k_first..last
+  // Under a window the tile's first row sees keys from its position −
+  // window + 1: the tiles of keys before that are skipped.
+  int k_first = window > 0 ? max_i(0, first + row0 / group - window + 1) / PF_BK * PF_BK : 0;
   if (first < 0 || (last + bs) / bs > max_blocks) {
     if (threadIdx.x == 0) atomic_or(err, ERR_ATTENTION_META);
     return;
@@ -287,12 +293,13 @@ static __device__ void attn_prefill(float* out, const float* q, const T* kc, con
 
   int r = threadIdx.x >> 2, c = threadIdx.x & 3;
   int my_pos = r < nrows ? first + (row0 + r) / group : -1;
+  int my_lo = window > 0 ? my_pos - window + 1 : 0;  // the row's first key
   float m = NEG_INF, l = 0.0f;
   float o[MAX_HEAD_DIM / 4];
 #pragma unroll
   for (int j = 0; j < MAX_HEAD_DIM / 4; j++) o[j] = 0.0f;
 
-  for (int k0 = 0; k0 <= last; k0 += PF_BK) {
+  for (int k0 = k_first; k0 <= last; k0 += PF_BK) {
     // Keys of the tile (zeros past the last key).
     __syncthreads();  // the previous tile's values have been read
     for (int i = threadIdx.x; i < PF_BK * hd; i += blockDim.x) {
@@ -315,10 +322,11 @@ static __device__ void attn_prefill(float* out, const float* q, const T* kc, con
     for (int i = 0; i < PF_BK / 4; i++) {
       int kk = c + 4 * i;
       sc[i] = NEG_INF;
-      if (k0 + kk <= my_pos) {
+      if (k0 + kk <= my_pos && k0 + kk >= my_lo) {
         float dot = 0.0f;
         for (int d = 0; d < hd; d++) dot = fma_f(Qs[r * ldq + d], KVs[kk * ldq + d], dot);
         sc[i] = dot * scale;
+        if (softcap > 0.0f) sc[i] = softcap * tanh_f(sc[i] / softcap);
       }
       tmax = max_f(tmax, sc[i]);
     }
@@ -379,14 +387,14 @@ static __device__ void attn_prefill(float* out, const float* q, const T* kc, con
 extern "C" __global__ void __launch_bounds__(PF_THREADS)
     attn_prefill_f32(float* out, const float* q, const float* kc, const float* vc, const int* qstart, const int* ctxlen,
                      const int* table, int seqs, int max_blocks, int heads, int kvheads, int hd, int bs, int nblocks,
-                     float scale, int round_q, int* err) {
-  attn_prefill(out, q, kc, vc, qstart, ctxlen, table, seqs, max_blocks, heads, kvheads, hd, bs, nblocks, scale, round_q,
-               err);
+                     float scale, int window, float softcap, int round_q, int* err) {
+  attn_prefill(out, q, kc, vc, qstart, ctxlen, table, seqs, max_blocks, heads, kvheads, hd, bs, nblocks, scale, window,
+               softcap, round_q, err);
 }
 extern "C" __global__ void __launch_bounds__(PF_THREADS)
     attn_prefill_bf16(float* out, const float* q, const uint16_t* kc, const uint16_t* vc, const int* qstart,
                       const int* ctxlen, const int* table, int seqs, int max_blocks, int heads, int kvheads, int hd,
-                      int bs, int nblocks, float scale, int round_q, int* err) {
-  attn_prefill(out, q, kc, vc, qstart, ctxlen, table, seqs, max_blocks, heads, kvheads, hd, bs, nblocks, scale, round_q,
-               err);
+                      int bs, int nblocks, float scale, int window, float softcap, int round_q, int* err) {
+  attn_prefill(out, q, kc, vc, qstart, ctxlen, table, seqs, max_blocks, heads, kvheads, hd, bs, nblocks, scale, window,
+               softcap, round_q, err);
 }

@@ -27,6 +27,21 @@ DEVICE_FN float ld(const uint16_t* p, size_t i) { return bf16_to_f32(p[i]); }
 DEVICE_FN void st(float* p, size_t i, float v) { p[i] = v; }
 DEVICE_FN void st(uint16_t* p, size_t i, float v) { p[i] = f32_to_bf16(v); }
 
+// tanh_f is tanh from exp_f: 1 − 2/(e^{2|x|} + 1) with x's sign, and
+// below |x| = 1/8, where that form cancels, its Taylor series to x⁷
+// (the next term is under 2e-10 relative there). Soft-caps use it.
+DEVICE_FN float tanh_f(float x) {
+  float a = x < 0.0f ? -x : x;
+  float t;
+  if (a < 0.125f) {
+    float a2 = a * a;
+    t = a * (1.0f + a2 * (-1.0f / 3 + a2 * (2.0f / 15 + a2 * (-17.0f / 315))));
+  } else {
+    t = 1.0f - 2.0f / (exp_f(2.0f * a) + 1.0f);
+  }
+  return x < 0.0f ? -t : t;
+}
+
 // round_bf16 rounds a float to the nearest BF16 value (ties to even).
 DEVICE_FN float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 

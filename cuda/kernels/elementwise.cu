@@ -1,5 +1,5 @@
 // elementwise.cu: the memory-bound ops of the forward pass: residual adds,
-// the SwiGLU gate, BF16 conversions, row gathers (embeddings and
+// the SwiGLU and GELU gates, scales and soft-caps, BF16 conversions, row gathers (embeddings and
 // activation rows), single-element gathers, RoPE and KV-cache writes.
 // They are one thread per element (or per pair, per row) and grid-stride
 // loops where the count is open-ended: coalesced loads reach the memory
@@ -18,6 +18,38 @@ extern "C" __global__ void silu_mul_f32(float* dst, const float* gate, const flo
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
     float g = gate[i];
     dst[i] = g / (1.0f + exp_f(-g)) * up[i];
+  }
+}
+
+// gelu_mul_f32: dst = gelu(gate)·up with GELU's tanh form,
+// 0.5·g·(1 + tanh(z)), z = √(2/π)·(g + 0.044715·g³) (Gemma's MLP; dst may
+// be gate or up), computed as g·σ(2z) = g / (1 + e^(−2z)), the same
+// value without 1 + tanh's cancellation for negative g.
+extern "C" __global__ void gelu_mul_f32(float* dst, const float* gate, const float* up, int n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
+    float g = gate[i];
+    float z2 = 1.5957691216057308f * (g + 0.044715f * g * g * g);
+    dst[i] = g / (1.0f + exp_f(-z2)) * up[i];
+  }
+}
+
+// scale_f32: x *= alpha over n elements (Gemma's embedding scale,
+// Granite's multipliers).
+extern "C" __global__ void scale_f32(float* x, float alpha, int n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] *= alpha;
+}
+
+// softcap_f32: x = cap·tanh(x/cap) over n elements (Gemma 2's logits);
+// softcap_backward_f32: dx *= 1 − (y/cap)², y the capped values.
+extern "C" __global__ void softcap_f32(float* x, float cap, int n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] = cap * tanh_f(x[i] / cap);
+}
+extern "C" __global__ void softcap_backward_f32(float* dx, const float* y, float cap, int n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)gridDim.x * blockDim.x) {
+    float u = y[i] / cap;
+    dx[i] *= 1.0f - u * u;
   }
 }
 
