@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/clawrl/clawrl/corpus"
 	"github.com/clawrl/clawrl/instruct"
 	"github.com/clawrl/clawrl/tokenizer"
 )
@@ -28,6 +30,13 @@ type BaseRate struct {
 	// no instruction that satisfy the preference (and end before
 	// max_tokens).
 	Sampled map[string]float64 `json:"sampled"`
+	// Needed: replies sampled at temperature 1 with no instruction that
+	// satisfy the preference, on N questions of the user's split whose
+	// plain answer does not (the kind of question every preference probe
+	// asks). A reply that satisfies lowercase because it is "12." says
+	// nothing about writing "the capital of france is paris."; this rate
+	// is what thumbs can select where the probes look.
+	Needed float64 `json:"sampled_where_needed"`
 	// SystemHeldOut and SystemTrain: greedy replies with the preference in
 	// the system prompt, in the user's held-out instruction sentences
 	// (those its corrections use) and in the corpus's canonical one.
@@ -47,13 +56,21 @@ func BaseRates(ctx context.Context, c *Client, pref instruct.Constraint, n int, 
 	for i := range qs {
 		qs[i] = u.Question()
 	}
+	needed, err := neededQuestions(pref, n, seed)
+	if err != nil {
+		return BaseRate{}, err
+	}
 	held, train := pref.Phrasings(instruct.HeldOut), pref.Instruction(nil, instruct.Train)
 	type job struct {
 		key, system string
 		q           int
 		temp        float64
+		needed      bool
 	}
 	var jobs []job
+	for i := range needed {
+		jobs = append(jobs, job{key: "needed", q: i, temp: 1, needed: true})
+	}
 	for i := range qs {
 		for _, t := range temps {
 			jobs = append(jobs, job{key: tempKey(t), q: i, temp: t})
@@ -70,7 +87,11 @@ func BaseRates(ctx context.Context, c *Client, pref instruct.Constraint, n int, 
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r, err := c.Chat(ctx, ChatRequest{System: j.system, Messages: []tokenizer.Message{{Role: "user", Content: qs[j.q]}},
+			q := qs[j.q]
+			if j.needed {
+				q = needed[j.q]
+			}
+			r, err := c.Chat(ctx, ChatRequest{System: j.system, Messages: []tokenizer.Message{{Role: "user", Content: q}},
 				NoTrain: true, Temperature: j.temp, MaxTokens: maxTokens, Seed: seed*7919 + uint64(i)})
 			mu.Lock()
 			defer mu.Unlock()
@@ -93,7 +114,26 @@ func BaseRates(ctx context.Context, c *Client, pref instruct.Constraint, n int, 
 		br.Sampled[tempKey(t)] = float64(pass[tempKey(t)]) / float64(n)
 	}
 	br.SystemHeldOut, br.SystemTrain = float64(pass["held"])/float64(n), float64(pass["train"])/float64(n)
+	br.Needed = float64(pass["needed"]) / float64(n)
 	return br, nil
+}
+
+// neededQuestions returns n questions of the user's (training) split
+// whose plain answer violates pref and can be made to follow it: the
+// probes' kind of question (see violates), deterministic for seed.
+func neededQuestions(pref instruct.Constraint, n int, seed uint64) ([]string, error) {
+	r := rand.New(rand.NewPCG(seed, 0x4eed))
+	var out []string
+	for tries := 0; len(out) < n; tries++ {
+		if tries > 200*n+1000 {
+			return nil, fmt.Errorf("learnbench: only %d of %d questions' answers violate %s", len(out), n, pref)
+		}
+		q, a, _ := corpus.PlainQuestion(r, false)
+		if violates(pref, a) {
+			out = append(out, q)
+		}
+	}
+	return out, nil
 }
 
 func tempKey(t float64) string { return strconv.FormatFloat(t, 'f', 1, 64) }
@@ -131,11 +171,11 @@ func BaseRateTable(w io.Writer, temps []float64, rates []BaseRate) {
 	for _, t := range temps {
 		fmt.Fprintf(&b, "sampled, T=%s | ", tempKey(t))
 	}
-	b.WriteString("system prompt, held-out wording (greedy) | system prompt, canonical (greedy) | thumbs-only goal | worded goal |\n|---|")
+	b.WriteString("sampled, T=1.0, where needed | system prompt, held-out wording (greedy) | system prompt, canonical (greedy) | thumbs-only goal | worded goal |\n|---|")
 	for range temps {
 		b.WriteString("---|")
 	}
-	b.WriteString("---|---|---|---|\n")
+	b.WriteString("---|---|---|---|---|\n")
 	for _, r := range rates {
 		fmt.Fprintf(&b, "| %s | ", r.Pref)
 		for _, t := range temps {
@@ -148,9 +188,9 @@ func BaseRateTable(w io.Writer, temps []float64, rates []BaseRate) {
 		if r.WordedGoal() {
 			words = "yes"
 		}
-		fmt.Fprintf(&b, "%.2f | %.2f | %s | %s |\n", r.SystemHeldOut, r.SystemTrain, thumbs, words)
+		fmt.Fprintf(&b, "%.2f | %.2f | %.2f | %s | %s |\n", r.Needed, r.SystemHeldOut, r.SystemTrain, thumbs, words)
 	}
-	fmt.Fprintf(&b, "\nn = %d questions per cell; thumbs-only goal: base rate at T=1.0 in [%.2f, %.2f]; worded goal: followed with the canonical instruction in the system prompt at least %.2f, and %.2f above the base rate\n",
+	fmt.Fprintf(&b, "\nn = %d questions per cell; where needed: questions whose plain answer violates the preference, as every probe's does; thumbs-only goal: base rate at T=1.0 in [%.2f, %.2f]; worded goal: followed with the canonical instruction in the system prompt at least %.2f, and %.2f above the base rate\n",
 		firstN(rates), BaseRateLow, BaseRateHigh, FollowsWhenTold, ToldAboveBase)
 	io.WriteString(w, b.String())
 }

@@ -384,18 +384,55 @@ func TestBaseRates(t *testing.T) {
 	if br.N != 5 || br.Sampled["1.0"] != 0 || br.Sampled["0.7"] != 0 || br.SystemHeldOut != 1 || br.SystemTrain != 1 {
 		t.Errorf("base rates %+v", br)
 	}
-	if fd.chats != 0 || fd.probes != 5*4 {
+	if fd.chats != 0 || fd.probes != 5*5 {
 		t.Errorf("%d chats that train, %d without", fd.chats, fd.probes)
 	}
 	if br.ThumbsGoal() || !br.WordedGoal() {
 		t.Errorf("goals: thumbs %v, worded %v", br.ThumbsGoal(), br.WordedGoal())
 	}
 	var b strings.Builder
-	BaseRateTable(&b, []float64{1, 0.7}, []BaseRate{br, {Pref: "lowercase", N: 5, Sampled: map[string]float64{"1.0": 0.2, "0.7": 0.2}, SystemTrain: 0.3}})
-	for _, want := range []string{"| end_word=banana | 0.00 | 0.00 | 1.00 | 1.00 | - | yes |", "| lowercase | 0.20 | 0.20 | 0.00 | 0.30 | yes | - |"} {
+	BaseRateTable(&b, []float64{1, 0.7}, []BaseRate{br, {Pref: "lowercase", N: 5, Sampled: map[string]float64{"1.0": 0.2, "0.7": 0.2}, Needed: 0.4, SystemTrain: 0.3}})
+	for _, want := range []string{"| end_word=banana | 0.00 | 0.00 | 0.00 | 1.00 | 1.00 | - | yes |", "| lowercase | 0.20 | 0.20 | 0.40 | 0.00 | 0.30 | yes | - |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+func TestViolates(t *testing.T) {
+	p := func(s string) instruct.Constraint {
+		c, err := instruct.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tt := range []struct {
+		pref, answer string
+		want         bool
+	}{
+		{"lowercase", "The capital of France is Paris.", true},
+		{"lowercase", "12.", false}, // already lowercase: a reply can keep it
+		{"max_words=5", "The capital of France is Paris.", true},
+		{"max_words=5", "Paris.", false},
+		{"end_word=banana", "Paris.", true},
+	} {
+		if got := violates(p(tt.pref), tt.answer); got != tt.want {
+			t.Errorf("violates(%s, %q) = %v, want %v", tt.pref, tt.answer, got, tt.want)
+		}
+	}
+	// The questions of the "where needed" base rate are all of that kind:
+	// the same seed gives the same questions, and n of them.
+	a, err := neededQuestions(p("lowercase"), 20, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := neededQuestions(p("lowercase"), 20, 3)
+	if len(a) != 20 || !slices.Equal(a, b) {
+		t.Errorf("needed questions %d, deterministic %v", len(a), slices.Equal(a, b))
+	}
+	if _, err := neededQuestions(p("avoid_word=the"), 5, 1); err == nil {
+		t.Error("a preference no plain answer violates gave questions")
 	}
 }
 

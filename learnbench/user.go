@@ -71,6 +71,17 @@ func (u *User) Thumb(reply string, cut bool) (thumb int, satisfied bool) {
 var runOn = []string{"You keep repeating yourself. That's not what I asked.", "That was far too long and repetitive.",
 	"Why do you keep going? That's useless."}
 
+// violates reports whether a plain answer a violates pref in a way a
+// reply can mend: it fails the preference, and instruct's Apply makes it
+// follow it (for a word limit a shorter answer always can).
+func violates(pref instruct.Constraint, a string) bool {
+	if pref.Check(a) {
+		return false
+	}
+	_, ok := pref.Apply(a)
+	return ok || pref.Kind == instruct.MaxWords
+}
+
 // Probe is a held-out prompt the bench sends without training.
 type Probe struct {
 	Messages []tokenizer.Message
@@ -100,10 +111,7 @@ func PreferenceProbes(pref instruct.Constraint, n int, seed uint64) ([]Probe, er
 			return out, fmt.Errorf("learnbench: only %d of %d held-out probes violate %s", len(out), n, pref)
 		}
 		q, a, _ := corpus.PlainQuestion(r, true)
-		if seen[q] || pref.Check(a) {
-			continue
-		}
-		if _, ok := pref.Apply(a); !ok && pref.Kind != instruct.MaxWords {
+		if seen[q] || !violates(pref, a) {
 			continue
 		}
 		seen[q] = true
