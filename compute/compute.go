@@ -412,6 +412,17 @@ type Softcap interface {
 	SoftcapBackward(dx, y Tensor, cap float32)
 }
 
+// WidensToBF16 is implemented by a backend that multiplies BF16 matrices
+// natively and has no products of block-quantized ones (the GPU's): a
+// matrix a checkpoint stores in blocks (a GGUF file's Q8_0, Q4_0, K-quants)
+// is loaded as its values rounded to BF16, half the memory of F32, rather
+// than widened to F32. Quantized values carry errors far above BF16's
+// rounding (a Q8_0 step is 1/127 of its block's largest value, a BF16
+// step at most 1/128 of the value itself).
+type WidensToBF16 interface {
+	WidensToBF16() bool
+}
+
 // SlidingWindow is implemented by a backend whose Attention (and, for a
 // Trainer, DenseAttention) honour a sliding window (Attention.Window).
 // A model loaded on another backend caps its context to the window

@@ -298,6 +298,11 @@ func (b *Backend) SiLUMul(dst, gate, up compute.Tensor) {
 	b.launch("SiLUMul", "silu_mul_f32", elemGrid(d.n, 256), Dim3{256, 1, 1}, 0, d.ptr, g.ptr, u.ptr, d.n)
 }
 
+// WidensToBF16 asks for the matrices a checkpoint stores block-quantized
+// (GGUF files) as BF16 values, which the tensor cores multiply, instead of
+// F32 at twice the memory (compute.WidensToBF16).
+func (b *Backend) WidensToBF16() bool { return true }
+
 // SlidingWindow reports that Attention honours Attention.Window
 // (compute.SlidingWindow).
 func (b *Backend) SlidingWindow() bool { return true }

@@ -240,7 +240,7 @@ func (e *Engine) openReplica(g group, gpu int, src *weights.Store, background bo
 		go r.mirror(src, stop, done, e)
 		e.onClose(func() { close(stop); <-done })
 	}
-	e.log.Info().Str("group", string(g)).Int("gpu", gpu).Str("backend", b.Name()).Int("kv_blocks", r.cache.NumBlocks()).
+	e.log.Info().Str("group", string(g)).Int("gpu", gpu).Str("backend", b.Name()).Int64("weights_mib", m.Weights().Bytes()>>20).Int("kv_blocks", r.cache.NumBlocks()).
 		Stringer("kv_dtype", r.cache.DType()).Int64("kv_mib", budget>>20).Uint64("free_mib", free>>20).Dur("load", time.Since(start)).
 		Msg("replica ready")
 	return r, nil

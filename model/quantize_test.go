@@ -233,3 +233,85 @@ func TestRequantize(t *testing.T) {
 		t.Errorf("note %q", note)
 	}
 }
+
+// widening is a CPU backend as the GPU's looks to the loader: no quantized
+// products (compute.QuantBackend hidden), matrices stored in blocks asked
+// for as BF16 (compute.WidensToBF16).
+type widening struct{ compute.Backend }
+
+func (widening) WidensToBF16() bool { return true }
+
+// TestWidensQuantizedToBF16: on a backend without quantized products that
+// asks for it, a matrix stored in blocks loads as its dequantized values
+// rounded to BF16 (half the memory of F32, the tensor cores' input);
+// without the request it loads as F32 as before; vectors stay F32 and
+// matrices stored as BF16 stay BF16 either way.
+func TestWidensQuantizedToBF16(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ck")
+	spec := RandomSpec{Arch: ArchQwen3, Hidden: 64, Intermediate: 96, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16,
+		Vocab: 200, DType: "bfloat16", InitStd: 0.1, Seed: 4}
+	if err := WriteRandomCheckpoint(dir, spec); err != nil {
+		t.Fatal(err)
+	}
+	load := func(b compute.Backend, dt compute.DType) *Model {
+		src, err := OpenDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dt != 0 {
+			if src, err = Quantize(src, dt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := LoadFrom(b, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	type plain struct{ compute.Backend } // no quantized products, no request
+	quantOnCPU := load(cpu.New(), compute.Q8_0)
+	wcpu := cpu.New()
+	widened := load(widening{wcpu}, compute.Q8_0)
+	wide := load(plain{cpu.New()}, compute.Q8_0)
+	asStored := load(widening{cpu.New()}, 0)
+	for i, nt := range widened.Weights().Params() {
+		matrix := len(nt.T.Shape()) == 2
+		want := compute.F32
+		if matrix {
+			want = compute.BF16
+		}
+		if got := nt.T.DType(); got != want {
+			t.Errorf("widened: %s is %v, want %v", nt.Name, got, want)
+		}
+		if got := wide.Weights().Params()[i].T.DType(); matrix && got != compute.F32 {
+			t.Errorf("without the request: %s is %v, want F32", nt.Name, got)
+		}
+		if got := asStored.Weights().Params()[i].T.DType(); got != want {
+			t.Errorf("stored as BF16: %s is %v, want %v", nt.Name, got, want)
+		}
+		if !matrix {
+			continue
+		}
+		// The values: the quantized blocks' values rounded to BF16.
+		q, err := ReadTensor(quantOnCPU.Backend(), quantOnCPU.Weights().Params()[i].T)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadTensor(wcpu, nt.T) // the wrapper hides compute.Trainer's Convert
+		if err != nil {
+			t.Fatal(err)
+		}
+		bits := make([]uint16, len(q))
+		toBF16Bits(bits, q)
+		for k := range got {
+			if got[k] != bf16ToF32(bits[k]) {
+				t.Fatalf("%s[%d] = %g, want %g (BF16 of %g)", nt.Name, k, got[k], bf16ToF32(bits[k]), q[k])
+			}
+		}
+	}
+	if b, f := widened.Weights().Bytes(), wide.Weights().Bytes(); !(b < f*6/10) {
+		t.Errorf("widened to BF16: %d bytes of weights, to F32 %d", b, f)
+	}
+}

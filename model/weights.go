@@ -407,7 +407,9 @@ func walkWeights(c *Config, w *weights, fn func(name string, shape []int, field 
 // loadWeights makes backend tensors for every weight c needs, from src.
 // Matrices in F32 or BF16 go to the backend as views of the mapped file
 // (which copies them or uses them in place); other matrices (F16,
-// quantized) are widened to F32; vectors (norms, biases) are always F32.
+// quantized) are widened to F32, but quantized ones a backend cannot
+// multiply as blocks go as BF16 to one that asks for it
+// (compute.WidensToBF16); vectors (norms, biases) are always F32.
 //
 // With copyHost, the host data is copied out of the mapped files before it
 // goes to the backend, so the checkpoint can be closed at once even when
@@ -437,6 +439,14 @@ func loadWeights(b compute.Backend, c *Config, src Source, copyHost bool) (*weig
 			if copyHost && st.View {
 				bits = slices.Clone(bits)
 			}
+			t, err = b.WeightBF16(bits, shape...)
+		} else if w, ok := b.(compute.WidensToBF16); ok && w.WidensToBF16() && len(shape) == 2 && st.Format != "" {
+			vals, _, ferr := st.Float32()
+			if ferr != nil {
+				return ferr
+			}
+			bits := make([]uint16, len(vals))
+			toBF16Bits(bits, vals)
 			t, err = b.WeightBF16(bits, shape...)
 		} else {
 			vals, view, ferr := st.Float32()
