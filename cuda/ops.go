@@ -286,16 +286,21 @@ func (b *Backend) Attention(dst, q, kCache, vCache compute.Tensor, a *compute.At
 
 // SiLUMul computes dst = silu(gate)·up.
 func (b *Backend) SiLUMul(dst, gate, up compute.Tensor) {
-	d := b.must(dst, compute.F32, "SiLUMul dst")
-	g := b.must(gate, compute.F32, "SiLUMul gate")
-	u := b.must(up, compute.F32, "SiLUMul up")
+	b.gated("SiLUMul", "silu_mul_f32", dst, gate, up)
+}
+
+// gated launches a gated activation's kernel, dst = act(gate)·up.
+func (b *Backend) gated(op, kernel string, dst, gate, up compute.Tensor) {
+	d := b.must(dst, compute.F32, op+" dst")
+	g := b.must(gate, compute.F32, op+" gate")
+	u := b.must(up, compute.F32, op+" up")
 	if g.n != d.n || u.n != d.n {
-		shapePanic("SiLUMul", "lengths %d, %d, %d", d.n, g.n, u.n)
+		shapePanic(op, "lengths %d, %d, %d", d.n, g.n, u.n)
 	}
 	if d.n == 0 {
 		return
 	}
-	b.launch("SiLUMul", "silu_mul_f32", elemGrid(d.n, 256), Dim3{256, 1, 1}, 0, d.ptr, g.ptr, u.ptr, d.n)
+	b.launch(op, kernel, elemGrid(d.n, 256), Dim3{256, 1, 1}, 0, d.ptr, g.ptr, u.ptr, d.n)
 }
 
 // WidensToBF16 asks for the matrices a checkpoint stores block-quantized
@@ -310,16 +315,7 @@ func (b *Backend) SlidingWindow() bool { return true }
 // GELUMul computes dst = gelu(gate)·up with GELU's tanh form
 // (compute.Gemma).
 func (b *Backend) GELUMul(dst, gate, up compute.Tensor) {
-	d := b.must(dst, compute.F32, "GELUMul dst")
-	g := b.must(gate, compute.F32, "GELUMul gate")
-	u := b.must(up, compute.F32, "GELUMul up")
-	if g.n != d.n || u.n != d.n {
-		shapePanic("GELUMul", "lengths %d, %d, %d", d.n, g.n, u.n)
-	}
-	if d.n == 0 {
-		return
-	}
-	b.launch("GELUMul", "gelu_mul_f32", elemGrid(d.n, 256), Dim3{256, 1, 1}, 0, d.ptr, g.ptr, u.ptr, d.n)
+	b.gated("GELUMul", "gelu_mul_f32", dst, gate, up)
 }
 
 // Scale multiplies x by alpha in place (compute.Scaler).

@@ -15,6 +15,12 @@ import (
 // to dt (0: as stored).
 func loadQuantized(t *testing.T, dir string, dt compute.DType) *Model {
 	t.Helper()
+	return loadQuantizedOn(t, cpu.New(), dir, dt)
+}
+
+// loadQuantizedOn is loadQuantized on backend b.
+func loadQuantizedOn(t *testing.T, b compute.Backend, dir string, dt compute.DType) *Model {
+	t.Helper()
 	src, err := OpenDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +30,7 @@ func loadQuantized(t *testing.T, dir string, dt compute.DType) *Model {
 			t.Fatal(err)
 		}
 	}
-	m, err := LoadFrom(cpu.New(), src)
+	m, err := LoadFrom(b, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,23 +259,7 @@ func TestWidensQuantizedToBF16(t *testing.T) {
 	if err := WriteRandomCheckpoint(dir, spec); err != nil {
 		t.Fatal(err)
 	}
-	load := func(b compute.Backend, dt compute.DType) *Model {
-		src, err := OpenDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dt != 0 {
-			if src, err = Quantize(src, dt); err != nil {
-				t.Fatal(err)
-			}
-		}
-		m, err := LoadFrom(b, src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
+	load := func(b compute.Backend, dt compute.DType) *Model { return loadQuantizedOn(t, b, dir, dt) }
 	type plain struct{ compute.Backend } // no quantized products, no request
 	quantOnCPU := load(cpu.New(), compute.Q8_0)
 	wcpu := cpu.New()
