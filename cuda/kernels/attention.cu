@@ -2,6 +2,9 @@
 // (compute.Attention): a batch of sequences whose new tokens' queries are
 // packed in q, each sequence's keys and values in cache blocks listed by
 // its row of the block table, in the head-major block layout of kv_index.
+// With window > 0 the query at position p sees keys p − window + 1 through
+// p only (Mistral's and Gemma's sliding windows); with softcap > 0 each
+// scaled score s becomes softcap·tanh(s/softcap) (Gemma 2).
 //
 // Both kernels use the online softmax (flash attention): keys are visited
 // in tiles, and each query row keeps a running maximum m, a running
@@ -75,8 +78,8 @@ DEVICE_FN int seq_of_row(const int* qstart, int seqs, int r) {
 #define DEC_WARPS 4
 
 // attn_decode computes query row blockIdx.x, head blockIdx.y, over keys
-// [split·split_len, (split+1)·split_len) ∩ [0, pos] for split blockIdx.z of
-// gridDim.z. With one split it writes out; with several it writes its
+// k_lo + [split·split_len, (split+1)·split_len) ∩ [k_lo, pos] for split
+// blockIdx.z of gridDim.z, k_lo the window's first key (0 without one). With one split it writes out; with several it writes its
 // output normalised by its own denominator to part_o and its (m, l) to
 // part_ml, for attn_combine. vec = 1 says that hd is a multiple of 8 and
 // the caches are 16-byte aligned: keys are read 16 bytes at a time.
