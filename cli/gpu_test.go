@@ -192,6 +192,11 @@ func TestTrainsOnCPUServesOnFakeGPU(t *testing.T) {
 	if strings.Contains(d.log.String(), "copying a new version to the GPU failed") {
 		t.Errorf("a version copy failed:\n%s", d.log)
 	}
+	// The replica holds BF16 weights: versions merge their LoRA matrices
+	// in BF16 on the CPU, not F32 to be rounded in the copy.
+	if !strings.Contains(d.log.String(), "LoRA versions merge in BF16") {
+		t.Errorf("versions for the BF16 replica are not merged in BF16:\n%s", d.log)
+	}
 	if err := d.stop(); err != nil {
 		t.Fatalf("SIGTERM: %v\n%s", err, d.log)
 	}

@@ -412,6 +412,14 @@ type Softcap interface {
 	SoftcapBackward(dx, y Tensor, cap float32)
 }
 
+// BF16Reader is implemented by a backend that copies a BF16 tensor's bits
+// out as they are (the CPU's): a copy of BF16 weights to another backend
+// (a version for a GPU replica) then moves two bytes a value, where
+// widening on the device, reading F32 and rounding back moves ten.
+type BF16Reader interface {
+	ReadBF16(dst []uint16, src Tensor) error
+}
+
 // WidensToBF16 is implemented by a backend that multiplies BF16 matrices
 // natively and has no products of block-quantized ones (the GPU's): a
 // matrix a checkpoint stores in blocks (a GGUF file's Q8_0, Q4_0, K-quants)

@@ -115,16 +115,14 @@ func (b *Backend) Pool() *kernels.Pool { return b.pool }
 // in parallel chunks.
 func hostCopy[T any](src []T, alloc func(int) []T) []T {
 	dst := alloc(len(src))
-	const chunk = 1 << 20
-	kernels.ParallelFor((len(src)+chunk-1)/chunk, 1, func(lo, hi int) {
-		copy(dst[lo*chunk:min(hi*chunk, len(src))], src[lo*chunk:min(hi*chunk, len(src))])
-	})
+	parallelCopy(dst, src)
 	return dst
 }
 
 var (
 	_ compute.Backend      = (*Backend)(nil)
 	_ compute.QuantBackend = (*Backend)(nil)
+	_ compute.BF16Reader   = (*Backend)(nil)
 )
 
 // tensor is the CPU tensor: exactly one of the slices (or q, for a
@@ -362,14 +360,38 @@ func (b *Backend) WriteInt32(dst compute.Tensor, src []int32) {
 	copy(d.i32, src)
 }
 
-// Read copies an F32 tensor to dst.
+// Read copies an F32 tensor to dst (on every core when it is large: a
+// version's matrices are gigabytes).
 func (b *Backend) Read(dst []float32, src compute.Tensor) error {
 	s := must(src, compute.F32, "Read")
 	if len(dst) != len(s.f32) {
 		return fmt.Errorf("cpu: Read of %d values into %d", len(s.f32), len(dst))
 	}
-	copy(dst, s.f32)
+	parallelCopy(dst, s.f32)
 	return nil
+}
+
+// ReadBF16 copies a BF16 tensor's bits to dst (compute.BF16Reader).
+func (b *Backend) ReadBF16(dst []uint16, src compute.Tensor) error {
+	s := must(src, compute.BF16, "ReadBF16")
+	if len(dst) != len(s.u16) {
+		return fmt.Errorf("cpu: ReadBF16 of %d values into %d", len(s.u16), len(dst))
+	}
+	parallelCopy(dst, s.u16)
+	return nil
+}
+
+// parallelCopy copies src to dst, in chunks over the cores when src is
+// large.
+func parallelCopy[T any](dst, src []T) {
+	const chunk = 1 << 20
+	if len(src) <= chunk {
+		copy(dst, src)
+		return
+	}
+	kernels.ParallelFor((len(src)+chunk-1)/chunk, 1, func(lo, hi int) {
+		copy(dst[lo*chunk:min(hi*chunk, len(src))], src[lo*chunk:min(hi*chunk, len(src))])
+	})
 }
 
 // Copy copies src into dst.

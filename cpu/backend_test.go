@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/clawrl/clawrl/compute"
@@ -74,5 +75,33 @@ func TestWeightCopyOrAlias(t *testing.T) {
 				t.Errorf("ZeroCopyWeights %v, %s: weight reads %v after the source changed, want %v", zero, name, got, want)
 			}
 		}
+	}
+}
+
+// TestReadBF16 reads a BF16 tensor's bits back as they are, large enough to
+// be copied in parallel chunks, and refuses a destination of another
+// length.
+func TestReadBF16(t *testing.T) {
+	b := New()
+	for _, n := range []int{7, 3<<20 + 5} {
+		bits := make([]uint16, n)
+		for i := range bits {
+			bits[i] = uint16(i*2654435761>>7) | 1
+		}
+		w, err := b.WeightBF16(bits, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]uint16, n)
+		if err := b.ReadBF16(got, w); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, bits) {
+			t.Fatalf("n %d: the bits read back differ", n)
+		}
+		if err := b.ReadBF16(got[:n-1], w); err == nil {
+			t.Errorf("n %d: a short destination was accepted", n)
+		}
+		b.Free(w)
 	}
 }

@@ -2,6 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"strings"
+
+	"github.com/clawrl/clawrl/compute"
 
 	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/model"
@@ -45,6 +48,17 @@ func (e *Engine) NewTrainer(opts trainer.Options) (*trainer.Trainer, error) {
 		return nil, err
 	}
 	e.onClose(tr.Close)
+	if opts.LoRARank > 0 && e.OnGPUs() && e.adaptsBF16() {
+		// The GPU replicas hold BF16 weights and round each merged matrix
+		// they copy to BF16 (model.ImportOptions.RoundToBase): merging in
+		// BF16 here gives them the same values at half the bytes to make,
+		// keep and copy (BenchmarkImport: a version of the Qwen3-0.6B
+		// shape in 0.66 s against 3.5 s).
+		if err := tr.MergeForServing(compute.BF16); err != nil {
+			return nil, err
+		}
+		e.log.Info().Msg("LoRA versions merge in BF16, as the GPU replicas hold them")
+	}
 	tr.SetVersion(e.versions.Current())
 	if e.TrainingYields() {
 		tr.SetSlicer(e.gate)
@@ -54,6 +68,18 @@ func (e *Engine) NewTrainer(opts trainer.Options) (*trainer.Trainer, error) {
 		}
 	}
 	return tr, nil
+}
+
+// adaptsBF16 reports whether the checkpoint's layer matrices, those LoRA
+// adapts and a version merges, are BF16 (the first layer's query
+// projection stands for them).
+func (e *Engine) adaptsBF16() bool {
+	for _, p := range e.model.Weights().Params() {
+		if strings.HasSuffix(p.Name, "layers.0.self_attn.q_proj.weight") {
+			return p.T.DType() == compute.BF16
+		}
+	}
+	return false
 }
 
 // NewTeacher makes the teacher that scores responses under a hint

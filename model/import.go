@@ -131,9 +131,9 @@ func sameShape(a, b *Config) error {
 // becomes BF16 (rounded to nearest even).
 func copyTensor(to, from compute.Backend, t compute.Tensor, toBF16 bool) (compute.Tensor, error) {
 	n, shape := compute.Len(t), t.Shape()
-	vals := make([]float32, n)
 	switch t.DType() {
 	case compute.F32:
+		vals := make([]float32, n)
 		if err := from.Read(vals, t); err != nil {
 			return nil, err
 		}
@@ -144,6 +144,13 @@ func copyTensor(to, from compute.Backend, t compute.Tensor, toBF16 bool) (comput
 		}
 		return to.WeightF32(vals, shape...)
 	case compute.BF16:
+		if r, ok := from.(compute.BF16Reader); ok {
+			bits := make([]uint16, n)
+			if err := r.ReadBF16(bits, t); err != nil {
+				return nil, err
+			}
+			return to.WeightBF16(bits, shape...)
+		}
 		tb, ok := from.(compute.Trainer)
 		if !ok {
 			return nil, fmt.Errorf("backend %s cannot read BF16 tensors back (no compute.Trainer)", from.Name())
@@ -154,6 +161,7 @@ func copyTensor(to, from compute.Backend, t compute.Tensor, toBF16 bool) (comput
 		}
 		defer from.Free(wide)
 		tb.Convert(wide, t) // exact
+		vals := make([]float32, n)
 		if err := from.Read(vals, wide); err != nil {
 			return nil, err
 		}

@@ -149,6 +149,51 @@ func TestImport(t *testing.T) {
 			t.Fatal("no F32 merged matrix to check")
 		}
 	})
+
+	// A trainable switched to BF16 merges (SetMergeDType, as the engine
+	// does for GPU replicas of a BF16 checkpoint) makes the versions an
+	// F32 merge rounded in the copy makes: a replica computes the same
+	// logits from either.
+	t.Run("merge in bf16 = round to base", func(t *testing.T) {
+		spec := tiny(ArchQwen3)
+		spec.DType = "bfloat16"
+		trainer, dir := writeAndLoad(t, spec)
+		replica, err := Load(cpu.New(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer replica.Close()
+		tr := newTrainable(t, trainer, TrainOptions{LoRA: &LoRAConfig{Rank: 4, Seed: 2}})
+		adamSteps(t, tr, trainBatch(spec.Vocab), 2, 0.05)
+		var logits [2][]float32
+		for i, dt := range []compute.DType{compute.F32, compute.BF16} {
+			if err := tr.SetMergeDType(dt); err != nil {
+				t.Fatal(err)
+			}
+			snap, err := tr.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, nt := range snap.Params() {
+				if strings.HasSuffix(nt.Name, "q_proj.weight") && nt.T.DType() != dt {
+					t.Fatalf("merge %v: %s is %v", dt, nt.Name, nt.T.DType())
+				}
+			}
+			got, err := replica.Import(snap, ImportOptions{RoundToBase: true})
+			snap.Free()
+			if err != nil {
+				t.Fatal(err)
+			}
+			logits[i] = runWith(t, replica, got, testTokens(20, spec.Vocab))
+			got.Free()
+		}
+		if !slices.Equal(logits[0], logits[1]) {
+			t.Fatal("a BF16 merge and an F32 merge rounded in the copy compute other logits")
+		}
+		if err := tr.SetMergeDType(compute.F16); err == nil {
+			t.Error("an F16 merge was accepted")
+		}
+	})
 	t.Run("refused", func(t *testing.T) {
 		m, dir := writeAndLoad(t, tiny(ArchQwen3))
 		if _, err := m.Import(m.Weights(), ImportOptions{}); err == nil {

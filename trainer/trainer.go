@@ -211,6 +211,20 @@ func (t *Trainer) Close() {
 	t.start = nil
 }
 
+// MergeForServing sets the dtype of the merged matrices of the LoRA
+// versions Publish makes from now on (model.Trainable.SetMergeDType),
+// without changing Options.LoRAMergeDType, which checkpoints record: a
+// choice of where versions are served (the engine's, for GPU replicas
+// that hold BF16 weights), not of the lineage.
+func (t *Trainer) MergeForServing(dt compute.DType) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := t.tr.SetMergeDType(dt); err != nil {
+		return fmt.Errorf("trainer: %w", err)
+	}
+	return nil
+}
+
 // SetSlicer makes training passes share the machine with serving through
 // s (priority.Gate), a layer at a time; nil: not at all.
 func (t *Trainer) SetSlicer(s model.Slicer) {
