@@ -48,16 +48,27 @@ func (e *Engine) NewTrainer(opts trainer.Options) (*trainer.Trainer, error) {
 		return nil, err
 	}
 	e.onClose(tr.Close)
-	if opts.LoRARank > 0 && e.OnGPUs() && e.adaptsBF16() {
+	switch {
+	case opts.LoRARank == 0 || !e.adaptsBF16():
+		// Full fine-tuning; or LoRA over F32 matrices, where an F32 merge
+		// reads what the base does, or over quantized ones, never merged.
+	case e.OnGPUs():
 		// The GPU replicas hold BF16 weights and round each merged matrix
 		// they copy to BF16 (model.ImportOptions.RoundToBase): merging in
 		// BF16 here gives them the same values at half the bytes to make,
-		// keep and copy (BenchmarkImport: a version of the Qwen3-0.6B
-		// shape in 0.66 s against 3.5 s).
+		// keep and copy (BenchmarkImport).
 		if err := tr.MergeForServing(compute.BF16); err != nil {
 			return nil, err
 		}
 		e.log.Info().Msg("LoRA versions merge in BF16, as the GPU replicas hold them")
+	default:
+		// Served on the CPU: the adapters unmerged over the BF16 base
+		// (exact), where an F32 merge would double the bytes every decode
+		// step reads (BenchmarkDecodeAdapters).
+		if err := tr.MergeForServing(0); err != nil {
+			return nil, err
+		}
+		e.log.Info().Msg("LoRA versions serve their adapters unmerged over the BF16 weights")
 	}
 	tr.SetVersion(e.versions.Current())
 	if e.TrainingYields() {

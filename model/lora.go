@@ -34,6 +34,13 @@ type LoRAConfig struct {
 	// reads, but an update smaller than half a BF16 step of a weight
 	// (about 0.2% of it) is then lost.
 	MergeDType compute.DType
+	// Unmerged makes Snapshot merge nothing: every adapted matrix stays
+	// the base's, shared, and the set carries copies of the adapters,
+	// which serving adds to its products (as it does over a quantized
+	// matrix, always). Exact, and a decode step reads the base's bytes
+	// plus the adapters' instead of a merged F32 copy's (twice a BF16
+	// base's).
+	Unmerged bool
 }
 
 // LoRA target indices, in the order of Trainable.Params.
@@ -203,10 +210,11 @@ func (t *Trainable) snapshotLoRA() (*Weights, error) {
 		src[name] = *f
 		return nil
 	})
+	unmerged := t.opts.LoRA.Unmerged
 	merged := map[compute.Tensor]bool{}
 	for l := range t.lora {
 		for i, ad := range t.lora[l] {
-			if w := *t.w.Layers[l].target(i); ad != nil && !w.DType().Quantized() {
+			if w := *t.w.Layers[l].target(i); ad != nil && !w.DType().Quantized() && !unmerged {
 				merged[w] = true
 			}
 		}
@@ -227,7 +235,7 @@ func (t *Trainable) snapshotLoRA() (*Weights, error) {
 				continue
 			}
 			w := *t.w.Layers[l].target(i)
-			if w.DType().Quantized() {
+			if w.DType().Quantized() || unmerged {
 				A, err := copyF32(b, ad.A)
 				if err != nil {
 					return fail(err)

@@ -9,11 +9,13 @@ import (
 	"github.com/clawrl/clawrl/compute"
 )
 
-// BenchmarkDecodeAdapters measures what serving a LoRA version over a
-// quantized base costs at decode, batch 1: the version serves its rank-16
-// adapters on all seven targets unmerged, so every step also reads them
-// (F32, 10.1M values for the Qwen3-0.6B shape: 40 MB beside 413 MB of
-// Q4_0/Q8_0 weights) and runs their products. The base weights and the
+// BenchmarkDecodeAdapters measures what serving a LoRA version costs at
+// decode, batch 1: over a quantized base, or a BF16 one unmerged, the
+// version serves its rank-16 adapters on all seven targets unmerged, so
+// every step also reads them (F32, 10.1M values for the Qwen3-0.6B shape:
+// 40 MB beside 384-1,192 MB of weights) and runs their products; over a
+// BF16 base merged in F32, every step reads the merged F32 matrices,
+// twice the base's bytes. The base weights and the
 // version alternate in 15 rounds of 32 steps (a shared machine's memory
 // bandwidth moves from second to second), and the median of the rounds'
 // ratios is reported, and the ratio of each one's best round (other load
@@ -21,10 +23,21 @@ import (
 //
 //	go test -run '^$' -bench 'DecodeAdapters' -benchtime 1x ./model/
 func BenchmarkDecodeAdapters(b *testing.B) {
-	for _, dt := range []compute.DType{compute.Q8_0, compute.Q4_0} {
-		b.Run(fmt.Sprintf("qwen3-0.6B-%s-lora16/batch1", dt), func(b *testing.B) {
+	for _, c := range []struct {
+		dt       compute.DType // the base's quantization (0: BF16 as stored)
+		unmerged bool          // over BF16: the adapters unmerged, not merged in F32
+	}{{compute.Q8_0, false}, {compute.Q4_0, false}, {0, false}, {0, true}} {
+		dt := c.dt
+		name := fmt.Sprintf("qwen3-0.6B-%s-lora16/batch1", dt)
+		if dt == 0 {
+			name = "qwen3-0.6B-BF16-lora16-merged-F32/batch1"
+			if c.unmerged {
+				name = "qwen3-0.6B-BF16-lora16-unmerged/batch1"
+			}
+		}
+		b.Run(name, func(b *testing.B) {
 			m := loadBench(b, "qwen3-0.6B-bf16", SpecQwen3_0_6B(), false, dt)
-			tr, err := m.NewTrainable(nil, TrainOptions{LoRA: &LoRAConfig{Rank: 16, Alpha: 32, Seed: 1}})
+			tr, err := m.NewTrainable(nil, TrainOptions{LoRA: &LoRAConfig{Rank: 16, Alpha: 32, Seed: 1, Unmerged: c.unmerged}})
 			if err != nil {
 				b.Fatal(err)
 			}

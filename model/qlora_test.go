@@ -420,3 +420,88 @@ func TestQLoRARefusals(t *testing.T) {
 		t.Errorf("training over a snapshot with unmerged adapters: %v", err)
 	}
 }
+
+// TestUnmergedOverBF16: with LoRAConfig.Unmerged a snapshot over BF16
+// weights shares every matrix with the base and serves the adapters
+// unmerged, as over a quantized base: the Trainable's own log-probs, in
+// scoring and in decode steps, the same as an F32 merge's up to float32
+// rounding, for the base's memory plus the adapters'.
+func TestUnmergedOverBF16(t *testing.T) {
+	spec := qloraSpec(ArchQwen3, true)
+	spec.DType = "bfloat16"
+	m, _ := writeAndLoad(t, spec)
+	samples := trainBatch(spec.Vocab)
+	targets := []string{"q", "k", "v", "o", "gate", "up", "down"}
+	tr, err := m.NewTrainable(nil, TrainOptions{LoRA: &LoRAConfig{Rank: 4, Alpha: 16, Targets: targets, Seed: 4, Unmerged: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Free()
+	adamSteps(t, tr, samples, 3, 1e-2)
+	own := forwardLogProbs(t, tr, samples)
+	snap, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Free()
+	if got := snap.Adapters(); got != len(targets)*spec.Layers {
+		t.Errorf("%d unmerged adapters, want %d", got, len(targets)*spec.Layers)
+	}
+	bp := m.Weights().Params()
+	for i, p := range snap.Params() {
+		if p.T != bp[i].T {
+			t.Errorf("%s: not shared with the base", p.Name)
+		}
+	}
+	kv := newCache(t, m, 4, 16)
+	served, err := m.LogProbsWith(snap, kv, scoreRequests(samples), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeLogProbs(t, "unmerged snapshot vs trainable", own, served, 1e-5)
+	if err := tr.SetMergeDType(compute.F32); err != nil {
+		t.Fatal(err)
+	}
+	mergedSet, err := tr.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mergedSet.Free()
+	if mergedSet.Adapters() != 0 {
+		t.Errorf("the F32 merge carries %d unmerged adapters", mergedSet.Adapters())
+	}
+	merged, err := m.LogProbsWith(mergedSet, kv, scoreRequests(samples), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mergedLP := make([][]float32, len(merged))
+	for i := range merged {
+		mergedLP[i] = merged[i].LogProbs
+	}
+	closeLogProbs(t, "unmerged vs merged in F32", mergedLP, served, 1e-5)
+	// Decode steps of one token (LinearMulti with the adapters at one row)
+	// give what scoring gives.
+	seq := kv.NewSequence()
+	defer seq.Free()
+	toks := append(append([]int32(nil), samples[0].Prompt...), samples[0].Response...)
+	for i := range len(toks) - 1 {
+		logits, err := m.Run(snap, []Step{{Seq: seq, Tokens: toks[i : i+1]}}, LastLogits, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := i - (len(samples[0].Prompt) - 1)
+		if j < 0 {
+			continue
+		}
+		mx, z := math.Inf(-1), 0.0
+		for _, v := range logits {
+			mx = math.Max(mx, float64(v))
+		}
+		for _, v := range logits {
+			z += math.Exp(float64(v) - mx)
+		}
+		if lp := float64(logits[toks[i+1]]) - mx - math.Log(z); !(math.Abs(lp-float64(served[0].LogProbs[j])) < 1e-4) {
+			t.Errorf("decode step %d: log p %.6f, scoring %.6f", i, lp, served[0].LogProbs[j])
+		}
+	}
+}

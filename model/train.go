@@ -294,20 +294,24 @@ func (t *Trainable) ReleaseActivations() {
 // LoRAConfig.MergeDType; an adapted quantized matrix stays shared and the
 // set carries a copy of its adapter, served unmerged (see snapshotLoRA).
 // Free the set when it is no longer served.
-// SetMergeDType sets the dtype of the merged matrices of the LoRA
-// versions Snapshot makes from now on (LoRAConfig.MergeDType: F32 or
-// BF16). The training itself does not change: it runs on the adapters.
+// SetMergeDType sets how Snapshot makes LoRA versions from now on: merged
+// into matrices of dtype dt (LoRAConfig.MergeDType: F32 or BF16), or, with
+// dt 0, not merged (LoRAConfig.Unmerged). The training itself does not
+// change: it runs on the adapters.
 func (t *Trainable) SetMergeDType(dt compute.DType) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.opts.LoRA == nil {
 		return errors.New("model: a merge dtype for a trainable without LoRA adapters")
 	}
-	if dt != compute.F32 && dt != compute.BF16 {
-		return fmt.Errorf("model: LoRA merge dtype %v (F32 or BF16)", dt)
+	if dt != 0 && dt != compute.F32 && dt != compute.BF16 {
+		return fmt.Errorf("model: LoRA merge dtype %v (F32, BF16, or 0: unmerged)", dt)
 	}
 	c := *t.opts.LoRA
-	c.MergeDType = dt
+	c.Unmerged = dt == 0
+	if dt != 0 {
+		c.MergeDType = dt
+	}
 	t.opts.LoRA = &c
 	return nil
 }

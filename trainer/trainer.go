@@ -211,11 +211,12 @@ func (t *Trainer) Close() {
 	t.start = nil
 }
 
-// MergeForServing sets the dtype of the merged matrices of the LoRA
-// versions Publish makes from now on (model.Trainable.SetMergeDType),
-// without changing Options.LoRAMergeDType, which checkpoints record: a
-// choice of where versions are served (the engine's, for GPU replicas
-// that hold BF16 weights), not of the lineage.
+// MergeForServing sets how Publish makes LoRA versions from now on
+// (model.Trainable.SetMergeDType): merged into matrices of dtype dt, or,
+// with dt 0, with the adapters unmerged. Options.LoRAMergeDType, which
+// checkpoints record, does not change: this is a choice of where versions
+// are served (the engine's: BF16 for GPU replicas of BF16 weights,
+// unmerged for the CPU's), not of the lineage.
 func (t *Trainer) MergeForServing(dt compute.DType) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
