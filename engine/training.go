@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/clawrl/clawrl/compute"
-
 	"github.com/clawrl/clawrl/config"
 	"github.com/clawrl/clawrl/model"
 	"github.com/clawrl/clawrl/reward"

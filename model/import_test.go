@@ -23,6 +23,23 @@ func runWith(t *testing.T, m *Model, w *Weights, toks []int32) []float32 {
 	return out
 }
 
+// loraOnReplica loads a tiny BF16 checkpoint twice (the trainer's model
+// and a replica's) and trains LoRA adapters on the first for two steps.
+func loraOnReplica(t *testing.T) (RandomSpec, *Model, *Model, *Trainable) {
+	t.Helper()
+	spec := tiny(ArchQwen3)
+	spec.DType = "bfloat16"
+	trainer, dir := writeAndLoad(t, spec)
+	replica, err := Load(cpu.New(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { replica.Close() })
+	tr := newTrainable(t, trainer, TrainOptions{LoRA: &LoRAConfig{Rank: 4, Seed: 2}})
+	adamSteps(t, tr, trainBatch(spec.Vocab), 2, 0.05)
+	return spec, trainer, replica, tr
+}
+
 // TestImport moves trained versions from one loaded model (the trainer's)
 // to another loaded from the same checkpoint on another backend (a serving
 // replica's): they compute exactly what they computed where they were
@@ -96,16 +113,7 @@ func TestImport(t *testing.T) {
 	// RoundToBase: an F32 LoRA merge lands as BF16 where the checkpoint
 	// is BF16, each weight rounded to nearest even.
 	t.Run("round to base", func(t *testing.T) {
-		spec := tiny(ArchQwen3)
-		spec.DType = "bfloat16"
-		trainer, dir := writeAndLoad(t, spec)
-		replica, err := Load(cpu.New(), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer replica.Close()
-		tr := newTrainable(t, trainer, TrainOptions{LoRA: &LoRAConfig{Rank: 4, Seed: 2}})
-		adamSteps(t, tr, trainBatch(spec.Vocab), 2, 0.05)
+		_, trainer, replica, tr := loraOnReplica(t)
 		snap, err := tr.Snapshot()
 		if err != nil {
 			t.Fatal(err)
@@ -155,16 +163,7 @@ func TestImport(t *testing.T) {
 	// F32 merge rounded in the copy makes: a replica computes the same
 	// logits from either.
 	t.Run("merge in bf16 = round to base", func(t *testing.T) {
-		spec := tiny(ArchQwen3)
-		spec.DType = "bfloat16"
-		trainer, dir := writeAndLoad(t, spec)
-		replica, err := Load(cpu.New(), dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer replica.Close()
-		tr := newTrainable(t, trainer, TrainOptions{LoRA: &LoRAConfig{Rank: 4, Seed: 2}})
-		adamSteps(t, tr, trainBatch(spec.Vocab), 2, 0.05)
+		spec, _, replica, tr := loraOnReplica(t)
 		var logits [2][]float32
 		for i, dt := range []compute.DType{compute.F32, compute.BF16} {
 			if err := tr.SetMergeDType(dt); err != nil {

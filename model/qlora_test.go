@@ -214,15 +214,7 @@ func TestQLoRASnapshot(t *testing.T) {
 			}
 			defer snap.Free()
 			tr.Free()
-			if got := snap.Adapters(); got != len(targets)*spec.Layers {
-				t.Errorf("%d unmerged adapters, want %d", got, len(targets)*spec.Layers)
-			}
-			bp := m.Weights().Params()
-			for i, p := range snap.Params() {
-				if p.T != bp[i].T {
-					t.Errorf("%s: not shared with the base", p.Name)
-				}
-			}
+			sharesBase(t, m, snap, len(targets)*spec.Layers)
 			if extra := snap.Bytes() - m.Weights().Bytes(); extra <= 0 || extra > int64(spec.Layers*len(targets)*2*4*4*spec.Intermediate) {
 				t.Errorf("the snapshot holds %d bytes beyond the base's", extra)
 			}
@@ -248,30 +240,7 @@ func TestQLoRASnapshot(t *testing.T) {
 			}
 			// Decode steps of one token each (LinearMulti with the adapters
 			// at one row) give what scoring gives.
-			seq := kv.NewSequence()
-			toks := append(append([]int32(nil), samples[0].Prompt...), samples[0].Response...)
-			for i := range len(toks) - 1 {
-				logits, err := m.Run(snap, []Step{{Seq: seq, Tokens: toks[i : i+1]}}, LastLogits, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				j := i - (len(samples[0].Prompt) - 1)
-				if j < 0 {
-					continue
-				}
-				mx, z := math.Inf(-1), 0.0
-				for _, v := range logits {
-					mx = math.Max(mx, float64(v))
-				}
-				for _, v := range logits {
-					z += math.Exp(float64(v) - mx)
-				}
-				lp := float64(logits[toks[i+1]]) - mx - math.Log(z)
-				if d := math.Abs(lp - float64(served[0].LogProbs[j])); !(d < 1e-4) {
-					t.Errorf("decode step %d: log p %.6f, scoring %.6f", i, lp, served[0].LogProbs[j])
-				}
-			}
-			seq.Free()
+			decodeMatchesScoring(t, m, snap, kv, samples[0], served[0].LogProbs)
 			// A clone serves the same.
 			clone, err := snap.Clone()
 			if err != nil {
@@ -298,7 +267,7 @@ func TestQLoRASnapshot(t *testing.T) {
 			merged := loadQuantized(t, out, 0)
 			// Every matrix: the dequantized base plus scale·B·A.
 			mp := merged.Weights().Params()
-			for i, p := range bp {
+			for i, p := range m.Weights().Params() {
 				got, err := ReadTensor(merged.Backend(), mp[i].T)
 				if err != nil {
 					t.Fatal(err)
@@ -444,15 +413,7 @@ func TestUnmergedOverBF16(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer snap.Free()
-	if got := snap.Adapters(); got != len(targets)*spec.Layers {
-		t.Errorf("%d unmerged adapters, want %d", got, len(targets)*spec.Layers)
-	}
-	bp := m.Weights().Params()
-	for i, p := range snap.Params() {
-		if p.T != bp[i].T {
-			t.Errorf("%s: not shared with the base", p.Name)
-		}
-	}
+	sharesBase(t, m, snap, len(targets)*spec.Layers)
 	kv := newCache(t, m, 4, 16)
 	served, err := m.LogProbsWith(snap, kv, scoreRequests(samples), 0)
 	if err != nil {
@@ -481,15 +442,38 @@ func TestUnmergedOverBF16(t *testing.T) {
 	closeLogProbs(t, "unmerged vs merged in F32", mergedLP, served, 1e-5)
 	// Decode steps of one token (LinearMulti with the adapters at one row)
 	// give what scoring gives.
+	decodeMatchesScoring(t, m, snap, kv, samples[0], served[0].LogProbs)
+}
+
+// sharesBase checks that set w of m carries n unmerged adapters and
+// shares every tensor with m's checkpoint set.
+func sharesBase(t *testing.T, m *Model, w *Weights, n int) {
+	t.Helper()
+	if got := w.Adapters(); got != n {
+		t.Errorf("%d unmerged adapters, want %d", got, n)
+	}
+	bp := m.Weights().Params()
+	for i, p := range w.Params() {
+		if p.T != bp[i].T {
+			t.Errorf("%s: not shared with the base", p.Name)
+		}
+	}
+}
+
+// decodeMatchesScoring runs sample through set w of m one token per
+// decode step and checks each response token's log-prob against scored,
+// the log-probs scoring gave it.
+func decodeMatchesScoring(t *testing.T, m *Model, w *Weights, kv *KVCache, sample TrainSample, scored []float32) {
+	t.Helper()
 	seq := kv.NewSequence()
 	defer seq.Free()
-	toks := append(append([]int32(nil), samples[0].Prompt...), samples[0].Response...)
+	toks := append(append([]int32(nil), sample.Prompt...), sample.Response...)
 	for i := range len(toks) - 1 {
-		logits, err := m.Run(snap, []Step{{Seq: seq, Tokens: toks[i : i+1]}}, LastLogits, nil)
+		logits, err := m.Run(w, []Step{{Seq: seq, Tokens: toks[i : i+1]}}, LastLogits, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := i - (len(samples[0].Prompt) - 1)
+		j := i - (len(sample.Prompt) - 1)
 		if j < 0 {
 			continue
 		}
@@ -500,8 +484,9 @@ func TestUnmergedOverBF16(t *testing.T) {
 		for _, v := range logits {
 			z += math.Exp(float64(v) - mx)
 		}
-		if lp := float64(logits[toks[i+1]]) - mx - math.Log(z); !(math.Abs(lp-float64(served[0].LogProbs[j])) < 1e-4) {
-			t.Errorf("decode step %d: log p %.6f, scoring %.6f", i, lp, served[0].LogProbs[j])
+		lp := float64(logits[toks[i+1]]) - mx - math.Log(z)
+		if d := math.Abs(lp - float64(scored[j])); !(d < 1e-4) {
+			t.Errorf("decode step %d: log p %.6f, scoring %.6f", i, lp, scored[j])
 		}
 	}
 }

@@ -286,14 +286,6 @@ func (t *Trainable) ReleaseActivations() {
 	t.arenas = nil
 }
 
-// Snapshot returns an immutable weight set for serving the current
-// parameters. Full fine-tuning: a copy of the master weights, each
-// converted back to the base tensor's dtype (BF16 rounds to nearest even).
-// LoRA: the base set's tensors shared (reference counted), except each
-// adapted matrix, replaced by a merged copy W + (Alpha/Rank)·B·A in
-// LoRAConfig.MergeDType; an adapted quantized matrix stays shared and the
-// set carries a copy of its adapter, served unmerged (see snapshotLoRA).
-// Free the set when it is no longer served.
 // SetMergeDType sets how Snapshot makes LoRA versions from now on: merged
 // into matrices of dtype dt (LoRAConfig.MergeDType: F32 or BF16), or, with
 // dt 0, not merged (LoRAConfig.Unmerged). The training itself does not
@@ -316,6 +308,14 @@ func (t *Trainable) SetMergeDType(dt compute.DType) error {
 	return nil
 }
 
+// Snapshot returns an immutable weight set for serving the current
+// parameters. Full fine-tuning: a copy of the master weights, each
+// converted back to the base tensor's dtype (BF16 rounds to nearest even).
+// LoRA: the base set's tensors shared (reference counted), except each
+// adapted matrix, replaced by a merged copy W + (Alpha/Rank)·B·A in
+// LoRAConfig.MergeDType; an adapted quantized matrix stays shared and the
+// set carries a copy of its adapter, served unmerged (see snapshotLoRA).
+// Free the set when it is no longer served.
 func (t *Trainable) Snapshot() (*Weights, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
