@@ -32,10 +32,7 @@ func TestGemma3GGUF(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var names []string
-		for _, ti := range f.Tensors {
-			names = append(names, ti.Name)
-		}
+		names := tensorNames(f)
 		for _, n := range []string{"blk.0.post_attention_norm.weight", "blk.0.ffn_norm.weight", "blk.2.post_ffw_norm.weight", "blk.1.attn_q_norm.weight"} {
 			if !slices.Contains(names, n) {
 				t.Errorf("%v: no tensor %s in %v", typ, n, names)
@@ -76,13 +73,7 @@ func TestGemma3GGUF(t *testing.T) {
 			!slices.Equal(c.WindowLayers, []bool{true, true, false}) || c.QueryPreAttnScalar != 64 || !c.TieWordEmbeddings {
 			t.Errorf("%v: read back as %+v", typ, c)
 		}
-		ref := want
-		if typ == Q8_0 { // against the checkpoint quantized on load
-			ref = logits(t, loadQ8_0(t, dir), testTokens)
-		}
-		if d := maxDiff(logits(t, gm, testTokens), ref); d > 1e-4 {
-			t.Errorf("%v: logits differ by %g", typ, d)
-		}
+		sameLogits(t, gm, dir, typ, want)
 	}
 
 	// Windowed layers without a period llama.cpp's key can say.
@@ -147,13 +138,7 @@ func TestGemma2GGUF(t *testing.T) {
 			!slices.Equal(c.WindowLayers, []bool{true, false, true}) || c.QKNorm || c.LocalRopeTheta != 0 {
 			t.Errorf("%v: read back as %+v", typ, c)
 		}
-		ref := want
-		if typ == Q8_0 {
-			ref = logits(t, loadQ8_0(t, dir), testTokens)
-		}
-		if d := maxDiff(logits(t, gm, testTokens), ref); d > 1e-4 {
-			t.Errorf("%v: logits differ by %g", typ, d)
-		}
+		sameLogits(t, gm, dir, typ, want)
 	}
 	nocap := smallSpec(model.ArchGemma2, tok.VocabSize())
 	nsrc, _ := randomSource(t, nocap)

@@ -366,6 +366,29 @@ func logits(t testing.TB, m *model.Model, toks []int32) []float32 {
 	return slices.Clone(out)
 }
 
+// sameLogits checks that gm, read back from a file of type typ, gives the
+// logits of the checkpoint in dir: want as it is stored, or, for Q8_0, the
+// checkpoint quantized on load.
+func sameLogits(t *testing.T, gm *model.Model, dir string, typ TensorType, want []float32) {
+	t.Helper()
+	ref := want
+	if typ == Q8_0 {
+		ref = logits(t, loadQ8_0(t, dir), testTokens)
+	}
+	if d := maxDiff(logits(t, gm, testTokens), ref); d > 1e-4 {
+		t.Errorf("%v: logits differ by %g", typ, d)
+	}
+}
+
+// tensorNames lists f's tensors by name, in file order.
+func tensorNames(f *File) []string {
+	var names []string
+	for _, ti := range f.Tensors {
+		names = append(names, ti.Name)
+	}
+	return names
+}
+
 func maxDiff(a, b []float32) float64 {
 	d := 0.0
 	for i := range a {
@@ -937,10 +960,7 @@ func TestPhi3GGUF(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var names []string
-		for _, ti := range f.Tensors {
-			names = append(names, ti.Name)
-		}
+		names := tensorNames(f)
 		arch, _ := f.Get("general.architecture")
 		f.Close()
 		if arch.String() != `"phi3"` || !slices.Contains(names, "blk.0.attn_qkv.weight") || !slices.Contains(names, "blk.1.ffn_up.weight") ||
@@ -951,13 +971,7 @@ func TestPhi3GGUF(t *testing.T) {
 		if gm.Config.Architecture != model.ArchPhi3 {
 			t.Errorf("%v: read back as %s", typ, gm.Config.Architecture)
 		}
-		ref := want
-		if typ == Q8_0 { // against the checkpoint quantized on load
-			ref = logits(t, loadQ8_0(t, dir), testTokens)
-		}
-		if d := maxDiff(logits(t, gm, testTokens), ref); d > 1e-4 {
-			t.Errorf("%v: logits differ by %g", typ, d)
-		}
+		sameLogits(t, gm, dir, typ, want)
 	}
 
 	path := filepath.Join(t.TempDir(), "phi3.gguf")

@@ -28,10 +28,7 @@ func TestOlmo2GGUF(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var names []string
-		for _, ti := range f.Tensors {
-			names = append(names, ti.Name)
-		}
+		names := tensorNames(f)
 		qn, _ := f.Tensor("blk.0.attn_q_norm.weight")
 		f.Close()
 		if slices.Contains(names, "blk.0.attn_norm.weight") || slices.Contains(names, "blk.0.ffn_norm.weight") ||
@@ -43,13 +40,7 @@ func TestOlmo2GGUF(t *testing.T) {
 		if c := gm.Config; c.Architecture != model.ArchOlmo2 || !c.PostNormsOnly || !c.QKNormFull {
 			t.Errorf("%v: read back as %+v", typ, c)
 		}
-		ref := want
-		if typ == Q8_0 {
-			ref = logits(t, loadQ8_0(t, dir), testTokens)
-		}
-		if d := maxDiff(logits(t, gm, testTokens), ref); d > 1e-4 {
-			t.Errorf("%v: logits differ by %g", typ, d)
-		}
+		sameLogits(t, gm, dir, typ, want)
 	}
 	path := filepath.Join(t.TempDir(), "olmo2.gguf")
 	if err := WriteModel(path, src, tok, F32); err != nil {

@@ -256,51 +256,17 @@ func (s RandomSpec) configJSON() ([]byte, error) {
 			cfg["original_max_position_embeddings"] = s.LongRopeOriginal
 		}
 	case ArchGemma2:
-		delete(cfg, "hidden_act")
-		cfg["model_type"] = "gemma2"
-		cfg["attention_bias"] = s.AttentionBias
-		cfg["head_dim"] = s.HeadDim
-		cfg["hidden_activation"] = "gelu_pytorch_tanh"
-		cfg["query_pre_attn_scalar"] = s.HeadDim
-		if s.QueryPreAttnScalar != 0 {
-			cfg["query_pre_attn_scalar"] = pyFloat(s.QueryPreAttnScalar)
-		}
-		cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"] = nil, nil
-		if s.AttnSoftcap != 0 {
-			cfg["attn_logit_softcapping"] = pyFloat(s.AttnSoftcap)
-		}
-		if s.FinalSoftcap != 0 {
-			cfg["final_logit_softcapping"] = pyFloat(s.FinalSoftcap)
-		}
-		cfg["sliding_window"] = slidingWindow(s.SlidingWindow)
-		cfg["pad_token_id"] = 0
+		gemmaConfig(cfg, s, "gemma2")
 	case ArchGemma3:
-		delete(cfg, "hidden_act")
-		cfg["model_type"] = "gemma3_text"
-		cfg["attention_bias"] = s.AttentionBias
-		cfg["head_dim"] = s.HeadDim
-		cfg["hidden_activation"] = "gelu_pytorch_tanh"
-		cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"] = nil, nil
-		if s.AttnSoftcap != 0 {
-			cfg["attn_logit_softcapping"] = pyFloat(s.AttnSoftcap)
-		}
-		if s.FinalSoftcap != 0 {
-			cfg["final_logit_softcapping"] = pyFloat(s.FinalSoftcap)
-		}
-		cfg["query_pre_attn_scalar"] = s.HeadDim
-		if s.QueryPreAttnScalar != 0 {
-			cfg["query_pre_attn_scalar"] = pyFloat(s.QueryPreAttnScalar)
-		}
+		gemmaConfig(cfg, s, "gemma3_text")
 		cfg["rope_local_base_freq"] = pyFloat(10000)
 		if s.LocalRopeTheta != 0 {
 			cfg["rope_local_base_freq"] = pyFloat(s.LocalRopeTheta)
 		}
-		cfg["sliding_window"] = slidingWindow(s.SlidingWindow)
 		cfg["sliding_window_pattern"] = 6
 		if s.SlidingPattern != 0 {
 			cfg["sliding_window_pattern"] = s.SlidingPattern
 		}
-		cfg["pad_token_id"] = 0
 		if s.RopeLinear != 0 {
 			cfg["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": pyFloat(s.RopeLinear)}
 		}
@@ -499,4 +465,28 @@ func randomStream(ts TensorSpec, dt safetensors.DType, s RandomSpec) func(io.Wri
 		_, err := w.Write(buf)
 		return err
 	}
+}
+
+// gemmaConfig writes the config.json keys Gemma 2 and Gemma 3 share (model
+// type modelType): the GELU, head_dim, query_pre_attn_scalar, the
+// soft-caps (null unless s sets them), the window and the pad token.
+func gemmaConfig(cfg map[string]any, s RandomSpec, modelType string) {
+	delete(cfg, "hidden_act")
+	cfg["model_type"] = modelType
+	cfg["attention_bias"] = s.AttentionBias
+	cfg["head_dim"] = s.HeadDim
+	cfg["hidden_activation"] = "gelu_pytorch_tanh"
+	cfg["query_pre_attn_scalar"] = s.HeadDim
+	if s.QueryPreAttnScalar != 0 {
+		cfg["query_pre_attn_scalar"] = pyFloat(s.QueryPreAttnScalar)
+	}
+	cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"] = nil, nil
+	if s.AttnSoftcap != 0 {
+		cfg["attn_logit_softcapping"] = pyFloat(s.AttnSoftcap)
+	}
+	if s.FinalSoftcap != 0 {
+		cfg["final_logit_softcapping"] = pyFloat(s.FinalSoftcap)
+	}
+	cfg["sliding_window"] = slidingWindow(s.SlidingWindow)
+	cfg["pad_token_id"] = 0
 }
